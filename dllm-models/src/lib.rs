@@ -1,1 +1,37 @@
-//! (in progress)
+//! # dllm-models
+//!
+//! LLaDA and Dream — masked-diffusion language models — as candle modules, with loaders for
+//! Hugging Face safetensors directories (single or sharded), llama.cpp GGUF files (F32, F16, Q8_0,
+//! Q4_0, ...) and Hugging Face model ids (through `hf-hub`'s cache, offline-capable), tokenizers
+//! and chat templates.
+//!
+//! Every model implements [`DiffusionLm`], the small trait decoders use: a forward over any window
+//! of the canvas against an explicit KV cache, logits only for the rows asked for, commits of
+//! window K/V into the cache, sparse refreshes of cached positions, and cache rollback. See
+//! [`lm`] for the exact semantics.
+//!
+//! This crate knows nothing of schedules, windows policies or token states (that is `dllm-decode`).
+
+#![warn(missing_docs)]
+
+pub mod config_json;
+pub mod dream;
+mod error;
+pub mod gguf;
+pub mod hub;
+pub mod kv_cache;
+pub mod layers;
+pub mod llada;
+pub mod lm;
+pub mod source;
+pub mod synthetic;
+pub mod tokenizer;
+pub mod transformer;
+pub mod weights;
+
+pub use error::{Error, Result};
+pub use layers::OpMode;
+pub use lm::{Arch, DiffusionLm, ModelInfo, Refresh, Rows, SpecialTokens};
+pub use source::{load, LoadOptions, LoadedModel, ModelSource};
+pub use tokenizer::{ChatTemplate, Message, TextTokenizer};
+pub use transformer::{DiffusionTransformer, TransformerConfig};

@@ -1,0 +1,354 @@
+//! llama.cpp GGUF checkpoints of LLaDA (`general.architecture = "llada"`) and Dream (`"dream"`).
+//!
+//! Tensors keep their GGUF type: F32/F16/BF16 become dense tensors in the compute dtype, quantized
+//! ones (Q8_0, Q4_0, ...) go through candle's `QMatMul` (embeddings are gathered row by row).
+//! llama.cpp's converter permutes LLaDA's q/k rows for its interleaved RoPE; the loader undoes that
+//! permutation on the raw rows so the same rotate-half code serves both sources.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::{DType, Device};
+
+use crate::layers::Param;
+use crate::lm::{Arch, SpecialTokens};
+use crate::transformer::{ConfigNames, TransformerConfig};
+use crate::weights::{Role, WeightSource};
+use crate::{Error, Result};
+
+/// LLaDA-8B's `[MASK]` id, used only when a GGUF of that exact vocabulary lacks the metadata key.
+pub const LLADA_8B_MASK_ID: u32 = 126336;
+/// Dream-7B's `[MASK]` id, used only when a GGUF of that exact vocabulary lacks the metadata key.
+pub const DREAM_7B_MASK_ID: u32 = 151666;
+
+/// An open GGUF file.
+pub struct GgufWeights {
+    path: PathBuf,
+    content: Content,
+    reader: Mutex<BufReader<File>>,
+    arch: Arch,
+    num_heads: usize,
+    num_kv_heads: usize,
+    dtype: DType,
+    device: Device,
+}
+
+fn meta_int(v: &Value) -> Option<u64> {
+    match v {
+        Value::U8(x) => Some(*x as u64),
+        Value::U16(x) => Some(*x as u64),
+        Value::U32(x) => Some(*x as u64),
+        Value::U64(x) => Some(*x),
+        Value::I8(x) if *x >= 0 => Some(*x as u64),
+        Value::I16(x) if *x >= 0 => Some(*x as u64),
+        Value::I32(x) if *x >= 0 => Some(*x as u64),
+        Value::I64(x) if *x >= 0 => Some(*x as u64),
+        _ => None,
+    }
+}
+
+fn meta_float(v: &Value) -> Option<f64> {
+    match v {
+        Value::F32(x) => Some(*x as f64),
+        Value::F64(x) => Some(*x),
+        v => meta_int(v).map(|x| x as f64),
+    }
+}
+
+struct Meta<'a> {
+    md: &'a HashMap<String, Value>,
+}
+
+impl Meta<'_> {
+    fn int(&self, key: &str) -> Result<Option<u64>> {
+        match self.md.get(key) {
+            None => Ok(None),
+            Some(v) => meta_int(v).map(Some).ok_or_else(|| {
+                Error::invalid(key, format!("expected a non-negative integer, found {v:?}"))
+            }),
+        }
+    }
+    fn req_usize(&self, key: &str) -> Result<usize> {
+        self.int(key)?
+            .map(|v| v as usize)
+            .ok_or_else(|| Error::MissingField { field: key.into() })
+    }
+    fn float(&self, key: &str) -> Result<f64> {
+        match self.md.get(key) {
+            None => Err(Error::MissingField { field: key.into() }),
+            Some(v) => meta_float(v)
+                .ok_or_else(|| Error::invalid(key, format!("expected a number, found {v:?}"))),
+        }
+    }
+    fn token(&self, key: &str) -> Result<Option<u32>> {
+        Ok(self.int(key)?.map(|v| v as u32))
+    }
+}
+
+impl GgufWeights {
+    /// Open `path`, read its metadata into a config, and keep the file for tensor reads.
+    pub fn open(path: &Path, dtype: DType, device: &Device) -> Result<(TransformerConfig, Self)> {
+        let file = File::open(path).map_err(|e| Error::file(path, e))?;
+        let mut reader = BufReader::new(file);
+        let content = Content::read(&mut reader)
+            .map_err(|e| Error::file(path, format!("not a readable GGUF file: {e}")))?;
+        let cfg = config_from_metadata(&content).map_err(|e| match e {
+            e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::file(path, e),
+            e => e,
+        })?;
+        // Check every tensor lies inside the file, so truncation is reported up front.
+        let file_len = std::fs::metadata(path)
+            .map_err(|e| Error::file(path, e))?
+            .len();
+        for (name, info) in &content.tensor_infos {
+            let elems = info.shape.elem_count() as u64;
+            let bytes =
+                elems / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
+            let end = content.tensor_data_offset + info.offset + bytes;
+            if end > file_len {
+                return Err(Error::file(
+                    path,
+                    format!("truncated: tensor `{name}` ends at byte {end}, the file has {file_len} bytes"),
+                ));
+            }
+        }
+        let w = Self {
+            path: path.to_path_buf(),
+            arch: cfg.arch,
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            content,
+            reader: Mutex::new(reader),
+            dtype,
+            device: device.clone(),
+        };
+        Ok((cfg, w))
+    }
+
+    fn read(&self, name: &str) -> Result<QTensor> {
+        let mut r = self.reader.lock().expect("gguf reader lock");
+        self.content
+            .tensor(&mut *r, name, &Device::Cpu)
+            .map_err(|e| Error::file(&self.path, format!("tensor `{name}`: {e}")))
+    }
+}
+
+/// Build a config from GGUF metadata (`{arch}.*` keys as written by llama.cpp's converter).
+pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
+    let m = Meta {
+        md: &content.metadata,
+    };
+    let arch_name = match content.metadata.get("general.architecture") {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => {
+            return Err(Error::invalid(
+                "general.architecture",
+                format!("expected a string, found {v:?}"),
+            ))
+        }
+        None => {
+            return Err(Error::MissingField {
+                field: "general.architecture".into(),
+            })
+        }
+    };
+    let arch = match arch_name.as_str() {
+        "llada" => Arch::Llada,
+        "dream" => Arch::Dream,
+        other => {
+            return Err(Error::invalid(
+                "general.architecture",
+                format!("`{other}` is not a supported diffusion model (expected llada or dream)"),
+            ))
+        }
+    };
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let heads = m.req_usize(&k("attention.head_count"))?;
+    let embd_rows = content
+        .tensor_infos
+        .get("token_embd.weight")
+        .map(|t| t.shape.dims()[0])
+        .ok_or_else(|| Error::MissingTensor {
+            name: "token_embd.weight".into(),
+            source_desc: "the GGUF file".into(),
+        })?;
+    let vocab = m
+        .int(&k("vocab_size"))?
+        .map(|v| v as usize)
+        .unwrap_or(embd_rows);
+    let shift = match content.metadata.get("diffusion.shift_logits") {
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(Error::invalid(
+                "diffusion.shift_logits",
+                format!("expected a bool, found {v:?}"),
+            ))
+        }
+        None => arch == Arch::Dream,
+    };
+    if shift != (arch == Arch::Dream) {
+        return Err(Error::invalid(
+            "diffusion.shift_logits",
+            format!("{shift} contradicts architecture {arch_name} (Dream shifts, LLaDA does not)"),
+        ));
+    }
+    let mask = match m.token("tokenizer.ggml.mask_token_id")? {
+        Some(id) => id,
+        None => match (arch, vocab) {
+            (Arch::Llada, 126464) => LLADA_8B_MASK_ID,
+            (Arch::Dream, 152064) => DREAM_7B_MASK_ID,
+            _ => {
+                return Err(Error::MissingField {
+                    field: "tokenizer.ggml.mask_token_id".into(),
+                })
+            }
+        },
+    };
+    let eos = m
+        .token("tokenizer.ggml.eos_token_id")?
+        .ok_or_else(|| Error::MissingField {
+            field: "tokenizer.ggml.eos_token_id".into(),
+        })?;
+    let cfg = TransformerConfig {
+        arch,
+        hidden_size: m.req_usize(&k("embedding_length"))?,
+        num_layers: m.req_usize(&k("block_count"))?,
+        num_heads: heads,
+        num_kv_heads: m
+            .int(&k("attention.head_count_kv"))?
+            .map(|v| v as usize)
+            .unwrap_or(heads),
+        intermediate_size: m.req_usize(&k("feed_forward_length"))?,
+        vocab_size: vocab,
+        rms_norm_eps: m.float(&k("attention.layer_norm_rms_epsilon"))?,
+        rope_theta: m.float(&k("rope.freq_base"))?,
+        qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
+        tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
+        shift_logits: shift,
+        max_seq_len: m.req_usize(&k("context_length"))?,
+        special: SpecialTokens {
+            mask,
+            eos,
+            eot: m.token("tokenizer.ggml.eot_token_id")?,
+            bos: m.token("tokenizer.ggml.bos_token_id")?,
+            pad: m.token("tokenizer.ggml.padding_token_id")?,
+        },
+    };
+    let names: ConfigNames = ConfigNames {
+        hidden: "embedding_length",
+        layers: "block_count",
+        heads: "attention.head_count",
+        kv_heads: "attention.head_count_kv",
+        ffn: "feed_forward_length",
+        vocab: "vocab_size",
+        max_len: "context_length",
+    };
+    cfg.validate(&names)?;
+    Ok(cfg)
+}
+
+/// Undo llama.cpp's LLaDA q/k permutation on whole rows of a `(rows, cols)` tensor of any GGML type:
+/// the converter stored row `h*hd + 2j + t` from original row `h*hd + t*(hd/2) + j`.
+pub fn unpermute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
+    permute_rows_impl(q, heads, false)
+}
+
+/// Apply llama.cpp's LLaDA q/k permutation (what `convert_hf_to_gguf.py` does), for writing test
+/// fixtures in the converter's layout.
+pub fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
+    permute_rows_impl(q, heads, true)
+}
+
+fn permute_rows_impl(q: &QTensor, heads: usize, forward: bool) -> Result<QTensor> {
+    let (rows, cols) = q.shape().dims2()?;
+    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "cannot (un)permute {rows} rows over {heads} heads"
+        )));
+    }
+    let hd = rows / heads;
+    let dt = q.dtype();
+    let row_bytes = cols / dt.block_size() * dt.type_size();
+    let data = q.data()?;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..heads {
+        for j in 0..hd / 2 {
+            for t in 0..2 {
+                let gguf_row = h * hd + 2 * j + t;
+                let hf_row = h * hd + t * (hd / 2) + j;
+                let (src, dst) = if forward {
+                    (hf_row, gguf_row)
+                } else {
+                    (gguf_row, hf_row)
+                };
+                out[dst * row_bytes..(dst + 1) * row_bytes]
+                    .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
+            }
+        }
+    }
+    let storage = QStorage::from_data(std::borrow::Cow::Owned(out), &Device::Cpu, dt)?;
+    Ok(QTensor::new(storage, (rows, cols))?)
+}
+
+impl WeightSource for GgufWeights {
+    fn get(&self, role: Role, shape: &[usize]) -> Result<Param> {
+        let name = role.gguf_name();
+        if !self.content.tensor_infos.contains_key(&name) {
+            return Err(Error::MissingTensor {
+                name,
+                source_desc: self.path.display().to_string(),
+            });
+        }
+        let mut q = self.read(&name)?;
+        if q.shape().dims() != shape {
+            return Err(Error::TensorShape {
+                name,
+                expected: shape.to_vec(),
+                got: q.shape().dims().to_vec(),
+            });
+        }
+        if self.arch == Arch::Llada {
+            match role {
+                Role::Q(_) | Role::QBias(_) if shape.len() == 2 => {
+                    q = unpermute_rows(&q, self.num_heads)?
+                }
+                Role::K(_) | Role::KBias(_) if shape.len() == 2 => {
+                    q = unpermute_rows(&q, self.num_kv_heads)?
+                }
+                Role::QBias(_) | Role::KBias(_) => {
+                    return Err(Error::TensorDtype {
+                        name,
+                        dtype: "1-D permuted bias (unsupported for llada)".into(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        match q.dtype() {
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => Ok(Param::Dense(
+                q.dequantize(&self.device)?.to_dtype(self.dtype)?,
+            )),
+            _ if !role.is_matrix() => Ok(Param::Dense(
+                q.dequantize(&self.device)?.to_dtype(self.dtype)?,
+            )),
+            _ => Ok(Param::Quant(Arc::new(q))),
+        }
+    }
+
+    fn contains(&self, role: Role) -> bool {
+        self.content.tensor_infos.contains_key(&role.gguf_name())
+    }
+
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+}

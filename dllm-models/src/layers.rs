@@ -1,0 +1,336 @@
+//! Building blocks shared by LLaDA and Dream: linear layers over dense or GGUF-quantized weights,
+//! embeddings, RMSNorm, NeoX ("rotate half") RoPE and bidirectional attention.
+//!
+//! Every op has two forms selected by [`OpMode`]: the fused CPU kernels candle ships for inference
+//! (`rms_norm`, `rope_thd`, CPU flash attention), and differentiable compositions for training
+//! (candle's fused ops have no backward pass).
+
+use std::sync::{Arc, RwLock};
+
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor, D};
+
+use crate::Result;
+
+/// Which implementation of the fused ops a model uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpMode {
+    /// candle's fused CPU kernels (no backward pass): inference.
+    #[default]
+    Fused,
+    /// Differentiable compositions of primitive ops: training.
+    Differentiable,
+}
+
+/// A weight as it comes out of a checkpoint.
+#[derive(Debug, Clone)]
+pub enum Param {
+    /// A dense tensor already in the compute dtype.
+    Dense(Tensor),
+    /// A GGUF-quantized tensor (row-major `(rows, cols)`).
+    Quant(Arc<QTensor>),
+}
+
+/// `y = x W^T (+ b)` over dense or quantized weights.
+#[derive(Debug, Clone)]
+pub enum Linear {
+    /// Dense weight `(out, in)` in the compute dtype.
+    Dense {
+        /// Weight `(out, in)`.
+        weight: Tensor,
+        /// Optional bias `(out)`.
+        bias: Option<Tensor>,
+    },
+    /// Quantized weight; activations are converted to f32 for the quantized matmul.
+    Quant {
+        /// The quantized matmul (quantizes activations to Q8_0 for Q4_0/Q8_0 weights).
+        weight: QMatMul,
+        /// Optional bias `(out)`.
+        bias: Option<Tensor>,
+        /// Output features.
+        out_dim: usize,
+        /// Input features.
+        in_dim: usize,
+    },
+}
+
+impl Linear {
+    /// Build from a checkpoint parameter.
+    pub fn new(weight: Param, bias: Option<Tensor>) -> Result<Self> {
+        Ok(match weight {
+            Param::Dense(weight) => Linear::Dense { weight, bias },
+            Param::Quant(q) => {
+                let (out_dim, in_dim) = q.shape().dims2()?;
+                Linear::Quant {
+                    weight: QMatMul::from_arc(q)?,
+                    bias,
+                    out_dim,
+                    in_dim,
+                }
+            }
+        })
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        match self {
+            Linear::Dense { weight, .. } => {
+                let d = weight.dims();
+                (d[0], d[1])
+            }
+            Linear::Quant {
+                out_dim, in_dim, ..
+            } => (*out_dim, *in_dim),
+        }
+    }
+
+    /// Apply to `x` of shape `(..., in)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match self {
+            Linear::Dense { weight, .. } => {
+                let dims = x.dims().to_vec();
+                let k = dims[dims.len() - 1];
+                let rows: usize = dims[..dims.len() - 1].iter().product();
+                let y = x.reshape((rows, k))?.matmul(&weight.t()?)?;
+                let mut out = dims.clone();
+                *out.last_mut().expect("rank >= 1") = weight.dim(0)?;
+                y.reshape(out)?
+            }
+            Linear::Quant { weight, .. } => {
+                let dt = x.dtype();
+                weight.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dt)?
+            }
+        };
+        match self.bias() {
+            Some(b) => Ok(y.broadcast_add(b)?),
+            None => Ok(y),
+        }
+    }
+
+    fn bias(&self) -> Option<&Tensor> {
+        match self {
+            Linear::Dense { bias, .. } | Linear::Quant { bias, .. } => bias.as_ref(),
+        }
+    }
+}
+
+/// Token embedding over a dense or quantized table; quantized tables are gathered row by row and
+/// never dequantized whole.
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    table: Param,
+    dtype: DType,
+}
+
+impl Embedding {
+    /// Wrap a `(vocab, hidden)` table; outputs are produced in `dtype`.
+    pub fn new(table: Param, dtype: DType) -> Self {
+        Self { table, dtype }
+    }
+
+    /// Rows of the table.
+    pub fn rows(&self) -> Result<usize> {
+        Ok(match &self.table {
+            Param::Dense(t) => t.dim(0)?,
+            Param::Quant(q) => q.shape().dims2()?.0,
+        })
+    }
+
+    /// `(b, n)` ids to `(b, n, hidden)`.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, n) = ids.dims2()?;
+        match &self.table {
+            Param::Dense(t) => {
+                let flat = ids.flatten_all()?;
+                Ok(t.index_select(&flat, 0)?.reshape((b, n, ()))?)
+            }
+            Param::Quant(q) => Ok(q.embedding(ids)?.to_dtype(self.dtype)?),
+        }
+    }
+}
+
+/// RMSNorm `x * rsqrt(mean(x^2) + eps) * w`, normalised in f32.
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    /// Wrap a `(hidden)` weight.
+    pub fn new(weight: Tensor, eps: f32) -> Self {
+        Self { weight, eps }
+    }
+
+    /// Normalise the last dimension.
+    pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
+        Ok(match mode {
+            OpMode::Fused => candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)?,
+            OpMode::Differentiable => candle_nn::ops::rms_norm_slow(x, &self.weight, self.eps)?,
+        })
+    }
+}
+
+/// NeoX / HF `rotate_half` rotary embedding tables, grown on demand.
+#[derive(Debug)]
+pub struct Rope {
+    theta: f64,
+    head_dim: usize,
+    dtype: DType,
+    device: Device,
+    tables: RwLock<(Tensor, Tensor)>,
+}
+
+impl Rope {
+    /// Tables for `head_dim` (even) with base `theta`, pre-built for `initial` positions.
+    pub fn new(
+        theta: f64,
+        head_dim: usize,
+        initial: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let tables = Self::build(theta, head_dim, initial.max(1), dtype, device)?;
+        Ok(Self {
+            theta,
+            head_dim,
+            dtype,
+            device: device.clone(),
+            tables: RwLock::new(tables),
+        })
+    }
+
+    fn build(
+        theta: f64,
+        head_dim: usize,
+        n: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
+        let half = head_dim / 2;
+        let mut cos = Vec::with_capacity(n * half);
+        let mut sin = Vec::with_capacity(n * half);
+        for p in 0..n {
+            for i in 0..half {
+                let inv_freq = theta.powf(-(2.0 * i as f64) / head_dim as f64);
+                let a = p as f64 * inv_freq;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        let cos = Tensor::from_vec(cos, (n, half), device)?.to_dtype(dtype)?;
+        let sin = Tensor::from_vec(sin, (n, half), device)?.to_dtype(dtype)?;
+        Ok((cos, sin))
+    }
+
+    fn ensure(&self, n: usize) -> Result<()> {
+        let have = self.tables.read().expect("rope lock").0.dim(0)?;
+        if have < n {
+            let grown = Self::build(
+                self.theta,
+                self.head_dim,
+                n.next_power_of_two(),
+                self.dtype,
+                &self.device,
+            )?;
+            *self.tables.write().expect("rope lock") = grown;
+        }
+        Ok(())
+    }
+
+    /// `(cos, sin)` of shape `(n, head_dim / 2)` for positions `start..start + n`.
+    pub fn range(&self, start: usize, n: usize) -> Result<(Tensor, Tensor)> {
+        self.ensure(start + n)?;
+        let t = self.tables.read().expect("rope lock");
+        Ok((t.0.narrow(0, start, n)?, t.1.narrow(0, start, n)?))
+    }
+
+    /// `(cos, sin)` for arbitrary positions.
+    pub fn gather(&self, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        let max = positions.iter().copied().max().unwrap_or(0);
+        self.ensure(max + 1)?;
+        let idx: Vec<u32> = positions.iter().map(|&p| p as u32).collect();
+        let idx = Tensor::new(idx, &self.device)?;
+        let t = self.tables.read().expect("rope lock");
+        Ok((t.0.index_select(&idx, 0)?, t.1.index_select(&idx, 0)?))
+    }
+
+    /// Rotate `x` of shape `(b, n, heads, head_dim)` with per-row tables `(n, head_dim / 2)`.
+    pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor, mode: OpMode) -> Result<Tensor> {
+        match mode {
+            OpMode::Fused => Ok(candle_nn::rotary_emb::rope_thd(
+                &x.contiguous()?,
+                &cos.contiguous()?,
+                &sin.contiguous()?,
+            )?),
+            OpMode::Differentiable => {
+                let (_, n, _, d) = x.dims4()?;
+                let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, n, 1, d))?;
+                let sin = Tensor::cat(&[sin, sin], D::Minus1)?.reshape((1, n, 1, d))?;
+                let x1 = x.narrow(D::Minus1, 0, d / 2)?;
+                let x2 = x.narrow(D::Minus1, d / 2, d / 2)?;
+                let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
+                Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
+            }
+        }
+    }
+}
+
+/// Bidirectional multi-head attention. `q`: `(b, nq, heads, d)`, `k`/`v`: `(b, nk, kv_heads, d)`;
+/// returns `(b, nq, heads * d)`.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -> Result<Tensor> {
+    let (b, nq, h, d) = q.dims4()?;
+    let out = match mode {
+        OpMode::Fused => {
+            // candle's CPU flash attention has a lean B=1 path; run batch items one by one.
+            let mut outs = Vec::with_capacity(b);
+            for i in 0..b {
+                let (qi, ki, vi) = (q.narrow(0, i, 1)?, k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
+                outs.push(flash(&qi, &ki, &vi, scale)?);
+            }
+            let o = if b == 1 {
+                outs.pop().expect("one batch item")
+            } else {
+                Tensor::cat(&outs, 0)?
+            };
+            o.transpose(1, 2)?
+        }
+        OpMode::Differentiable => {
+            let hkv = k.dim(2)?;
+            let rep = h / hkv;
+            let qt = q.transpose(1, 2)?.contiguous()?;
+            let expand = |t: &Tensor| -> Result<Tensor> {
+                let (b, n, _, d) = t.dims4()?;
+                let t = t.transpose(1, 2)?;
+                Ok(if rep == 1 {
+                    t.contiguous()?
+                } else {
+                    t.unsqueeze(2)?
+                        .expand((b, hkv, rep, n, d))?
+                        .reshape((b, h, n, d))?
+                })
+            };
+            let kt = expand(k)?;
+            let vt = expand(v)?;
+            let scores = (qt.matmul(&kt.t()?)? * scale as f64)?;
+            let p = candle_nn::ops::softmax(&scores, D::Minus1)?;
+            p.matmul(&vt)?.transpose(1, 2)?
+        }
+    };
+    Ok(out.reshape((b, nq, h * d))?)
+}
+
+fn flash(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    use candle_nn::attention::{flash_attn, AttnMask};
+    let o = match q.dtype() {
+        DType::F32 => flash_attn::<f32>(q, k, v, scale, AttnMask::None, None, None)?,
+        DType::F16 => flash_attn::<half::f16>(q, k, v, scale, AttnMask::None, None, None)?,
+        DType::BF16 => flash_attn::<half::bf16>(q, k, v, scale, AttnMask::None, None, None)?,
+        dt => {
+            return Err(crate::Error::InvalidArgument(format!(
+                "attention in {dt:?} is not supported (use f32, f16 or bf16)"
+            )))
+        }
+    };
+    Ok(o)
+}

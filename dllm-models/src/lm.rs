@@ -1,0 +1,199 @@
+//! The one small trait every diffusion LM implements and every decoder uses.
+//!
+//! ## Positions, windows and the KV cache
+//!
+//! A decoder owns the *canvas*: a `(batch, L)` `u32` tensor of token ids (prompt, generated tokens,
+//! `[MASK]`s). The model owns a per-layer K/V cache that is valid for canvas positions `[0, cache_len)`.
+//!
+//! * [`DiffusionLm::forward`] runs the positions of a contiguous *window* `[s, e)` of the canvas.
+//!   The window's queries attend to the window itself **plus every cached position outside the
+//!   window** (`[0, s)` and `[e, cache_len)`); the cache is not modified. With an empty cache and
+//!   `window = 0..L` this is the plain full-canvas forward of the reference implementations. The
+//!   window may extend past the current block (speculative windows) and past `cache_len`, but it must
+//!   not leave a hole: `s <= cache_len` is required.
+//! * The window's fresh K/V are kept as *pending*; [`DiffusionLm::commit`] copies a sub-range of them
+//!   into the cache (prefix cache: commit the finished prefix; dual cache: commit everything).
+//! * [`DiffusionLm::compute_refresh`] recomputes the K/V of an arbitrary sparse set of cached positions
+//!   (attending to the cache, with those positions' own entries replaced layer by layer) without
+//!   touching the cache; [`DiffusionLm::apply_refresh`] merges the result. The split lets a later CPU
+//!   path compute refreshes while the NPU runs the window and merge at a step boundary.
+//! * [`DiffusionLm::cache_len`] / [`DiffusionLm::truncate_cache`] snapshot and roll back.
+//!
+//! ## Logits
+//!
+//! Logits are requested per canvas position ([`Rows`]); the returned tensor is `(batch, rows, vocab)`
+//! in `f32`, rows in the requested order. Positions not asked for never reach the LM head (for real
+//! vocabularies it is the most expensive matmul), and in the last layer only the requested rows run
+//! attention and the MLP. Models whose raw outputs are shifted (Dream: the prediction for position `i`
+//! is the raw output at `i - 1`, position 0 keeps its own) apply the shift internally, so decoders
+//! always see "the distribution for the token at position `i`".
+
+use std::ops::Range;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::Result;
+
+/// Which positions of a forward window need logits.
+#[derive(Debug, Clone, Copy)]
+pub enum Rows<'a> {
+    /// Every position of the window, in order.
+    All,
+    /// These absolute canvas positions (each inside the window), in this order.
+    Positions(&'a [usize]),
+    /// No logits (e.g. a forward that only fills the cache); the result has zero rows.
+    None,
+}
+
+/// The model family, which fixes the checkpoint layout and the logit convention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// LLaDA (GSAI-ML/LLaDA-8B-*): OLMo-style names, MHA, no biases, unshifted logits.
+    Llada,
+    /// Dream (Dream-org/Dream-v0-*-7B): Qwen2 layout, GQA, q/k/v biases, shifted logits.
+    Dream,
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Arch::Llada => "llada",
+            Arch::Dream => "dream",
+        })
+    }
+}
+
+/// Special token ids the decoders need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecialTokens {
+    /// The `[MASK]` id that marks positions still to be generated.
+    pub mask: u32,
+    /// End of sequence.
+    pub eos: u32,
+    /// End of turn (`<|eot_id|>`, `<|im_end|>`), when the tokenizer has one.
+    pub eot: Option<u32>,
+    /// Beginning of sequence, when defined.
+    pub bos: Option<u32>,
+    /// Padding, when defined.
+    pub pad: Option<u32>,
+}
+
+impl SpecialTokens {
+    /// Ids that end a generation (EOS and, if any, EoT).
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut v = vec![self.eos];
+        if let Some(e) = self.eot {
+            if e != self.eos {
+                v.push(e);
+            }
+        }
+        v
+    }
+}
+
+/// Static facts about a loaded model.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// Model family.
+    pub arch: Arch,
+    /// Width of the logits (rows of the LM head).
+    pub vocab_size: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// Number of transformer blocks.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (== `num_heads` without GQA).
+    pub num_kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+    /// MLP hidden size.
+    pub intermediate_size: usize,
+    /// Longest canvas the model accepts.
+    pub max_seq_len: usize,
+    /// Whether raw logits are shifted by one position (applied inside the model; informational).
+    pub shift_logits: bool,
+    /// Special tokens.
+    pub special: SpecialTokens,
+    /// Compute dtype of activations.
+    pub dtype: DType,
+    /// Parameter count.
+    pub num_params: usize,
+}
+
+/// The result of [`DiffusionLm::compute_refresh`]: new K/V rows for some cached positions.
+#[derive(Debug, Clone)]
+pub struct Refresh {
+    /// Sorted, unique canvas positions whose K/V were recomputed.
+    pub positions: Vec<usize>,
+    /// Per layer, `(batch, positions, kv_heads, head_dim)` keys (RoPE applied).
+    pub keys: Vec<Tensor>,
+    /// Per layer, `(batch, positions, kv_heads, head_dim)` values.
+    pub values: Vec<Tensor>,
+    /// Logits `(batch, requested, vocab)` for the requested positions, when asked for.
+    pub logits: Option<Tensor>,
+}
+
+/// A masked-diffusion language model with a windowed forward and an explicit KV cache.
+///
+/// See the [module docs](self) for the exact semantics.
+pub trait DiffusionLm: Send {
+    /// Static facts about the model.
+    fn info(&self) -> &ModelInfo;
+
+    /// The device activations live on.
+    fn device(&self) -> &Device;
+
+    /// Forward the canvas positions `window`, attending to the window plus the cached positions
+    /// outside it; returns `(batch, rows, vocab)` f32 logits for `rows`.
+    fn forward(&mut self, canvas: &Tensor, window: Range<usize>, rows: Rows<'_>) -> Result<Tensor>;
+
+    /// Copy the K/V of `range` (inside the last forward's window, `range.start <= cache_len`) into
+    /// the cache; the cache then covers `[0, max(cache_len, range.end))`.
+    fn commit(&mut self, range: Range<usize>) -> Result<()>;
+
+    /// Number of canvas positions `[0, n)` with cached K/V.
+    fn cache_len(&self) -> usize;
+
+    /// Roll the cache back to `[0, len)` (`len <= cache_len`). Also drops the pending window.
+    fn truncate_cache(&mut self, len: usize) -> Result<()>;
+
+    /// Recompute the cached K/V of `positions` (each `< cache_len`) from their current ids in
+    /// `canvas`, without modifying the cache. With `logits = Some(rows)`, also return the logits of
+    /// those positions (which must be a subset of `positions`).
+    fn compute_refresh(
+        &self,
+        canvas: &Tensor,
+        positions: &[usize],
+        logits: Option<&[usize]>,
+    ) -> Result<Refresh>;
+
+    /// Overwrite cached K/V with a [`Refresh`] (its positions must still be cached).
+    fn apply_refresh(&mut self, refresh: &Refresh) -> Result<()>;
+
+    /// Full-canvas forward: `forward(canvas, 0..L, rows)` (the cache is attended to only where it
+    /// extends past `L`, which a decoder never does).
+    fn forward_full(&mut self, canvas: &Tensor, rows: Rows<'_>) -> Result<Tensor> {
+        let len = canvas.dim(1)?;
+        self.forward(canvas, 0..len, rows)
+    }
+
+    /// Empty the cache.
+    fn clear_cache(&mut self) -> Result<()> {
+        self.truncate_cache(0)
+    }
+
+    /// Recompute and immediately merge: [`compute_refresh`](Self::compute_refresh) then
+    /// [`apply_refresh`](Self::apply_refresh).
+    fn refresh(
+        &mut self,
+        canvas: &Tensor,
+        positions: &[usize],
+        logits: Option<&[usize]>,
+    ) -> Result<Option<Tensor>> {
+        let r = self.compute_refresh(canvas, positions, logits)?;
+        self.apply_refresh(&r)?;
+        Ok(r.logits)
+    }
+}

@@ -1,0 +1,315 @@
+//! Model sources: a local HF-layout directory, a `.gguf` file, or a Hugging Face model id, loaded
+//! into a [`LoadedModel`] (model + tokenizer).
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+
+use crate::config_json::Fields;
+use crate::gguf::GgufWeights;
+use crate::hub::HubRepo;
+use crate::layers::OpMode;
+use crate::lm::{Arch, DiffusionLm};
+use crate::tokenizer::TextTokenizer;
+use crate::transformer::{DiffusionTransformer, TransformerConfig};
+use crate::weights::HfWeights;
+use crate::{dream, llada, Error, Result};
+
+/// Where a model comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A directory with `config.json`, safetensors (single or sharded) and usually `tokenizer.json`.
+    Dir(PathBuf),
+    /// A llama.cpp GGUF file.
+    Gguf(PathBuf),
+    /// A Hugging Face model id `owner/name`, optionally `@revision`.
+    Hub {
+        /// `owner/name`.
+        id: String,
+        /// Branch, tag or commit (default `main`).
+        revision: Option<String>,
+    },
+}
+
+impl ModelSource {
+    /// Interpret a user-supplied string: an existing directory or file, else a hub id.
+    pub fn parse(spec: &str) -> Result<Self> {
+        let path = Path::new(spec);
+        if path.is_dir() {
+            return Ok(ModelSource::Dir(path.to_path_buf()));
+        }
+        if path.is_file() {
+            let mut magic = [0u8; 4];
+            let is_gguf = std::fs::File::open(path)
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+                .map(|_| &magic == b"GGUF")
+                .unwrap_or(false);
+            if is_gguf {
+                return Ok(ModelSource::Gguf(path.to_path_buf()));
+            }
+            return Err(Error::Source {
+                source_desc: spec.into(),
+                reason: "is a file but not a GGUF file (pass a model directory, a .gguf file or a hub id)".into(),
+            });
+        }
+        let (id, rev) = match spec.split_once('@') {
+            Some((id, rev)) => (id, Some(rev.to_string())),
+            None => (spec, None),
+        };
+        let parts: Vec<&str> = id.split('/').collect();
+        let valid = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        };
+        if parts.len() == 2 && parts.iter().all(|p| valid(p)) && !spec.starts_with('.') {
+            return Ok(ModelSource::Hub {
+                id: id.to_string(),
+                revision: rev,
+            });
+        }
+        Err(Error::Source {
+            source_desc: spec.into(),
+            reason:
+                "no such directory or file, and not a Hugging Face model id of the form owner/name"
+                    .into(),
+        })
+    }
+}
+
+impl std::fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelSource::Dir(p) | ModelSource::Gguf(p) => write!(f, "{}", p.display()),
+            ModelSource::Hub {
+                id,
+                revision: Some(r),
+            } => write!(f, "{id}@{r}"),
+            ModelSource::Hub { id, revision: None } => write!(f, "{id}"),
+        }
+    }
+}
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Compute dtype (f32 by default on CPU; f16/bf16 selectable).
+    pub dtype: DType,
+    /// Device for activations and dense weights.
+    pub device: Device,
+    /// Fused (inference) or differentiable (training) ops.
+    pub mode: OpMode,
+    /// A `tokenizer.json` overriding the one found beside the weights.
+    pub tokenizer: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            dtype: DType::F32,
+            device: Device::Cpu,
+            mode: OpMode::Fused,
+            tokenizer: None,
+        }
+    }
+}
+
+/// A model with its tokenizer.
+#[derive(Debug)]
+pub struct LoadedModel {
+    /// The model.
+    pub model: DiffusionTransformer,
+    /// The tokenizer, when one was found.
+    pub tokenizer: Option<TextTokenizer>,
+    /// Where it came from (for messages).
+    pub source: String,
+}
+
+/// Load a model from any source.
+pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
+    match source {
+        ModelSource::Dir(dir) => load_dir(dir, opts),
+        ModelSource::Gguf(path) => load_gguf(path, opts),
+        ModelSource::Hub { id, revision } => load_hub(&HubRepo::new(id, revision.as_deref()), opts),
+    }
+}
+
+/// Which architecture a `config.json` describes.
+pub fn detect_arch(config: &Path) -> Result<Arch> {
+    let f = Fields::from_file(config)?;
+    if let Some(t) = f.opt_str("model_type")? {
+        match t.to_ascii_lowercase().as_str() {
+            "llada" => return Ok(Arch::Llada),
+            "dream" => return Ok(Arch::Dream),
+            _ => {}
+        }
+    }
+    if let Some(serde_json::Value::Array(a)) = f.get("architectures") {
+        for v in a.iter().filter_map(|v| v.as_str()) {
+            if v.starts_with("LLaDA") {
+                return Ok(Arch::Llada);
+            }
+            if v.starts_with("Dream") {
+                return Ok(Arch::Dream);
+            }
+        }
+    }
+    Err(Error::file(
+        config,
+        format!(
+            "config: field `model_type`: {} is not a supported diffusion model (expected llada or Dream)",
+            f.opt_str("model_type")?.map(|s| format!("`{s}`")).unwrap_or_else(|| "missing, and `architectures` names no known model,".into())
+        ),
+    ))
+}
+
+/// Parse `config.json` of either architecture.
+pub fn read_config(config: &Path) -> Result<TransformerConfig> {
+    match detect_arch(config)? {
+        Arch::Llada => llada::config_from_file(config),
+        Arch::Dream => dream::config_from_file(config),
+    }
+}
+
+/// The safetensors files of an HF directory: the shards of `model.safetensors.index.json`, or
+/// `model.safetensors`.
+pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let f = Fields::from_file(&index)?;
+        let map = f
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| Error::file(&index, "missing or malformed `weight_map`"))?;
+        let mut files: Vec<String> = map
+            .values()
+            .filter_map(|v| v.as_str().map(String::from))
+            .collect();
+        if files.len() != map.len() {
+            return Err(Error::file(
+                &index,
+                "`weight_map` values must be file names",
+            ));
+        }
+        files.sort();
+        files.dedup();
+        let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+        if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
+            return Err(Error::file(
+                missing,
+                "shard listed in model.safetensors.index.json is missing",
+            ));
+        }
+        return Ok(paths);
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    Err(Error::Source {
+        source_desc: dir.display().to_string(),
+        reason: "contains neither model.safetensors nor model.safetensors.index.json".into(),
+    })
+}
+
+fn finish(
+    mut model: DiffusionTransformer,
+    tokenizer: Option<TextTokenizer>,
+    bos: Option<u32>,
+    source: String,
+) -> LoadedModel {
+    let mut special = model.info().special.clone();
+    if special.eot.is_none() {
+        special.eot = match &tokenizer {
+            Some(t) => t.eot_id(),
+            None if model.info().arch == Arch::Llada && model.info().vocab_size == 126464 => {
+                Some(llada::LLADA_8B_EOT_ID)
+            }
+            None => None,
+        };
+    }
+    if special.bos.is_none() {
+        special.bos = bos;
+    }
+    model.set_special_tokens(special);
+    LoadedModel {
+        model,
+        tokenizer,
+        source,
+    }
+}
+
+fn load_tokenizer(explicit: &Option<PathBuf>, beside: &Path) -> Result<Option<TextTokenizer>> {
+    match explicit {
+        Some(p) => Ok(Some(TextTokenizer::from_file(p)?)),
+        None if beside.is_file() => Ok(Some(TextTokenizer::from_file(beside)?)),
+        None => Ok(None),
+    }
+}
+
+/// Load an HF-layout directory.
+pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let config = dir.join("config.json");
+    if !config.is_file() {
+        return Err(Error::Source {
+            source_desc: dir.display().to_string(),
+            reason: "has no config.json".into(),
+        });
+    }
+    let cfg = read_config(&config)?;
+    let files = weight_files(dir)?;
+    let weights = HfWeights::from_safetensors(&files, cfg.arch, opts.dtype, &opts.device)?;
+    let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
+    let tokenizer = load_tokenizer(&opts.tokenizer, &dir.join("tokenizer.json"))?;
+    let gen = dir.join("generation_config.json");
+    let bos = if gen.is_file() {
+        Fields::from_file(&gen)?.opt_token_id("bos_token_id")?
+    } else {
+        None
+    };
+    Ok(finish(model, tokenizer, bos, dir.display().to_string()))
+}
+
+/// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).
+pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
+    let (cfg, weights) = GgufWeights::open(path, opts.dtype, &opts.device)?;
+    let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
+    let beside = path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("tokenizer.json");
+    let tokenizer = load_tokenizer(&opts.tokenizer, &beside)?;
+    Ok(finish(model, tokenizer, None, path.display().to_string()))
+}
+
+/// Resolve a hub repo's files (cache first) and load them.
+pub fn load_hub(repo: &HubRepo, opts: &LoadOptions) -> Result<LoadedModel> {
+    let config = repo.get("config.json")?;
+    let dir = config
+        .parent()
+        .expect("a cached file has a parent")
+        .to_path_buf();
+    match repo.get_optional("model.safetensors.index.json") {
+        Some(index) => {
+            let f = Fields::from_file(&index)?;
+            let map = f
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| Error::file(&index, "missing or malformed `weight_map`"))?;
+            let mut shards: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
+            shards.sort();
+            shards.dedup();
+            for s in shards {
+                repo.get(s)?;
+            }
+        }
+        None => {
+            repo.get("model.safetensors")?;
+        }
+    }
+    repo.get_optional("tokenizer.json");
+    repo.get_optional("generation_config.json");
+    let mut loaded = load_dir(&dir, opts)?;
+    loaded.source = repo.id().to_string();
+    Ok(loaded)
+}

@@ -1,0 +1,178 @@
+//! Tokenizers and chat templates.
+//!
+//! The template is chosen from the tokenizer's vocabulary, so it follows the tokenizer actually in
+//! use rather than the model family:
+//! * LLaDA-8B-Instruct (Llama-3 style): `<|startoftext|>` once, then per message
+//!   `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`; generation prompt
+//!   `<|start_header_id|>assistant<|end_header_id|>\n\n` (content trimmed, as the checkpoint's
+//!   `tokenizer_config.json` template does).
+//! * Dream (Qwen2 style): `<|im_start|>{role}\n{content}<|im_end|>\n`, a default system message
+//!   "You are a helpful assistant." when none is given; generation prompt `<|im_start|>assistant\n`.
+//! * Anything else (e.g. the project's task-suite models): the user message alone, with the
+//!   tokenizer's own post-processor adding its special tokens.
+
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// A chat message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// Text.
+    pub content: String,
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: "user".into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// The prompt format a tokenizer expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChatTemplate {
+    /// LLaDA-8B-Instruct's Llama-3 style headers.
+    Llada,
+    /// Qwen2 / Dream `<|im_start|>` turns.
+    Qwen,
+    /// No template: the user text with the tokenizer's post-processor specials.
+    Plain,
+}
+
+/// A Hugging Face tokenizer plus its chat template.
+#[derive(Clone)]
+pub struct TextTokenizer {
+    inner: tokenizers::Tokenizer,
+    template: ChatTemplate,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("vocab", &self.inner.get_vocab_size(true))
+            .field("template", &self.template)
+            .finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Load a `tokenizer.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| Error::file(path, format!("invalid tokenizer: {e}")))?;
+        Ok(Self::new(inner))
+    }
+
+    /// Wrap a tokenizer, detecting its chat template.
+    pub fn new(inner: tokenizers::Tokenizer) -> Self {
+        let template = if inner.token_to_id("<|start_header_id|>").is_some() {
+            ChatTemplate::Llada
+        } else if inner.token_to_id("<|im_start|>").is_some() {
+            ChatTemplate::Qwen
+        } else {
+            ChatTemplate::Plain
+        };
+        Self { inner, template }
+    }
+
+    /// The detected chat template.
+    pub fn template(&self) -> ChatTemplate {
+        self.template
+    }
+
+    /// The underlying tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// Id of a token string.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Vocabulary size including added tokens.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Encode text; `add_special` applies the tokenizer's post-processor (BOS etc.).
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, add_special)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Decode ids; `skip_special` drops special tokens.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// Render messages with the chat template (as text, specials spelled out).
+    pub fn render_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let mut s = String::new();
+        match self.template {
+            ChatTemplate::Llada => {
+                s.push_str("<|startoftext|>");
+                for m in messages {
+                    s.push_str(&format!(
+                        "<|start_header_id|>{}<|end_header_id|>\n\n{}<|eot_id|>",
+                        m.role,
+                        m.content.trim()
+                    ));
+                }
+                if add_generation_prompt {
+                    s.push_str("<|start_header_id|>assistant<|end_header_id|>\n\n");
+                }
+            }
+            ChatTemplate::Qwen => {
+                if messages.first().map(|m| m.role != "system").unwrap_or(true) {
+                    s.push_str("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n");
+                }
+                for m in messages {
+                    s.push_str(&format!(
+                        "<|im_start|>{}\n{}<|im_end|>\n",
+                        m.role, m.content
+                    ));
+                }
+                if add_generation_prompt {
+                    s.push_str("<|im_start|>assistant\n");
+                }
+            }
+            ChatTemplate::Plain => {
+                let users: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+                s.push_str(&users.join("\n"));
+            }
+        }
+        Ok(s)
+    }
+
+    /// Token ids of a prompt: with `chat`, the user message through the chat template (with the
+    /// generation prompt); without, the raw text with the tokenizer's post-processor specials.
+    pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
+        if !chat || self.template == ChatTemplate::Plain {
+            return self.encode(prompt, true);
+        }
+        let text = self.render_chat(&[Message::user(prompt)], true)?;
+        // The template already spells out BOS: do not let the post-processor add another.
+        self.encode(&text, false)
+    }
+
+    /// The end-of-turn token of the template, if the vocabulary has it.
+    pub fn eot_id(&self) -> Option<u32> {
+        match self.template {
+            ChatTemplate::Llada => self.token_id("<|eot_id|>"),
+            ChatTemplate::Qwen => self.token_id("<|im_end|>"),
+            ChatTemplate::Plain => None,
+        }
+    }
+}
