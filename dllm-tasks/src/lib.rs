@@ -1,1 +1,50 @@
-//! (in progress)
+//! The synthetic task suite that llada-rs trains and evaluates its tiny masked-diffusion
+//! models on, its tokenizer, and answer checking.
+//!
+//! No real checkpoint can be downloaded where this project runs, so instead of the LLaDA
+//! paper's benchmarks the project ships a small model trained on four generated tasks, each
+//! standing in for one of the paper's evaluation sets and each exactly checkable:
+//!
+//! | task ([`TaskKind`]) | paper set | example prompt → response |
+//! |---|---|---|
+//! | `math` | GSM8K | `Tom has 23 apples. He buys 5 more. How many apples does Tom have now?` → `23 + 5 = 28. Answer: 28` |
+//! | `yesno` | BoolQ | `The cat is red. The dog is blue. Is the dog green?` → `The dog is blue. Answer: no` |
+//! | `choice` | ARC-C | `Which of these is a metal? A. hammer B. gold C. Mars D. shirt` → `B. gold. Answer: B` |
+//! | `completion` | HellaSwag | `It started to rain, so Anna opened her` → `umbrella. Answer: umbrella` |
+//!
+//! Responses are a short rationale that restates the relevant fact or option, then
+//! `Answer: X`: tiny models learn to copy far faster than to produce a bare answer, and the
+//! final answer depends on the rationale, so decoding order matters. [`check`] scores a
+//! response both exactly and on the final answer alone.
+//!
+//! # Data
+//! - [`generate`] draws one example of a task from the crate's own PRNG ([`rng::Rng`]), so
+//!   the suite never changes with a dependency's version.
+//! - [`test_set`] is the held-out set: [`TEST_SET_SIZE`] unique prompts per task from fixed
+//!   seeds; [`train_stream`] mixes the four tasks uniformly and never yields a held-out
+//!   prompt.
+//!
+//! # Format
+//! A model sees `<bos> prompt <sep> response <eos> <eos> ...` (the response padded with EOS
+//! to the generation length, as in LLaDA's SFT). The tokenizer's post-processor makes
+//! `encode(prompt, true)` produce exactly the `<bos> prompt <sep>` block, so a raw question
+//! is a valid prompt with no chat template. See [`tokenizer`].
+
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod rng;
+pub mod tasks;
+pub mod tokenizer;
+
+pub use error::{Error, Result};
+pub use rng::Rng;
+pub use tasks::{
+    check, extract_answer, generate, held_out_prompts, is_held_out, normalize_whitespace, test_set,
+    test_suite, train_stream, Example, TaskKind, TrainStream, Verdict, ANSWER_MARKER,
+    TEST_SET_SIZE,
+};
+pub use tokenizer::{
+    build_suite_tokenizer, encode_prompt, encode_response, train_tokenizer, BOS_ID, EOS_ID,
+    MASK_ID, MAX_PROMPT_TOKENS, MAX_RESPONSE_TOKENS, PAD_ID, SEP_ID, UNK_ID,
+};
