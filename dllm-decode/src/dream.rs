@@ -1,0 +1,111 @@
+//! Dream's `diffusion_generate` (`generation_utils.py`): the whole canvas is denoised at once over
+//! `steps` steps with timesteps `linspace(1, eps, steps + 1)`; at step `i` (from `t` to `s`),
+//! `origin` reveals each masked position with probability `1 - s/t`, the other algorithms unmask the
+//! `floor(masked * (1 - s/t))` most confident positions (all at the last step), or sample them with
+//! `alg_temp`. The logit shift is applied by the model.
+
+use dllm_models::{DiffusionLm, Rows};
+
+use crate::blockwise::{canvas_tensor, rows_of};
+use crate::confidence::DreamSampler;
+use crate::error::Result;
+use crate::generation::{Generation, StopReason};
+use crate::observer::{Control, StepEvent, StepObserver};
+use crate::params::{DecodeParams, DreamAlg};
+use crate::rng::Rng;
+use crate::select::{dream_count, dream_timesteps, sample_without_replacement, top_n};
+
+/// Run Dream's algorithm from a prepared canvas.
+pub(crate) fn run(
+    model: &mut dyn DiffusionLm,
+    mut canvas: Vec<u32>,
+    prompt_len: usize,
+    p: &DecodeParams,
+    observer: &mut dyn StepObserver,
+) -> Result<Generation> {
+    let mask = model.info().special.mask;
+    let d = p.dream;
+    let sampler = DreamSampler {
+        alg: d.alg,
+        temperature: p.temperature,
+        top_p: d.top_p,
+        top_k: d.top_k,
+    };
+    let ts = dream_timesteps(p.steps, d.eps);
+    let mut rng = Rng::new(p.seed);
+    let mut gen = Generation {
+        canvas: Vec::new(),
+        prompt_len,
+        forwards: 0,
+        steps: 0,
+        tokens_decoded: 0,
+        stop: StopReason::Completed,
+    };
+    model.clear_cache()?;
+    let len = canvas.len();
+    for i in 0..p.steps {
+        let masked: Vec<usize> = (0..len).filter(|&k| canvas[k] == mask).collect();
+        if masked.is_empty() {
+            break;
+        }
+        let logits =
+            model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(&masked))?;
+        gen.forwards += 1;
+        let mut rows = rows_of(&logits)?;
+        let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
+            let p_transfer = if i + 1 < p.steps {
+                1.0 - ts[i + 1] / ts[i]
+            } else {
+                1.0
+            };
+            let mut chosen = Vec::new();
+            for (k, &pos) in masked.iter().enumerate() {
+                if rng.next_f64() < p_transfer {
+                    canvas[pos] = sampler.score(&mut rows[k], &mut rng).token;
+                    chosen.push(pos);
+                }
+            }
+            chosen
+        } else {
+            let scored: Vec<_> = rows
+                .iter_mut()
+                .map(|r| sampler.score(r, &mut rng))
+                .collect();
+            let conf: Vec<(usize, f64)> = masked
+                .iter()
+                .zip(&scored)
+                .map(|(&pos, s)| (pos, s.confidence))
+                .collect();
+            let n = dream_count(masked.len(), i, p.steps, &ts).min(masked.len());
+            let chosen = match d.alg_temp.filter(|&t| t > 0.0) {
+                None => top_n(&conf, n),
+                Some(t) => sample_without_replacement(&conf, n, t as f64, &mut rng),
+            };
+            for &pos in &chosen {
+                let k = masked.binary_search(&pos).expect("chosen among masked");
+                canvas[pos] = scored[k].token;
+            }
+            chosen
+        };
+        gen.tokens_decoded += chosen.len();
+        gen.steps += 1;
+        let event = StepEvent {
+            step: i,
+            block: 0,
+            num_blocks: 1,
+            forwards: gen.forwards,
+            canvas: &canvas,
+            prompt_len,
+            unmasked: &chosen,
+            window: 0..len,
+            masked_left: masked.len() - chosen.len(),
+            mask_id: mask,
+        };
+        if observer.on_step(&event) == Control::Stop {
+            gen.stop = StopReason::Observer;
+            break;
+        }
+    }
+    gen.canvas = canvas;
+    Ok(gen)
+}

@@ -1,0 +1,35 @@
+//! The crate's error type.
+
+/// Errors from decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// A decoding parameter is impossible or inconsistent; the message names it.
+    #[error("invalid parameter `{name}`: {reason}")]
+    InvalidParam {
+        /// The parameter (as spelled on the `generate` command line).
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The prompt cannot be decoded with this model.
+    #[error("invalid prompt: {0}")]
+    InvalidPrompt(String),
+    /// The model failed.
+    #[error(transparent)]
+    Model(#[from] dllm_models::Error),
+    /// candle failed.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+impl DecodeError {
+    pub(crate) fn param(name: &'static str, reason: impl Into<String>) -> Self {
+        DecodeError::InvalidParam {
+            name,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T> = std::result::Result<T, DecodeError>;

@@ -1,0 +1,269 @@
+//! Decoding parameters: one struct with named defaults, validated before any forward runs.
+
+use crate::error::{DecodeError, Result};
+
+/// Default number of generated positions (LLaDA's `generate.py`).
+pub const DEFAULT_GEN_LENGTH: usize = 128;
+/// Default block length (LLaDA's `generate.py`; the paper's block size).
+pub const DEFAULT_BLOCK_LENGTH: usize = 32;
+/// Default total denoising steps (one token per step at the default length).
+pub const DEFAULT_STEPS: usize = 128;
+/// Fast-dLLM's parallel-decoding confidence threshold.
+pub const DEFAULT_THRESHOLD: f32 = 0.9;
+/// Dream's final timestep.
+pub const DEFAULT_DREAM_EPS: f64 = 1e-3;
+/// Default seed for sampled decoding.
+pub const DEFAULT_SEED: u64 = 0;
+
+/// How the canvas is recomputed between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// The model family's reference algorithm: every step forwards the whole canvas (LLaDA's
+    /// semi-autoregressive `generate`; for Dream models, Dream's `diffusion_generate`).
+    Vanilla,
+    /// Fast-dLLM prefix cache: a full forward at each block start caches the prompt and finished
+    /// blocks; later steps forward the current block and everything after it.
+    PrefixCache,
+    /// Fast-dLLM dual cache: the full forward at block start caches prefix *and* suffix; later steps
+    /// forward only the current block.
+    DualCache,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = DecodeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "vanilla" => Ok(Strategy::Vanilla),
+            "prefix-cache" => Ok(Strategy::PrefixCache),
+            "dual-cache" => Ok(Strategy::DualCache),
+            _ => Err(DecodeError::param(
+                "strategy",
+                format!("`{s}` (expected vanilla, prefix-cache or dual-cache)"),
+            )),
+        }
+    }
+}
+
+/// How a masked position's confidence is scored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remasking {
+    /// Probability of the predicted token (LLaDA `low_confidence`, Dream `maskgit_plus`).
+    LowConfidence,
+    /// Uniform random scores (LLaDA `random`).
+    Random,
+    /// Top-1 minus top-2 probability (Dream `topk_margin`).
+    Margin,
+    /// Negative entropy of the distribution (Dream `entropy`).
+    Entropy,
+}
+
+impl std::str::FromStr for Remasking {
+    type Err = DecodeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "low_confidence" | "maskgit_plus" => Ok(Remasking::LowConfidence),
+            "random" => Ok(Remasking::Random),
+            "margin" | "topk_margin" => Ok(Remasking::Margin),
+            "entropy" => Ok(Remasking::Entropy),
+            _ => Err(DecodeError::param(
+                "remasking",
+                format!("`{s}` (expected low_confidence, random, topk_margin or entropy)"),
+            )),
+        }
+    }
+}
+
+/// Dream `diffusion_generate` algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DreamAlg {
+    /// Reveal each masked position with probability `1 - s/t`, sampled independently.
+    Origin,
+    /// Top-k by the predicted token's probability.
+    MaskgitPlus,
+    /// Top-k by top-1 minus top-2 probability.
+    TopkMargin,
+    /// Top-k by negative entropy.
+    Entropy,
+}
+
+impl std::str::FromStr for DreamAlg {
+    type Err = DecodeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "origin" => Ok(DreamAlg::Origin),
+            "maskgit_plus" => Ok(DreamAlg::MaskgitPlus),
+            "topk_margin" => Ok(DreamAlg::TopkMargin),
+            "entropy" => Ok(DreamAlg::Entropy),
+            _ => Err(DecodeError::param(
+                "alg",
+                format!("`{s}` (expected origin, maskgit_plus, topk_margin or entropy)"),
+            )),
+        }
+    }
+}
+
+/// Dream-specific parameters (used by [`Strategy::Vanilla`] on Dream models).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DreamParams {
+    /// Unmasking algorithm.
+    pub alg: DreamAlg,
+    /// Final timestep of `linspace(1, eps, steps + 1)`.
+    pub eps: f64,
+    /// Temperature of the position-selection softmax (`None`/0: deterministic top-k).
+    pub alg_temp: Option<f32>,
+    /// Nucleus filter for token sampling.
+    pub top_p: Option<f32>,
+    /// Top-k filter for token sampling.
+    pub top_k: Option<usize>,
+}
+
+impl Default for DreamParams {
+    fn default() -> Self {
+        Self {
+            alg: DreamAlg::MaskgitPlus,
+            eps: DEFAULT_DREAM_EPS,
+            alg_temp: None,
+            top_p: None,
+            top_k: None,
+        }
+    }
+}
+
+/// Everything a decoder needs besides the model and the prompt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeParams {
+    /// Generated positions after the prompt.
+    pub gen_length: usize,
+    /// Positions per block (`gen_length` must be a multiple).
+    pub block_length: usize,
+    /// Total denoising steps (a multiple of the number of blocks); with a threshold, the per-block
+    /// count only bounds nothing: threshold decoding runs until the block is filled.
+    pub steps: usize,
+    /// Canvas recomputation strategy.
+    pub strategy: Strategy,
+    /// Parallel decoding: unmask every masked position of the block whose confidence is at least
+    /// this (and at least one per step) instead of following the step schedule.
+    pub threshold: Option<f32>,
+    /// Confidence scoring.
+    pub remasking: Remasking,
+    /// Sampling temperature (0 = greedy, bit-for-bit deterministic).
+    pub temperature: f32,
+    /// Seed for Gumbel noise, random remasking and Dream sampling.
+    pub seed: u64,
+    /// Classifier-free guidance scale (0 disables; needs an unconditional pass per step).
+    pub cfg_scale: f32,
+    /// Forbid EOS in the prediction (LLaDA `logits_eos_inf`).
+    pub logits_eos_inf: bool,
+    /// Rank EOS/EoT predictions last (LLaDA `confidence_eos_eot_inf`; see `confidence`).
+    pub confidence_eos_eot_inf: bool,
+    /// Stop when a completed block ends in EOS/EoT (the rest is filled with EOS).
+    pub early_stop: bool,
+    /// Dream's algorithm parameters.
+    pub dream: DreamParams,
+}
+
+impl Default for DecodeParams {
+    fn default() -> Self {
+        Self {
+            gen_length: DEFAULT_GEN_LENGTH,
+            block_length: DEFAULT_BLOCK_LENGTH,
+            steps: DEFAULT_STEPS,
+            strategy: Strategy::Vanilla,
+            threshold: None,
+            remasking: Remasking::LowConfidence,
+            temperature: 0.0,
+            seed: DEFAULT_SEED,
+            cfg_scale: 0.0,
+            logits_eos_inf: false,
+            confidence_eos_eot_inf: false,
+            early_stop: true,
+            dream: DreamParams::default(),
+        }
+    }
+}
+
+impl DecodeParams {
+    /// Number of blocks.
+    pub fn num_blocks(&self) -> usize {
+        self.gen_length / self.block_length.max(1)
+    }
+
+    /// Steps per block.
+    pub fn steps_per_block(&self) -> usize {
+        self.steps / self.num_blocks().max(1)
+    }
+
+    /// Check every parameter; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        let p = |name: &'static str, reason: String| DecodeError::param(name, reason);
+        if self.gen_length == 0 {
+            return Err(p("gen-length", "must be positive".into()));
+        }
+        if self.block_length == 0 {
+            return Err(p("block-length", "must be positive".into()));
+        }
+        if self.gen_length % self.block_length != 0 {
+            return Err(p(
+                "gen-length",
+                format!(
+                    "{} is not a multiple of block-length {}",
+                    self.gen_length, self.block_length
+                ),
+            ));
+        }
+        if self.steps == 0 {
+            return Err(p("steps", "must be positive".into()));
+        }
+        if self.steps % self.num_blocks() != 0 {
+            return Err(p(
+                "steps",
+                format!(
+                    "{} is not a multiple of the number of blocks {} (gen-length / block-length)",
+                    self.steps,
+                    self.num_blocks()
+                ),
+            ));
+        }
+        if let Some(t) = self.threshold {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p("threshold", format!("{t} is not in (0, 1]")));
+            }
+        }
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(p(
+                "temperature",
+                format!("{} must be a finite value >= 0", self.temperature),
+            ));
+        }
+        if !(self.cfg_scale >= 0.0 && self.cfg_scale.is_finite()) {
+            return Err(p(
+                "cfg-scale",
+                format!("{} must be a finite value >= 0", self.cfg_scale),
+            ));
+        }
+        if self.cfg_scale > 0.0 && self.strategy != Strategy::Vanilla {
+            return Err(p(
+                "cfg-scale",
+                "classifier-free guidance is only supported with --strategy vanilla".into(),
+            ));
+        }
+        let d = &self.dream;
+        if !(d.eps > 0.0 && d.eps < 1.0) {
+            return Err(p("eps", format!("{} is not in (0, 1)", d.eps)));
+        }
+        if let Some(t) = d.alg_temp {
+            if !(t >= 0.0 && t.is_finite()) {
+                return Err(p("alg-temp", format!("{t} must be a finite value >= 0")));
+            }
+        }
+        if let Some(tp) = d.top_p {
+            if !(tp > 0.0 && tp <= 1.0) {
+                return Err(p("top-p", format!("{tp} is not in (0, 1]")));
+            }
+        }
+        if d.top_k == Some(0) {
+            return Err(p("top-k", "must be positive".into()));
+        }
+        Ok(())
+    }
+}

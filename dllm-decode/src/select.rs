@@ -1,0 +1,148 @@
+//! Which masked positions to unmask this step: LLaDA's per-block token-count schedule, top-n
+//! selection, Fast-dLLM's confidence threshold, and Dream's timestep schedule.
+//!
+//! Selection is deterministic: candidates are ranked by confidence (descending), ties broken by the
+//! lower position (`torch.topk` leaves tie order unspecified). NaN confidences rank last.
+
+use crate::rng::Rng;
+
+/// LLaDA's `get_num_transfer_tokens`: `masked` tokens over `steps` steps, the remainder going to the
+/// first steps: `n[i] = masked / steps + (i < masked % steps)`.
+pub fn transfer_counts(masked: usize, steps: usize) -> Vec<usize> {
+    let (base, rem) = (masked / steps, masked % steps);
+    (0..steps).map(|i| base + usize::from(i < rem)).collect()
+}
+
+/// Dream's timesteps `linspace(1, eps, steps + 1)`.
+pub fn dream_timesteps(steps: usize, eps: f64) -> Vec<f64> {
+    (0..=steps)
+        .map(|i| 1.0 + (eps - 1.0) * i as f64 / steps as f64)
+        .collect()
+}
+
+/// Dream's per-step count: `floor(masked * (1 - s / t))`, everything at the last step.
+pub fn dream_count(masked: usize, step: usize, steps: usize, ts: &[f64]) -> usize {
+    if step + 1 >= steps {
+        masked
+    } else {
+        ((masked as f64) * (1.0 - ts[step + 1] / ts[step])).floor() as usize
+    }
+}
+
+fn ranked(cands: &[(usize, f64)]) -> Vec<(usize, f64)> {
+    let mut v = cands.to_vec();
+    let key = |c: f64| if c.is_nan() { f64::NEG_INFINITY } else { c };
+    v.sort_by(|a, b| key(b.1).total_cmp(&key(a.1)).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// The `n` most confident `(position, confidence)` candidates' positions.
+pub fn top_n(cands: &[(usize, f64)], n: usize) -> Vec<usize> {
+    ranked(cands).into_iter().take(n).map(|c| c.0).collect()
+}
+
+/// Fast-dLLM threshold rule: the most confident candidate, plus every other with confidence
+/// `>= threshold`.
+pub fn above_threshold(cands: &[(usize, f64)], threshold: f64) -> Vec<usize> {
+    ranked(cands)
+        .into_iter()
+        .enumerate()
+        .filter(|(i, c)| *i == 0 || c.1 >= threshold)
+        .map(|(_, c)| c.0)
+        .collect()
+}
+
+/// `n` positions sampled without replacement with probabilities `softmax(conf / temp)` (Dream's
+/// `alg_temp > 0` branch, `torch.multinomial(..., replacement=False)`).
+pub fn sample_without_replacement(
+    cands: &[(usize, f64)],
+    n: usize,
+    temp: f64,
+    rng: &mut Rng,
+) -> Vec<usize> {
+    let mut pool: Vec<(usize, f64)> = cands.to_vec();
+    let m = pool
+        .iter()
+        .map(|c| c.1 / temp)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let mut w: Vec<f64> = pool.iter().map(|c| (c.1 / temp - m).exp()).collect();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n && !pool.is_empty() {
+        let total: f64 = w.iter().sum();
+        let mut u = rng.next_f64() * total;
+        let mut pick = pool.len() - 1;
+        for (i, &wi) in w.iter().enumerate() {
+            if u < wi {
+                pick = i;
+                break;
+            }
+            u -= wi;
+        }
+        out.push(pool.swap_remove(pick).0);
+        w.swap_remove(pick);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llada_schedule_table() {
+        // (masked, steps) -> counts, from get_num_transfer_tokens.
+        let table: &[(usize, usize, &[usize])] = &[
+            (32, 32, &[1; 32]),
+            (32, 8, &[4; 8]),
+            (10, 4, &[3, 3, 2, 2]),
+            (3, 5, &[1, 1, 1, 0, 0]),
+            (7, 1, &[7]),
+        ];
+        for &(m, s, want) in table {
+            let got = transfer_counts(m, s);
+            assert_eq!(got, want, "masked {m} steps {s}");
+            assert_eq!(got.iter().sum::<usize>(), m);
+        }
+    }
+
+    #[test]
+    fn dream_schedule_reveals_everything() {
+        for (masked, steps) in [(32usize, 32usize), (64, 16), (5, 8), (100, 3)] {
+            let ts = dream_timesteps(steps, 1e-3);
+            assert_eq!(ts.len(), steps + 1);
+            assert!((ts[0] - 1.0).abs() < 1e-12 && (ts[steps] - 1e-3).abs() < 1e-12);
+            let mut left = masked;
+            for i in 0..steps {
+                let k = dream_count(left, i, steps, &ts).min(left);
+                left -= k;
+            }
+            assert_eq!(left, 0);
+        }
+        // First step of 32 over 32 steps: 32 * (1 - ts[1]/ts[0]) = 32 * 0.0312... -> 0 or 1.
+        let ts = dream_timesteps(4, 1e-3);
+        assert_eq!(
+            dream_count(8, 0, 4, &ts),
+            (8.0 * (1.0 - ts[1])).floor() as usize
+        );
+    }
+
+    #[test]
+    fn selection_rules() {
+        let c = [
+            (10, 0.5),
+            (11, 0.95),
+            (12, 0.95),
+            (13, f64::NAN),
+            (14, 0.91),
+        ];
+        assert_eq!(top_n(&c, 2), vec![11, 12]);
+        assert_eq!(top_n(&c, 5).last(), Some(&13));
+        assert_eq!(above_threshold(&c, 0.9), vec![11, 12, 14]);
+        assert_eq!(above_threshold(&[(3, 0.1), (4, 0.2)], 0.9), vec![4]);
+        let mut rng = Rng::new(1);
+        let s = sample_without_replacement(&c[..3], 3, 1.0, &mut rng);
+        let mut sorted = s.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![10, 11, 12]);
+    }
+}
