@@ -114,6 +114,33 @@ impl Default for LoadOptions {
     }
 }
 
+/// Decoding defaults a checkpoint may recommend in `generation_config.json` (the keys
+/// `gen_length`, `block_length`, `steps`, `threshold`; an llada-rs extension that Hugging Face
+/// tooling ignores). Command-line flags override them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DecodeDefaults {
+    /// Generated positions.
+    pub gen_length: Option<usize>,
+    /// Block length.
+    pub block_length: Option<usize>,
+    /// Total steps.
+    pub steps: Option<usize>,
+    /// Parallel-decoding threshold.
+    pub threshold: Option<f64>,
+}
+
+impl DecodeDefaults {
+    /// Read the optional keys from a parsed `generation_config.json`.
+    pub fn from_fields(f: &Fields) -> Result<Self> {
+        Ok(Self {
+            gen_length: f.opt_usize("gen_length")?,
+            block_length: f.opt_usize("block_length")?,
+            steps: f.opt_usize("steps")?,
+            threshold: f.opt_f64("threshold")?,
+        })
+    }
+}
+
 /// A model with its tokenizer.
 #[derive(Debug)]
 pub struct LoadedModel {
@@ -123,6 +150,8 @@ pub struct LoadedModel {
     pub tokenizer: Option<TextTokenizer>,
     /// Where it came from (for messages).
     pub source: String,
+    /// Decoding defaults recommended by the checkpoint.
+    pub defaults: DecodeDefaults,
 }
 
 /// Load a model from any source.
@@ -236,6 +265,7 @@ fn finish(
         model,
         tokenizer,
         source,
+        defaults: DecodeDefaults::default(),
     }
 }
 
@@ -262,12 +292,64 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
     let tokenizer = load_tokenizer(&opts.tokenizer, &dir.join("tokenizer.json"))?;
     let gen = dir.join("generation_config.json");
-    let bos = if gen.is_file() {
-        Fields::from_file(&gen)?.opt_token_id("bos_token_id")?
+    let gen = if gen.is_file() {
+        Some(Fields::from_file(&gen)?)
     } else {
         None
     };
-    Ok(finish(model, tokenizer, bos, dir.display().to_string()))
+    let bos = gen
+        .as_ref()
+        .map(|g| g.opt_token_id("bos_token_id"))
+        .transpose()?
+        .flatten();
+    let mut loaded = finish(model, tokenizer, bos, dir.display().to_string());
+    if let Some(g) = &gen {
+        loaded.defaults = DecodeDefaults::from_fields(g)?;
+    }
+    Ok(loaded)
+}
+
+/// Load a model whose files are in memory (e.g. embedded in a binary with `include_bytes!`):
+/// `config.json` text, one safetensors file, `tokenizer.json` text and an optional
+/// `generation_config.json` text.
+pub fn load_from_memory(
+    config_json: &str,
+    safetensors: &'static [u8],
+    tokenizer_json: &str,
+    generation_config_json: Option<&str>,
+    name: &str,
+    opts: &LoadOptions,
+) -> Result<LoadedModel> {
+    let f = Fields::from_str(config_json)?;
+    let is_dream = f
+        .opt_str("model_type")?
+        .map(|t| t.eq_ignore_ascii_case("dream"))
+        .unwrap_or(false);
+    let cfg = if is_dream {
+        dream::config_from_fields(&f)?
+    } else {
+        llada::config_from_fields(&f)?
+    };
+    let vb = candle_nn::VarBuilder::from_slice_safetensors(safetensors, opts.dtype, &opts.device)
+        .map_err(|e| Error::Source {
+        source_desc: name.into(),
+        reason: format!("embedded weights: {e}"),
+    })?;
+    let weights = HfWeights::from_var_builder(vb, cfg.arch);
+    let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
+    let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json.as_bytes())
+        .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?;
+    let gen = generation_config_json.map(Fields::from_str).transpose()?;
+    let bos = gen
+        .as_ref()
+        .map(|g| g.opt_token_id("bos_token_id"))
+        .transpose()?
+        .flatten();
+    let mut loaded = finish(model, Some(TextTokenizer::new(tok)), bos, name.to_string());
+    if let Some(g) = &gen {
+        loaded.defaults = DecodeDefaults::from_fields(g)?;
+    }
+    Ok(loaded)
 }
 
 /// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).

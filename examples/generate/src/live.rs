@@ -1,0 +1,105 @@
+//! Terminal feedback while decoding: the canvas being denoised (on a TTY) or a progress bar.
+
+use console::Term;
+use dllm_decode::{Control, StepEvent, StepObserver};
+use dllm_models::TextTokenizer;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Redraws the generated region in place after every step; masks show as `░`.
+pub struct LiveCanvas {
+    term: Term,
+    tok: Option<TextTokenizer>,
+    lines: usize,
+    total: usize,
+}
+
+impl LiveCanvas {
+    /// Animate `total` generated positions.
+    pub fn new(tok: Option<TextTokenizer>, total: usize) -> Self {
+        Self {
+            term: Term::stderr(),
+            tok,
+            lines: 0,
+            total,
+        }
+    }
+
+    fn render(&self, e: &StepEvent<'_>) -> String {
+        let gen = &e.canvas[e.prompt_len..];
+        let mut s = String::new();
+        for &id in gen {
+            if id == e.mask_id {
+                s.push('░');
+            } else {
+                match &self.tok {
+                    Some(t) => {
+                        s.push_str(&t.decode(&[id], false).unwrap_or_else(|_| format!("<{id}>")))
+                    }
+                    None => s.push_str(&format!("{id} ")),
+                }
+            }
+        }
+        let done = self.total - e.masked_left;
+        format!(
+            "{s}\n\x1b[2mblock {}/{} · step {} · {} forwards · {done}/{} tokens\x1b[0m",
+            e.block + 1,
+            e.num_blocks,
+            e.step + 1,
+            e.forwards,
+            self.total
+        )
+    }
+}
+
+impl StepObserver for LiveCanvas {
+    fn on_step(&mut self, e: &StepEvent<'_>) -> Control {
+        let text = self.render(e);
+        let width = self.term.size().1.max(20) as usize;
+        let _ = self.term.clear_last_lines(self.lines);
+        let _ = self.term.write_line(&text);
+        self.lines = text
+            .split('\n')
+            .map(|l| console::measure_text_width(l).max(1).div_ceil(width))
+            .sum();
+        Control::Continue
+    }
+}
+
+impl Drop for LiveCanvas {
+    fn drop(&mut self) {
+        let _ = self.term.clear_last_lines(self.lines);
+    }
+}
+
+/// A progress bar over generated tokens (hidden when stderr is not a terminal).
+pub struct Progress {
+    pb: ProgressBar,
+}
+
+impl Progress {
+    /// A bar over `total` tokens.
+    pub fn new(total: usize) -> Self {
+        let pb = ProgressBar::new(total as u64);
+        pb.set_style(
+            ProgressStyle::with_template("{bar:30} {pos}/{len} tokens [{elapsed_precise}] {msg}")
+                .expect("valid template"),
+        );
+        Self { pb }
+    }
+}
+
+impl StepObserver for Progress {
+    fn on_step(&mut self, e: &StepEvent<'_>) -> Control {
+        self.pb
+            .set_position((e.canvas.len() - e.prompt_len - e.masked_left) as u64);
+        self.pb
+            .set_message(format!("step {} · {} forwards", e.step + 1, e.forwards));
+        Control::Continue
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.pb.finish_and_clear();
+    }
+}
