@@ -239,14 +239,25 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             pad: m.token("tokenizer.ggml.padding_token_id")?,
         },
     };
-    let names: ConfigNames = ConfigNames {
-        hidden: "embedding_length",
-        layers: "block_count",
-        heads: "attention.head_count",
-        kv_heads: "attention.head_count_kv",
-        ffn: "feed_forward_length",
-        vocab: "vocab_size",
-        max_len: "context_length",
+    let names = match arch {
+        Arch::Llada => ConfigNames {
+            hidden: "llada.embedding_length",
+            layers: "llada.block_count",
+            heads: "llada.attention.head_count",
+            kv_heads: "llada.attention.head_count_kv",
+            ffn: "llada.feed_forward_length",
+            vocab: "llada.vocab_size",
+            max_len: "llada.context_length",
+        },
+        Arch::Dream => ConfigNames {
+            hidden: "dream.embedding_length",
+            layers: "dream.block_count",
+            heads: "dream.attention.head_count",
+            kv_heads: "dream.attention.head_count_kv",
+            ffn: "dream.feed_forward_length",
+            vocab: "dream.vocab_size",
+            max_len: "dream.context_length",
+        },
     };
     cfg.validate(&names)?;
     Ok(cfg)

@@ -56,11 +56,24 @@ impl HubRepo {
         if let Some(p) = self.cache.repo(self.repo()).get(file) {
             return Ok(p);
         }
+        // A download pinned to a commit writes `snapshots/<sha>/` but no `refs/` entry.
+        if self.revision.len() == 40 && self.revision.chars().all(|c| c.is_ascii_hexdigit()) {
+            let p = self
+                .cache
+                .path()
+                .join(Repo::model(self.id.clone()).folder_name())
+                .join("snapshots")
+                .join(&self.revision)
+                .join(file);
+            if p.exists() {
+                return Ok(p);
+            }
+        }
         let where_ = format!("the Hugging Face cache at {}", self.cache.path().display());
         if self.offline {
             return Err(Error::Source {
                 source_desc: self.id.clone(),
-                reason: format!("`{file}` is not in {where_} and HF_HUB_OFFLINE is set"),
+                reason: format!("`{file}` is not in {where_} and offline mode is on (HF_HUB_OFFLINE or an offline cache)"),
             });
         }
         let api = hf_hub::api::sync::ApiBuilder::from_cache(self.cache.clone())

@@ -332,5 +332,6 @@ fn flash(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
             )))
         }
     };
-    Ok(o)
+    // candle-nn's CPU flash attention accumulates and returns f32 whatever the input dtype.
+    Ok(o.to_dtype(q.dtype())?)
 }
