@@ -1,0 +1,165 @@
+//! The `generate` binary: `--json` prints exactly one object with the documented fields, its tokens
+//! are the library's (which `llada-tests` checks against LLaDA's official algorithm), and bad input
+//! exits non-zero with a message naming the problem.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use candle_core::DType;
+use dllm_decode::{DecodeParams, Strategy};
+use dllm_models::synthetic::{random_weights, tiny_llada, write_hf};
+use dllm_models::{load, LoadOptions, ModelSource};
+
+fn model_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("generate-cli-{tag}-{}", std::process::id()));
+    let cfg = tiny_llada();
+    write_hf(
+        &dir,
+        &cfg,
+        &random_weights(&cfg, 99).unwrap(),
+        DType::F32,
+        1,
+    )
+    .unwrap();
+    dir
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_generate"))
+        .args(args)
+        .output()
+        .expect("run generate")
+}
+
+#[test]
+fn json_output_matches_the_library() {
+    let dir = model_dir("json");
+    let d = dir.to_str().unwrap();
+    for strategy in ["vanilla", "prefix-cache", "dual-cache"] {
+        let out = run(&[
+            "--model",
+            d,
+            "--prompt-ids",
+            "5,6,7,8",
+            "--gen-length",
+            "16",
+            "--block-length",
+            "8",
+            "--steps",
+            "16",
+            "--strategy",
+            strategy,
+            "--no-early-stop",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(
+            stdout.trim().lines().count(),
+            1,
+            "exactly one line on stdout: {stdout}"
+        );
+        let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        for key in [
+            "prompt_ids",
+            "generated_ids",
+            "text",
+            "forwards",
+            "steps",
+            "elapsed_ms",
+        ] {
+            assert!(v.get(key).is_some(), "missing `{key}` in {v}");
+        }
+        assert_eq!(v["prompt_ids"], serde_json::json!([5, 6, 7, 8]));
+        let ids: Vec<u32> = serde_json::from_value(v["generated_ids"].clone()).unwrap();
+        assert_eq!(ids.len(), 16);
+
+        let mut m = load(&ModelSource::parse(d).unwrap(), &LoadOptions::default()).unwrap();
+        let p = DecodeParams {
+            gen_length: 16,
+            block_length: 8,
+            steps: 16,
+            strategy: strategy.parse::<Strategy>().unwrap(),
+            early_stop: false,
+            ..Default::default()
+        };
+        let g = dllm_decode::generate(&mut m.model, &[5, 6, 7, 8], &p, &mut ()).unwrap();
+        assert_eq!(ids, g.generated(), "{strategy}");
+        assert_eq!(v["forwards"].as_u64().unwrap() as usize, g.forwards);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_exits_with_a_named_error() {
+    let dir = model_dir("bad");
+    let d = dir.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--model",
+                d,
+                "--prompt-ids",
+                "1,2",
+                "--gen-length",
+                "10",
+                "--block-length",
+                "4",
+            ],
+            "gen-length",
+        ),
+        (
+            &[
+                "--model",
+                d,
+                "--prompt-ids",
+                "1,2",
+                "--gen-length",
+                "16",
+                "--block-length",
+                "8",
+                "--steps",
+                "3",
+            ],
+            "steps",
+        ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--strategy", "fastest"],
+            "strategy",
+        ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--remasking", "lowest"],
+            "remasking",
+        ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--threshold", "2"],
+            "threshold",
+        ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--dtype", "f64"],
+            "dtype",
+        ),
+        (&["--model", d, "--prompt", "hello"], "tokenizer"),
+        (&["--model", d, "--prompt-ids", "1,255"], "mask token"),
+        (&["--model", d], "prompt"),
+        (
+            &["--model", "/definitely/not/here", "--prompt-ids", "1"],
+            "not/here",
+        ),
+    ];
+    for (args, word) in cases {
+        let out = run(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(word),
+            "{args:?}: stderr should name `{word}`: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
