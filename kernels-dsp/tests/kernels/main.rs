@@ -1,0 +1,12 @@
+//! Every kernel against a straightforward reference (tests/common/reference.rs) on random shapes,
+//! including dims that are not multiples of 32, through the real dispatcher. Each test states its
+//! tolerance next to the assertion.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attention;
+mod layouts;
+mod matmul;
+mod pointwise;
+mod quant;
