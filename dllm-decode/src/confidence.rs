@@ -94,13 +94,13 @@ impl LladaScorer {
             let t = self.temperature as f64;
             argmax(
                 row.iter()
-                    .map(|&x| (x as f64).exp() / (-rng.open01().ln()).powf(t)),
+                    .map(|&x| (x as f64).exp() / (-rng.f64_open().ln()).powf(t)),
             )
         };
         if self.remasking == Remasking::Random {
             return Scored {
                 token: token as u32,
-                confidence: rng.next_f64(),
+                confidence: rng.f64(),
             };
         }
         if self.confidence_eos_eot_inf {
@@ -145,7 +145,7 @@ impl DreamSampler {
         }
         let p = softmax(row);
         let token = if self.temperature > 0.0 {
-            let u = rng.next_f64();
+            let u = rng.f64();
             let mut acc = 0.0;
             let mut pick = argmax(p.iter().copied());
             for (i, &x) in p.iter().enumerate() {

@@ -60,7 +60,7 @@ pub(crate) fn run(
             };
             let mut chosen = Vec::new();
             for (k, &pos) in masked.iter().enumerate() {
-                if rng.next_f64() < p_transfer {
+                if rng.f64() < p_transfer {
                     canvas[pos] = sampler.score(&mut rows[k], &mut rng).token;
                     chosen.push(pos);
                 }

@@ -69,7 +69,7 @@ pub fn sample_without_replacement(
     let mut out = Vec::with_capacity(n);
     while out.len() < n && !pool.is_empty() {
         let total: f64 = w.iter().sum();
-        let mut u = rng.next_f64() * total;
+        let mut u = rng.f64() * total;
         let mut pick = pool.len() - 1;
         for (i, &wi) in w.iter().enumerate() {
             if u < wi {

@@ -39,6 +39,22 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// Training failed (diverged, bad batch, unreadable checkpoint).
+    #[error("training: {0}")]
+    Train(String),
+
+    /// Evaluation failed (decoding error).
+    #[error("evaluation: {0}")]
+    Eval(String),
+
+    /// A model operation failed.
+    #[error(transparent)]
+    Model(#[from] dllm_models::Error),
+
+    /// candle failed.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {

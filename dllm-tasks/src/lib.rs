@@ -33,9 +33,13 @@
 #![warn(missing_docs)]
 
 pub mod error;
-pub mod rng;
+pub mod eval;
 pub mod tasks;
 pub mod tokenizer;
+pub mod train;
+
+/// The project's PRNG (defined in `dllm-decode`, which samples with it too).
+pub use dllm_decode::rng;
 
 pub use error::{Error, Result};
 pub use rng::Rng;

@@ -1,0 +1,14 @@
+//! Training the project's small models: LLaDA's SFT objective, AdamW with a warmup + cosine
+//! schedule and gradient clipping, and the batching of suite examples into fixed-length rows.
+//!
+//! The model being trained is the very `DiffusionTransformer` used for inference, built with
+//! differentiable ops (`OpMode::Differentiable`) over a `candle_nn::VarMap`, so the shipped
+//! checkpoint is guaranteed to load and run the same computation in the inference path.
+
+pub mod batch;
+pub mod objective;
+pub mod optim;
+
+pub use batch::{Batch, Batcher};
+pub use objective::{sft_loss, SftLoss, MASK_EPS};
+pub use optim::{lr_at, AdamW, AdamWConfig};

@@ -1,0 +1,429 @@
+//! `train-tiny`: trains a LLaDA-architecture (or, with `--arch dream`, Dream-layout) masked
+//! diffusion model on the synthetic task suite with LLaDA's SFT objective, on CPU, and writes a
+//! checkpoint in the exact Hugging Face layout the loaders read.
+//!
+//! ```text
+//! cargo run --release -p train-tiny -- --out models/tiny-llada --steps 6000
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{VarBuilder, VarMap};
+use clap::Parser;
+use dllm_decode::{DecodeParams, Strategy};
+use dllm_models::lm::{Arch, SpecialTokens};
+use dllm_models::weights::HfWeights;
+use dllm_models::{dream, llada, DiffusionTransformer, OpMode, TransformerConfig};
+use dllm_tasks::rng::Rng;
+use dllm_tasks::tasks::{train_stream, TaskKind, TrainStream};
+use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, MASK_ID, PAD_ID};
+use dllm_tasks::train::{lr_at, sft_loss, AdamW, AdamWConfig, Batcher};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+#[derive(Parser, Debug, Clone, Serialize, Deserialize)]
+#[command(about = "Train a small masked-diffusion LM on the synthetic task suite (CPU).")]
+struct Args {
+    /// Output directory (HF layout: config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    out: PathBuf,
+    /// Architecture: llada or dream (GQA, q/k/v biases, shifted logits).
+    #[arg(long, default_value = "llada")]
+    arch: String,
+    /// Hidden size.
+    #[arg(long, default_value_t = 128)]
+    hidden: usize,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Key/value heads (default: heads for llada, heads/2 for dream).
+    #[arg(long)]
+    kv_heads: Option<usize>,
+    /// MLP hidden size (default: 3 * hidden).
+    #[arg(long)]
+    ffn: Option<usize>,
+    /// Response region per row (answer + EOS padding); match the eval's --gen-length.
+    #[arg(long, default_value_t = 24)]
+    gen_len: usize,
+    /// Rows per batch.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// Optimizer steps (the cosine schedule spans them).
+    #[arg(long, default_value_t = 6000)]
+    steps: usize,
+    /// Stop (and save) after this many minutes even if steps remain.
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f64,
+    /// Warmup steps.
+    #[arg(long, default_value_t = 200)]
+    warmup: usize,
+    /// Final learning rate as a fraction of the peak.
+    #[arg(long, default_value_t = 0.1)]
+    min_lr_ratio: f64,
+    /// AdamW weight decay (matrices only).
+    #[arg(long, default_value_t = 0.1)]
+    weight_decay: f64,
+    /// Gradient clipping (global norm).
+    #[arg(long, default_value_t = 1.0)]
+    clip: f64,
+    /// Seed (weights, data stream, masking).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// CPU threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Quick eval every N steps (0: never).
+    #[arg(long, default_value_t = 500)]
+    eval_every: usize,
+    /// Held-out questions per task in the quick eval.
+    #[arg(long, default_value_t = 25)]
+    eval_limit: usize,
+    /// Save a resumable checkpoint every N steps.
+    #[arg(long, default_value_t = 250)]
+    checkpoint_every: usize,
+    /// Continue from `<out>/checkpoint` if it exists.
+    #[arg(long)]
+    resume: bool,
+    /// Dtype of the final model.safetensors (f16, bf16, f32).
+    #[arg(long, default_value = "f16")]
+    save_dtype: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct State {
+    step: usize,
+    stream: [u64; 4],
+    mask_rng: [u64; 4],
+    elapsed_s: f64,
+    examples: usize,
+}
+
+fn tune_malloc() {
+    // candle allocates per op; glibc's default trimming hands memory back to the OS after every
+    // step and re-faults it in. Keeping freed memory measured +40-50% training throughput.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30);
+    }
+}
+
+fn model_config(a: &Args, vocab: usize) -> Result<TransformerConfig> {
+    let arch = match a.arch.as_str() {
+        "llada" => Arch::Llada,
+        "dream" => Arch::Dream,
+        other => bail!("--arch: `{other}` (expected llada or dream)"),
+    };
+    let kv = a.kv_heads.unwrap_or(if arch == Arch::Dream {
+        (a.heads / 2).max(1)
+    } else {
+        a.heads
+    });
+    let cfg = TransformerConfig {
+        arch,
+        hidden_size: a.hidden,
+        num_layers: a.layers,
+        num_heads: a.heads,
+        num_kv_heads: kv,
+        intermediate_size: a.ffn.unwrap_or(3 * a.hidden),
+        vocab_size: vocab,
+        rms_norm_eps: if arch == Arch::Dream { 1e-6 } else { 1e-5 },
+        rope_theta: 10_000.0,
+        qkv_bias: arch == Arch::Dream,
+        tie_word_embeddings: false,
+        shift_logits: arch == Arch::Dream,
+        max_seq_len: 256,
+        special: SpecialTokens {
+            mask: MASK_ID,
+            eos: EOS_ID,
+            eot: None,
+            bos: Some(BOS_ID),
+            pad: Some(PAD_ID),
+        },
+    };
+    let names = if arch == Arch::Dream {
+        dream::NAMES
+    } else {
+        llada::NAMES
+    };
+    cfg.validate(&names)?;
+    Ok(cfg)
+}
+
+/// Seeded initialisation (candle's CPU RNG cannot be seeded): embedding and LM head N(0, 0.02),
+/// other matrices N(0, 1/fan_in) with the residual outputs (attention out, MLP down) further scaled
+/// by 1/sqrt(2 layers), norms 1, biases 0.
+fn init_weights(varmap: &VarMap, cfg: &TransformerConfig, seed: u64) -> Result<()> {
+    let shapes = dllm_models::synthetic::random_weights(cfg, 0)?;
+    let mut rng = Rng::new(seed);
+    let mut names: Vec<&String> = shapes.keys().collect();
+    names.sort();
+    let mut data = varmap.data().lock().expect("varmap lock");
+    for name in names {
+        let dims = shapes[name].dims().to_vec();
+        let n: usize = dims.iter().product();
+        let is_norm = name.ends_with("norm.weight") || name.ends_with("ln_f.weight");
+        let values: Vec<f32> = if is_norm {
+            vec![1.0; n]
+        } else if dims.len() == 1 {
+            vec![0.0; n]
+        } else {
+            let std = if name.contains("wte")
+                || name.contains("embed_tokens")
+                || name.ends_with("transformer.ff_out.weight")
+                || name == "lm_head.weight"
+            {
+                0.02
+            } else {
+                let residual_out = name.contains("attn_out")
+                    || name.contains("o_proj")
+                    || name.contains("blocks") && name.ends_with("ff_out.weight")
+                    || name.contains("down_proj");
+                let base = 1.0 / (dims[1] as f64).sqrt();
+                if residual_out {
+                    base / (2.0 * cfg.num_layers as f64).sqrt()
+                } else {
+                    base
+                }
+            };
+            (0..n).map(|_| (rng.normal() * std) as f32).collect()
+        };
+        let t = Tensor::from_vec(values, dims, &Device::Cpu)?;
+        data.insert(name.clone(), candle_core::Var::from_tensor(&t)?);
+    }
+    Ok(())
+}
+
+fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(v)?)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn save_weights(varmap: &VarMap, path: &Path, dtype: DType) -> Result<()> {
+    let data = varmap.data().lock().expect("varmap lock");
+    let mut map = std::collections::HashMap::new();
+    for (k, v) in data.iter() {
+        map.insert(k.clone(), v.as_tensor().to_dtype(dtype)?);
+    }
+    let tmp = path.with_extension("tmp");
+    candle_core::safetensors::save(&map, &tmp)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// A fused-op inference copy of the current weights, for the quick eval.
+fn inference_copy(varmap: &VarMap, cfg: &TransformerConfig) -> Result<DiffusionTransformer> {
+    let data = varmap.data().lock().expect("varmap lock");
+    let map = data
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
+        .collect();
+    let w = HfWeights::from_tensors(map, cfg.arch, DType::F32, &Device::Cpu);
+    Ok(DiffusionTransformer::new(cfg.clone(), &w, OpMode::Fused)?)
+}
+
+fn quick_eval(
+    varmap: &VarMap,
+    cfg: &TransformerConfig,
+    tok: &tokenizers::Tokenizer,
+    a: &Args,
+) -> Result<Vec<(TaskKind, f64)>> {
+    let mut model = inference_copy(varmap, cfg)?;
+    let params = DecodeParams {
+        gen_length: a.gen_len,
+        block_length: a.gen_len,
+        steps: a.gen_len,
+        strategy: Strategy::Vanilla,
+        ..Default::default()
+    };
+    let qs = dllm_tasks::eval::questions(&TaskKind::ALL, Some(a.eval_limit));
+    let (scores, _) = dllm_tasks::eval::evaluate(&mut model, tok, &qs, &params, |_, _, _| {})?;
+    Ok(scores.iter().map(|s| (s.task, s.accuracy())).collect())
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
+    tune_malloc();
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let ckpt = a.out.join("checkpoint");
+    std::fs::create_dir_all(&ckpt)?;
+
+    let tok = tk::build_suite_tokenizer()?;
+    tk::save(&tok, a.out.join("tokenizer.json"))?;
+    let vocab = tok.get_vocab_size(true);
+    let cfg = model_config(&a, vocab)?;
+    let config_json = match cfg.arch {
+        Arch::Llada => llada::config_to_json(&cfg),
+        Arch::Dream => dream::config_to_json(&cfg),
+    };
+    write_json(&a.out.join("config.json"), &config_json)?;
+    write_json(
+        &a.out.join("generation_config.json"),
+        &serde_json::json!({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}),
+    )?;
+    write_json(&a.out.join("train_args.json"), &a)?;
+
+    let dev = Device::Cpu;
+    let mut varmap = VarMap::new();
+    init_weights(&varmap, &cfg, a.seed)?;
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
+    let model = DiffusionTransformer::new(
+        cfg.clone(),
+        &HfWeights::from_var_builder(vb, cfg.arch),
+        OpMode::Differentiable,
+    )?;
+    let vars: Vec<(String, candle_core::Var)> = varmap
+        .data()
+        .lock()
+        .expect("varmap lock")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let n_params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
+    let mut opt = AdamW::new(
+        vars,
+        AdamWConfig {
+            weight_decay: a.weight_decay,
+            clip_norm: Some(a.clip),
+            ..Default::default()
+        },
+    )?;
+
+    let mut stream: TrainStream = train_stream(a.seed);
+    let mut mask_rng = Rng::new(a.seed ^ 0x5EED_0F_3A5C);
+    let mut step = 0usize;
+    let mut prior = Duration::ZERO;
+    let mut examples = 0usize;
+    if a.resume && ckpt.join("state.json").is_file() {
+        varmap
+            .load(ckpt.join("model.safetensors"))
+            .context("loading checkpoint weights")?;
+        opt.load(&ckpt.join("optimizer.safetensors"))?;
+        let st: State = serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?)?;
+        stream = TrainStream::from_rng_state(st.stream);
+        mask_rng = Rng::from_state(st.mask_rng);
+        step = st.step;
+        prior = Duration::from_secs_f64(st.elapsed_s);
+        examples = st.examples;
+        eprintln!(
+            "resumed at step {step} ({:.1} min trained)",
+            prior.as_secs_f64() / 60.0
+        );
+    }
+    eprintln!(
+        "{} model: {n_params} parameters (d {}, {} layers, {} heads / {} kv, mlp {}), vocab {vocab}, rows {}+{}, batch {}",
+        cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
+        tk::MAX_PROMPT_TOKENS, a.gen_len, a.batch
+    );
+    let mut batcher = Batcher::new(stream, a.batch, a.gen_len);
+    let log_path = a.out.join("training_log.jsonl");
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+
+    let pb = ProgressBar::new(a.steps as u64).with_position(step as u64);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
+        )
+        .expect("template"),
+    );
+    let t0 = Instant::now();
+    let mut ema: Option<f64> = None;
+    let save_ckpt = |step: usize,
+                     opt: &AdamW,
+                     batcher: &Batcher,
+                     mask_rng: &Rng,
+                     elapsed: Duration,
+                     examples: usize|
+     -> Result<()> {
+        save_weights(&varmap, &ckpt.join("model.safetensors"), DType::F32)?;
+        opt.save(&ckpt.join("optimizer.safetensors"))?;
+        let st = State {
+            step,
+            stream: batcher.stream_state(),
+            mask_rng: mask_rng.state(),
+            elapsed_s: elapsed.as_secs_f64(),
+            examples,
+        };
+        write_json(&ckpt.join("state.json"), &st)
+    };
+    while step < a.steps {
+        if let Some(m) = a.minutes {
+            if (prior + t0.elapsed()).as_secs_f64() > m * 60.0 {
+                pb.println(format!("time budget of {m} minutes reached at step {step}"));
+                break;
+            }
+        }
+        let batch = batcher.next_batch(&tok)?;
+        let lens = vec![batch.prompt_len; batch.rows.len()];
+        let out = sft_loss(&model, &batch.rows, &lens, MASK_ID, &mut mask_rng, &dev)?;
+        let loss_v = out.loss.to_scalar::<f32>()? as f64;
+        let grads = out.loss.backward()?;
+        let lr = lr_at(step, a.steps, a.warmup, a.lr, a.min_lr_ratio);
+        let gnorm = opt.step(&grads, lr)?;
+        step += 1;
+        ema = Some(match ema {
+            Some(e) => 0.98 * e + 0.02 * loss_v,
+            None => loss_v,
+        });
+        let elapsed = prior + t0.elapsed();
+        examples += batch.rows.len();
+        pb.set_position(step as u64);
+        pb.set_message(format!(
+            "loss {:.4} lr {lr:.2e} |g| {gnorm:.2} {:.0} ex/s",
+            ema.unwrap_or(loss_v),
+            (examples as f64) / elapsed.as_secs_f64()
+        ));
+        let mut rec = serde_json::json!({"step": step, "loss": loss_v, "loss_ema": ema, "lr": lr, "grad_norm": gnorm, "elapsed_s": elapsed.as_secs_f64(), "examples": examples});
+        if a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps) {
+            let acc = quick_eval(&varmap, &cfg, &tok, &a)?;
+            let txt: Vec<String> = acc
+                .iter()
+                .map(|(k, v)| format!("{} {:.0}%", k.name(), 100.0 * v))
+                .collect();
+            pb.println(format!(
+                "step {step}: loss {:.4}, quick eval ({} per task): {}",
+                ema.unwrap_or(loss_v),
+                a.eval_limit,
+                txt.join(", ")
+            ));
+            rec["eval"] = serde_json::json!(acc
+                .iter()
+                .map(|(k, v)| (k.name(), *v))
+                .collect::<std::collections::BTreeMap<_, _>>());
+        }
+        use std::io::Write;
+        writeln!(log, "{rec}")?;
+        if step % a.checkpoint_every == 0 {
+            save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
+        }
+    }
+    pb.finish();
+    let elapsed = prior + t0.elapsed();
+    save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
+    let dtype = match a.save_dtype.as_str() {
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        "f32" => DType::F32,
+        other => bail!("--save-dtype: `{other}` (expected f16, bf16 or f32)"),
+    };
+    save_weights(&varmap, &a.out.join("model.safetensors"), dtype)?;
+    eprintln!(
+        "trained {step} steps ({examples} examples) in {:.1} min; wrote {}",
+        elapsed.as_secs_f64() / 60.0,
+        a.out.display()
+    );
+    Ok(())
+}
