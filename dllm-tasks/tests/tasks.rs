@@ -57,14 +57,14 @@ fn golden_first_examples() {
         ),
         (
             TaskKind::YesNo,
-            "The bear is red. The mouse is green. The pig is brown. Is the mouse white?",
-            "The mouse is green. Answer: no",
+            "The bear cannot swim. The mouse cannot run. The pig cannot sing. Can the pig sing?",
+            "The pig cannot sing. Answer: no",
             "no",
         ),
         (
             TaskKind::Choice,
-            "Which of these is a fruit? A. violin B. silver C. Neptune D. apple",
-            "D. apple. Answer: D",
+            "Which of these is a fruit? A. violin B. yellow C. rake D. banana",
+            "A: instrument B: colour C: tool D: fruit. Answer: D",
             "D",
         ),
         (
@@ -87,11 +87,11 @@ fn golden_first_examples() {
 
 const GOLDEN_SEED0: [&str; 4] = [
     "Finn has 44 eggs. He wins 5 more. How many eggs does Finn have now?",
-    "The bear is white. The fox is pink. The frog is black. Is the fox red?",
-    "Which of these is an instrument? A. peach B. violin C. copper D. Jupiter",
+    "The bear cannot dig. The fox cannot hide. The frog cannot jump. Can the bear dig?",
+    "Which of these is an instrument? A. brown B. violin C. drill D. Jupiter",
     "It was Leo's birthday, so he blew out the",
 ];
-const GOLDEN_TRAIN0: &str = "Which of these is a body part? A. banana B. Neptune C. hand D. drill";
+const GOLDEN_TRAIN0: &str = "Which of these is a shape? A. banana B. rake C. hexagon D. green";
 
 #[test]
 fn test_set_is_200_unique_prompts_per_task() {
@@ -191,12 +191,15 @@ fn answers_are_balanced_in_training_and_test() {
     let mut yes = 0usize;
     let mut yesno_n = 0usize;
     let mut ops = HashMap::new();
+    let (mut facts_can, mut facts_cannot) = (0usize, 0usize);
     for e in train_stream(1).take(40_000) {
         match e.kind {
             TaskKind::Choice => *letters.entry(e.answer.clone()).or_insert(0usize) += 1,
             TaskKind::YesNo => {
                 yesno_n += 1;
                 yes += (e.answer == "yes") as usize;
+                facts_can += e.prompt.matches(" can ").count();
+                facts_cannot += e.prompt.matches(" cannot ").count();
             }
             TaskKind::Math => *ops.entry(e.response.contains(" + ")).or_insert(0usize) += 1,
             TaskKind::Completion => {}

@@ -1,24 +1,27 @@
 //! Yes/no questions over a short passage (the suite's BoolQ stand-in).
 //!
 //! ```text
-//! prompt:   The cat is red. The dog is blue. The fox is green. Is the dog green?
-//! response: The dog is blue. Answer: no
+//! prompt:   The cat can swim. The dog cannot fly. The fox can climb. Can the dog fly?
+//! response: The dog cannot fly. Answer: no
 //! ```
 //!
-//! The passage states two or three facts "The ANIMAL is COLOUR." about distinct animals with
-//! distinct colours; the question asks about one of them. Answers are balanced yes/no.
+//! The passage states two or three facts "The ANIMAL can/cannot ABILITY." about distinct
+//! animals and distinct abilities, each fact's polarity drawn independently; the question
+//! asks whether one of the animals has its stated ability. Answers are balanced yes/no, and
+//! the other facts' polarities carry no information, so only the asked animal's fact
+//! decides the answer.
 //!
 //! # Learnability
-//! Restating the relevant fact turns the hard part into copying: the rationale copies the
-//! question's animal, then the colour that follows that animal in the passage (a
-//! match-then-copy pattern that two attention layers learn quickly). The final `yes`/`no`
-//! then compares two nearby tokens, the question's colour and the restated one, so a
-//! decoder that commits the rationale first (the confident, low-entropy tokens) reduces the
-//! answer to an equality test.
+//! Restating the relevant fact turns the task into retrieval plus copying: the rationale
+//! copies the question's animal, then the `can`/`cannot` that follows that animal in the
+//! passage (a match-then-copy pattern that two attention layers learn quickly), then the
+//! ability. The final `yes`/`no` is a function of one token of the rationale.
 //!
-//! For "no" questions the asked colour is, half of the time, the colour of *another* animal
-//! of the passage, so "does the colour appear in the passage at all?" is not enough (it
-//! tops out at 75%); the other half it is a colour the passage does not mention.
+//! An earlier design asked "Is the dog green?" over colour facts, so that `no` needed an
+//! equality test between the asked and the restated colour. A ~0.9M-parameter probe learnt
+//! the retrieval (42% exact after 12 minutes on one core) but stayed at chance on the
+//! answer: detecting that two tokens are equal takes a tiny model much longer to learn than
+//! reading a polarity that is stated.
 
 use super::{Example, TaskKind};
 use crate::rng::Rng;
@@ -29,42 +32,34 @@ pub const ANIMALS: [&str; 16] = [
     "lion", "mouse", "owl", "wolf",
 ];
 
-/// The colours the animals have.
-pub const COLOURS: [&str; 8] = [
-    "red", "blue", "green", "yellow", "black", "white", "brown", "pink",
-];
+/// The abilities facts state or deny.
+pub const ABILITIES: [&str; 8] = ["swim", "fly", "run", "climb", "jump", "dig", "sing", "hide"];
 
 /// Draws one passage and question.
 pub fn generate(rng: &mut Rng) -> Example {
     let n_facts = 2 + rng.index(2);
     let animals = rng.sample_indices(ANIMALS.len(), n_facts);
-    let colours = rng.sample_indices(COLOURS.len(), n_facts);
+    let abilities = rng.sample_indices(ABILITIES.len(), n_facts);
+    let can: Vec<bool> = (0..n_facts).map(|_| rng.below(2) == 0).collect();
     let target = rng.index(n_facts);
-    let yes = rng.below(2) == 0;
-    let true_colour = colours[target];
-    let asked_colour = if yes {
-        true_colour
-    } else if rng.below(2) == 0 {
-        // Another animal's colour: answering needs the right fact, not just the passage.
-        let mut other = rng.index(n_facts - 1);
-        if other >= target {
-            other += 1;
-        }
-        colours[other]
-    } else {
-        let absent: Vec<usize> = (0..COLOURS.len())
-            .filter(|c| !colours.contains(c))
-            .collect();
-        absent[rng.index(absent.len())]
-    };
+    let modal = |c: bool| if c { "can" } else { "cannot" };
     let mut prompt = String::new();
-    for (&a, &c) in animals.iter().zip(&colours) {
-        prompt.push_str(&format!("The {} is {}. ", ANIMALS[a], COLOURS[c]));
+    for i in 0..n_facts {
+        prompt.push_str(&format!(
+            "The {} {} {}. ",
+            ANIMALS[animals[i]],
+            modal(can[i]),
+            ABILITIES[abilities[i]]
+        ));
     }
     let animal = ANIMALS[animals[target]];
-    prompt.push_str(&format!("Is the {animal} {}?", COLOURS[asked_colour]));
-    let answer = if yes { "yes" } else { "no" }.to_string();
-    let response = format!("The {animal} is {}. Answer: {answer}", COLOURS[true_colour]);
+    let ability = ABILITIES[abilities[target]];
+    prompt.push_str(&format!("Can the {animal} {ability}?"));
+    let answer = if can[target] { "yes" } else { "no" }.to_string();
+    let response = format!(
+        "The {animal} {} {ability}. Answer: {answer}",
+        modal(can[target])
+    );
     Example {
         kind: TaskKind::YesNo,
         prompt,
@@ -77,54 +72,52 @@ pub fn generate(rng: &mut Rng) -> Example {
 mod tests {
     use super::*;
 
-    /// Answers the question by actually reading the passage.
+    /// Answers the question by actually reading the passage: (restated fact, answer).
     fn solve(prompt: &str) -> (String, &'static str) {
-        let (passage, question) = prompt.rsplit_once("Is the ").unwrap();
-        let question = question.trim_end_matches('?');
-        let (animal, colour) = question.split_once(' ').unwrap();
-        let fact = passage
+        let (passage, question) = prompt.rsplit_once("Can the ").unwrap();
+        let (animal, ability) = question.trim_end_matches('?').split_once(' ').unwrap();
+        let facts: Vec<&str> = passage
             .split(". ")
             .map(|f| f.trim().trim_end_matches('.'))
-            .find(|f| f.starts_with(&format!("The {animal} is ")))
-            .expect("the asked animal is in the passage");
-        let true_colour = fact.rsplit(' ').next().unwrap().to_string();
-        let yes = true_colour == colour;
-        (true_colour, if yes { "yes" } else { "no" })
+            .filter(|f| f.starts_with(&format!("The {animal} ")))
+            .collect();
+        assert_eq!(
+            facts.len(),
+            1,
+            "the asked animal has exactly one fact: {prompt}"
+        );
+        let fact = facts[0];
+        assert!(
+            fact.ends_with(&format!(" {ability}")),
+            "asked about another ability: {prompt}"
+        );
+        let yes = fact.split(' ').nth(2) == Some("can");
+        (format!("{fact}."), if yes { "yes" } else { "no" })
     }
 
     #[test]
     fn answers_follow_from_the_passage() {
         let mut rng = Rng::new(2);
-        let (mut yes, mut no_in_passage, mut no_absent) = (0, 0, 0);
+        let mut yes = 0;
+        let mut agree_with_majority = 0;
         for _ in 0..4_000 {
             let ex = generate(&mut rng);
-            let (true_colour, ans) = solve(&ex.prompt);
+            let (fact, ans) = solve(&ex.prompt);
             assert_eq!(ex.answer, ans, "{ex:?}");
-            let animal = ex
-                .prompt
-                .rsplit_once("Is the ")
-                .unwrap()
-                .1
-                .split(' ')
-                .next()
-                .unwrap();
-            assert_eq!(
-                ex.response,
-                format!("The {animal} is {true_colour}. Answer: {ans}")
-            );
-            let asked = ex.prompt.rsplit(' ').next().unwrap().trim_end_matches('?');
-            let passage = ex.prompt.rsplit_once("Is the ").unwrap().0;
-            match (ans, passage.contains(&format!(" {asked}."))) {
-                ("yes", _) => yes += 1,
-                ("no", true) => no_in_passage += 1,
-                _ => no_absent += 1,
-            }
+            assert_eq!(ex.response, format!("{fact} Answer: {ans}"));
+            yes += (ans == "yes") as usize;
+            // The other facts must not give the answer away.
+            let cans = ex.prompt.matches(" can ").count();
+            let cannots = ex.prompt.matches(" cannot ").count();
+            let majority_yes = cans > cannots;
+            agree_with_majority += (majority_yes == (ans == "yes")) as usize;
         }
         assert!((1_850..2_150).contains(&yes), "yes {yes}");
+        // Majority polarity of the passage is an imperfect cue (the asked fact is part of
+        // it) but far from the answer itself.
         assert!(
-            (850..1_150).contains(&no_in_passage),
-            "no (in passage) {no_in_passage}"
+            agree_with_majority < 3_400,
+            "majority cue {agree_with_majority}/4000"
         );
-        assert!((850..1_150).contains(&no_absent), "no (absent) {no_absent}");
     }
 }
