@@ -18,6 +18,7 @@ pub mod config_json;
 pub mod dream;
 mod error;
 pub mod gguf;
+pub mod gguf_write;
 pub mod hub;
 pub mod kv_cache;
 pub mod layers;

@@ -53,8 +53,8 @@ pub fn tiny_dream() -> TransformerConfig {
     }
 }
 
-/// A ~100M-parameter LLaDA-shaped config (for benchmarks): d 768, 12 layers, 12 heads, MLP 2048,
-/// vocabulary 32000.
+/// A ~100M-parameter (97.6M) LLaDA-shaped config (for benchmarks): d 768, 12 layers, 12 heads,
+/// MLP 2048, vocabulary 8192.
 pub fn bench_llada_100m() -> TransformerConfig {
     TransformerConfig {
         hidden_size: 768,
