@@ -62,14 +62,14 @@ pub fn bench_llada_100m() -> TransformerConfig {
         num_heads: 12,
         num_kv_heads: 12,
         intermediate_size: 2048,
-        vocab_size: 32_000,
+        vocab_size: 8192,
         max_seq_len: 4096,
         special: SpecialTokens {
-            mask: 31_999,
-            eos: 31_998,
+            mask: 8191,
+            eos: 8190,
             eot: None,
-            bos: Some(31_997),
-            pad: Some(31_998),
+            bos: Some(8189),
+            pad: Some(8190),
         },
         ..tiny_llada()
     }
