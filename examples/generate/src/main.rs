@@ -6,6 +6,7 @@
 //! generate --model ./tiny --prompt-ids 1,2,3 --strategy vanilla --json
 //! ```
 
+mod embedded;
 mod live;
 
 use std::path::PathBuf;
@@ -21,9 +22,10 @@ use dllm_models::{load, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Args {
-    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name[@revision]).
+    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name[@revision])
+    /// [default: the embedded tiny LLaDA trained on the task suite].
     #[arg(long)]
-    model: String,
+    model: Option<String>,
     /// A tokenizer.json to use instead of the one next to the weights.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
@@ -163,9 +165,14 @@ fn run(a: Args) -> Result<()> {
         tokenizer: a.tokenizer.clone(),
         ..Default::default()
     };
-    let source = ModelSource::parse(&a.model)?;
     let t_load = Instant::now();
-    let mut loaded = load(&source, &opts).with_context(|| format!("loading {source}"))?;
+    let mut loaded = match &a.model {
+        Some(spec) => {
+            let source = ModelSource::parse(spec)?;
+            load(&source, &opts).with_context(|| format!("loading {source}"))?
+        }
+        None => embedded::load(&opts)?,
+    };
     let info = loaded.model.info().clone();
     if !a.json {
         eprintln!(
