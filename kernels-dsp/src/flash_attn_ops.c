@@ -80,12 +80,7 @@ static void kdsp_fa_item(const kdsp_fa_plan *p, uint8_t *ws, uint32_t item) {
             }
             float bmax = neg_inf;
             for (uint32_t j = 0; j < nk; j++) {
-                const float *kj = kf + j * D;
-                float dot = 0.0f;
-                for (uint32_t d = 0; d < D; d++) {
-                    dot += qr[d] * kj[d];
-                }
-                float sc = dot * p->scale;
+                float sc = kdsp_dot_f32(qr, kf + j * D, D) * p->scale;
                 if (mk != NULL) {
                     sc += kdsp_row_get(p->mask.dtype, mk, j0 + j);
                 }

@@ -234,7 +234,7 @@ static void kdsp_dequant_q4_task(void *arg, uint32_t w, uint32_t nw) {
             const float d = kdsp_f16_to_f32(kdsp_ld_u16(sc + 2u * r));
             uint8_t *out = p->dst.data + (uint64_t)row * p->dst.nb[1];
             for (uint32_t k = 0; k < nk; k++) {
-                const int32_t c = codes[(k / 4u) * 128u + r * 4u + (k % 4u)];
+                const int32_t c = codes[KDSP_Q4_UNP(r, k)];
                 kdsp_row_set(p->dst.dtype, out, kt * 32u + k, (float)(c - 8) * d);
             }
         }

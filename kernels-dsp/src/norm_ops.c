@@ -30,19 +30,7 @@ static void kdsp_norm_task(void *arg, uint32_t wi, uint32_t nw) {
 #if KDSP_HVX_FLOAT
         const float ss = kdsp_hvx_sumsq_f32(xf, n);
 #else
-        /* 8 interleaved partial sums: more accurate than one running sum, and vectorisable
-         * without reassociating anything the compiler is not told to */
-        float part[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        uint32_t i = 0;
-        for (; i + 8u <= n; i += 8u) {
-            for (uint32_t l = 0; l < 8u; l++) {
-                part[l] += xf[i + l] * xf[i + l];
-            }
-        }
-        float ss = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-        for (; i < n; i++) {
-            ss += xf[i] * xf[i];
-        }
+        const float ss = kdsp_dot_f32(xf, xf, n);
 #endif
         const float rs = kdsp_rsqrtf(ss / (float)n + p->eps);
 #if KDSP_HVX_FLOAT

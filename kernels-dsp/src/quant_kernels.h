@@ -2,7 +2,7 @@
  * quant_kernels.h -- the integer kernels of the quantized path, each as an HVX version next to
  * the portable scalar version that defines its exact result:
  *   kdsp_q8_0_block     f32[32] -> Q8_0 (fp16 d + int8[32]), integer rounding rule below
- *   kdsp_q4_unpack_tile 512 B of Q4_0 tile nibbles -> 8 x 128 B of codes (vand + vlsr)
+ *   kdsp_q4_unpack_tile 512 B of Q4_0 tile nibbles -> 1024 B of codes (vand + vlsr)
  *   kdsp_q4_dot_tile    unpacked tile x one Q8_0 block -> 32 int32 row dots (vrmpy)
  * Both versions return bit-identical results; the QEMU test checks it on the Hexagon ISA.
  *
@@ -122,9 +122,18 @@ static inline uint16_t kdsp_q8_0_block(const float *x, uint32_t n, int8_t *q) {
 #endif
 }
 
-/* nib: 512 B of one Q4_0 tile (128-byte aligned). out (1024 B, 128-byte aligned): byte
- * g*128 + r*4 + i = code(r, 4g + i). Nibble byte p*128 + r*4 + i holds code(r, 8p+i) low and
- * code(r, 8p+4+i) high, so vector p unpacks into groups 2p (vand) and 2p+1 (vlsr). */
+/* Index of code(r, k) in an unpacked tile. The HVX layout is vrmpy's lane order (byte
+ * g*128 + r*4 + i holds code(r, 4g + i)); the portable layout is row-major so that the scalar
+ * dot product is a contiguous integer reduction the compiler vectorises. */
+#if KDSP_HAVE_HVX
+#define KDSP_Q4_UNP(r, k) ((((k) >> 2) << 7) + ((r) << 2) + ((k) & 3u))
+#else
+#define KDSP_Q4_UNP(r, k) (((r) << 5) + (k))
+#endif
+
+/* nib: 512 B of one Q4_0 tile (128-byte aligned); out: 1024 B (128-byte aligned) of codes at
+ * KDSP_Q4_UNP. Nibble byte p*128 + r*4 + i holds code(r, 8p+i) low and code(r, 8p+4+i) high, so
+ * on HVX vector p unpacks into lane groups 2p (vand) and 2p+1 (vlsr) with no shuffle. */
 static inline void kdsp_q4_unpack_tile(const uint8_t *nib, uint8_t *out) {
 #if KDSP_HAVE_HVX
     const HVX_Vector *src = (const HVX_Vector *)(const void *)nib;
@@ -137,10 +146,12 @@ static inline void kdsp_q4_unpack_tile(const uint8_t *nib, uint8_t *out) {
     }
 #else
     for (uint32_t p = 0; p < 4u; p++) {
-        for (uint32_t j = 0; j < 128u; j++) {
-            const uint8_t b = nib[p * 128u + j];
-            out[(2u * p) * 128u + j] = (uint8_t)(b & 0x0fu);
-            out[(2u * p + 1u) * 128u + j] = (uint8_t)(b >> 4);
+        for (uint32_t r = 0; r < 32u; r++) {
+            for (uint32_t i = 0; i < 4u; i++) {
+                const uint8_t b = nib[p * 128u + r * 4u + i];
+                out[KDSP_Q4_UNP(r, 8u * p + i)] = (uint8_t)(b & 0x0fu);
+                out[KDSP_Q4_UNP(r, 8u * p + 4u + i)] = (uint8_t)(b >> 4);
+            }
         }
     }
 #endif
@@ -161,11 +172,10 @@ static inline void kdsp_q4_dot_tile(const uint8_t *unp, const int8_t *a, int32_t
     *(HVX_Vector *)(void *)sumi = Q6_Vw_vsub_VwVw(acc, kdsp_hvx_splat_w(8 * asum));
 #else
     for (uint32_t r = 0; r < 32u; r++) {
+        const uint8_t *c = unp + KDSP_Q4_UNP(r, 0u);
         int32_t s = 0;
-        for (uint32_t g = 0; g < 8u; g++) {
-            const uint8_t *c = unp + g * 128u + r * 4u;
-            const int8_t *ag = a + 4u * g;
-            s += (int32_t)c[0] * ag[0] + (int32_t)c[1] * ag[1] + (int32_t)c[2] * ag[2] + (int32_t)c[3] * ag[3];
+        for (uint32_t k = 0; k < 32u; k++) {
+            s += (int32_t)c[k] * a[k];
         }
         sumi[r] = s - 8 * asum;
     }

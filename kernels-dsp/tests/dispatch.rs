@@ -447,7 +447,8 @@ fn outputs_may_not_overlap_inputs_except_exact_in_place_aliases() {
 fn malformed_fields_are_rejected_with_a_status() {
     // A quick host-side sweep (the sanitizer test covers this far more heavily).
     let (ctx, o, _) = add_setup(40);
-    let cases: Vec<(&str, Box<dyn Fn(&mut kdsp_op)>, u32)> = vec![
+    type Mutation = Box<dyn Fn(&mut kdsp_op)>;
+    let cases: Vec<(&str, Mutation, u32)> = vec![
         (
             "dim 0",
             Box::new(|o| o.dst.ne[1] = 0),

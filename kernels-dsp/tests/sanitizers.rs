@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const SOURCES: &[&str] = &[
@@ -25,7 +25,7 @@ const SOURCES: &[&str] = &[
 ];
 
 /// Compiles the sanitizer build with the first compiler that can; returns (binary, compiler).
-fn build(root: &PathBuf, out: &PathBuf) -> Result<(PathBuf, String), String> {
+fn build(root: &Path, out: &Path) -> Result<(PathBuf, String), String> {
     let bin = out.join("kdsp_fuzz_asan");
     let mut errors = String::new();
     for cc in ["clang-19", "clang", "cc"] {
@@ -105,6 +105,6 @@ fn malformed_descriptors_are_rejected_under_asan_and_ubsan() {
             summary.contains("errors=0") && summary.contains("INVALID="),
             "{summary}"
         );
-        eprintln!("asan+ubsan ({cc}), seed {seed}: {summary}");
+        common::announce(&format!("asan+ubsan ({cc}), seed {seed}: {summary}"));
     }
 }

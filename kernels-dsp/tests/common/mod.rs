@@ -11,14 +11,20 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 /// Skips a test whose external tool is missing, or fails it under `CI=true`.
 /// Returns `true` when the caller should return early.
 pub fn skip_or_fail(test: &str, missing: &str, install: &str) -> bool {
-    let msg = format!(
-        "{test}: SKIPPED: {missing}. Install it with `{install}` (on Debian 12: `.ci/install-test-deps`)."
-    );
+    let why =
+        format!("{missing}. Install it with `{install}` (on Debian 12: `.ci/install-test-deps`)");
     if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
-        panic!("{msg} (CI=true: missing tools are a failure)");
+        panic!("{test}: FAILED because CI=true and {why}");
     }
-    eprintln!("{msg}");
+    announce(&format!("{test}: SKIPPED: {why}"));
     true
+}
+
+/// Prints a line to the real stderr, bypassing the test harness's capture, so summaries and skip
+/// notices show up in `cargo test` output even without `--nocapture`.
+pub fn announce(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
 /// A zero-initialised, 128-byte aligned heap buffer (the alignment registered buffers need).
@@ -329,10 +335,12 @@ pub fn tiles(buffer_id: u32, layout: u32, k: u32, rows: u32) -> kdsp_tensor {
 }
 
 pub fn op(opcode: u32, dst: kdsp_tensor, src: &[kdsp_tensor]) -> kdsp_op {
-    let mut o = kdsp_op::default();
-    o.opcode = opcode;
-    o.n_src = src.len() as u32;
-    o.dst = dst;
+    let mut o = kdsp_op {
+        opcode,
+        n_src: src.len() as u32,
+        dst,
+        ..Default::default()
+    };
     o.src[..src.len()].copy_from_slice(src);
     o
 }

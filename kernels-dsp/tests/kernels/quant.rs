@@ -4,19 +4,6 @@ use crate::common::reference::*;
 use crate::common::*;
 use kernels_dsp::*;
 
-/// Bytes of ggml block_q8_0 rows: (d, qs) per block.
-fn parse_q8(bytes: &[u8]) -> Vec<(u16, Vec<i8>)> {
-    bytes
-        .chunks(34)
-        .map(|b| {
-            (
-                u16::from_le_bytes([b[0], b[1]]),
-                b[2..].iter().map(|&v| v as i8).collect(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn quantize_q8_0_follows_the_integer_rule_exactly() {
     let mut rng = Rng(11);
