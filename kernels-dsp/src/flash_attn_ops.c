@@ -30,6 +30,54 @@ typedef struct kdsp_fa_plan {
     uint64_t per_worker;
 } kdsp_fa_plan;
 
+/* o[d] += sum_j p[j] * v[j][d], keys in ascending order for every d. Walking d in chunks of 16
+ * keeps the chunk's accumulators in registers across the key block (one pass over o instead of
+ * one per key) without changing the order of any element's additions. */
+static void kdsp_fa_accumulate(float *restrict o, const float *restrict pr, const float *restrict v, uint32_t nk,
+                               uint32_t D) {
+    uint32_t d0 = 0;
+    for (; d0 + 16u <= D; d0 += 16u) {
+#if KDSP_HAVE_V4
+        kdsp_v4 a0 = kdsp_v4_load(o + d0), a1 = kdsp_v4_load(o + d0 + 4u);
+        kdsp_v4 a2 = kdsp_v4_load(o + d0 + 8u), a3 = kdsp_v4_load(o + d0 + 12u);
+        for (uint32_t j = 0; j < nk; j++) {
+            const kdsp_v4 pj = {pr[j], pr[j], pr[j], pr[j]};
+            const float *vj = v + j * D + d0;
+            a0 += pj * kdsp_v4_load(vj);
+            a1 += pj * kdsp_v4_load(vj + 4u);
+            a2 += pj * kdsp_v4_load(vj + 8u);
+            a3 += pj * kdsp_v4_load(vj + 12u);
+        }
+        kdsp_v4_store(o + d0, a0);
+        kdsp_v4_store(o + d0 + 4u, a1);
+        kdsp_v4_store(o + d0 + 8u, a2);
+        kdsp_v4_store(o + d0 + 12u, a3);
+#else
+        float acc[16];
+        for (uint32_t t = 0; t < 16u; t++) {
+            acc[t] = o[d0 + t];
+        }
+        for (uint32_t j = 0; j < nk; j++) {
+            const float pj = pr[j];
+            const float *vj = v + j * D + d0;
+            for (uint32_t t = 0; t < 16u; t++) {
+                acc[t] += pj * vj[t];
+            }
+        }
+        for (uint32_t t = 0; t < 16u; t++) {
+            o[d0 + t] = acc[t];
+        }
+#endif
+    }
+    for (; d0 < D; d0++) {
+        float acc = o[d0];
+        for (uint32_t j = 0; j < nk; j++) {
+            acc += pr[j] * v[j * D + d0];
+        }
+        o[d0] = acc;
+    }
+}
+
 static void kdsp_fa_item(const kdsp_fa_plan *p, uint8_t *ws, uint32_t item) {
     const uint32_t D = p->D;
     const uint32_t qb = item % p->n_qb;
@@ -102,14 +150,11 @@ static void kdsp_fa_item(const kdsp_fa_plan *p, uint8_t *ws, uint32_t item) {
             }
             float l = lrow[r];
             for (uint32_t j = 0; j < nk; j++) {
-                const float pj = sr[j] == neg_inf ? 0.0f : kdsp_expf(sr[j] - m_new);
-                l += pj;
-                const float *vj = vf + j * D;
-                for (uint32_t d = 0; d < D; d++) {
-                    orow[d] += pj * vj[d];
-                }
+                sr[j] = sr[j] == neg_inf ? 0.0f : kdsp_expf(sr[j] - m_new);
+                l += sr[j];
             }
             lrow[r] = l;
+            kdsp_fa_accumulate(orow, sr, vf, nk, D);
             mrow[r] = m_new;
         }
     }

@@ -63,25 +63,15 @@ static inline uint16_t kdsp_f32_to_f16(float f) {
     return (uint16_t)(sign | r);
 }
 
+/* Exact. Branch-free apart from two selects, so loops over it vectorise: normals and inf/NaN are
+ * a shift and a rebias (NaN payloads are kept, not quieted); subnormals are converted as
+ * integer * 2^-24, which is exact in f32. */
 static inline float kdsp_f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu;
-    uint32_t m = h & 0x3ffu;
-    if (e == 0u) {
-        if (m == 0u) {
-            return kdsp_bits_f32(sign);
-        }
-        e = 113u; /* subnormal: normalise */
-        while (!(m & 0x400u)) {
-            m <<= 1;
-            e -= 1u;
-        }
-        return kdsp_bits_f32(sign | (e << 23) | ((m & 0x3ffu) << 13));
-    }
-    if (e == 31u) {
-        return kdsp_bits_f32(sign | 0x7f800000u | (m << 13));
-    }
-    return kdsp_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+    const uint32_t em = h & 0x7fffu;
+    const uint32_t normal = (em << 13) + (em >= 0x7c00u ? 0x70000000u : 0x38000000u); /* rebias; inf/NaN -> 255 */
+    const uint32_t sub = kdsp_f32_bits((float)(int32_t)em * 5.9604644775390625e-8f); /* em * 2^-24, exact */
+    return kdsp_bits_f32((em < 0x0400u ? sub : normal) | sign);
 }
 
 /* Unaligned little-endian loads/stores through byte copies (the compiler turns them into plain

@@ -182,3 +182,33 @@ fn f32_to_f16_rounding_matches_the_half_crate() {
         }
     }
 }
+
+#[test]
+fn f16_to_f32_is_exact_for_every_bit_pattern() {
+    // All 65536 halves through UNPACK_ACT_TILES into F32 rows: equal to `half`'s conversion
+    // (NaNs only need to stay NaN with the sign kept: the payload is not quieted).
+    let (m, k) = (2048usize, 32usize);
+    let h: Vec<u16> = (0..=u16::MAX).collect();
+    let mut ctx = Ctx::new(2);
+    let tl = ctx.add_bytes(&act_tiles(&h, m, k));
+    let out = ctx.add_zeroed(m * k * 4);
+    assert_eq!(
+        ctx.run(&op(
+            KDSP_OP_UNPACK_ACT_TILES,
+            rows(out, KDSP_DTYPE_F32, &[k as u32, m as u32]),
+            &[tiles(tl, KDSP_LAYOUT_HMX_ACT_TILES, k as u32, m as u32)]
+        )),
+        KDSP_STATUS_OK
+    );
+    for (&bits, &got) in h.iter().zip(&ctx.f32s(out)) {
+        let want = half::f16::from_bits(bits).to_f32();
+        if want.is_nan() {
+            assert!(
+                got.is_nan() && got.is_sign_negative() == want.is_sign_negative(),
+                "{bits:#06x}"
+            );
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
+        }
+    }
+}
