@@ -102,7 +102,10 @@ fn committed_bindings_match_the_header() {
         eprintln!("wrote {}", path.display());
         return;
     }
-    let committed = std::fs::read_to_string(&path).unwrap();
+    // Both sides go through the same rustfmt, so a different rustfmt version on another machine
+    // cannot turn formatting into a false "stale" report.
+    let committed = rustfmt(&std::fs::read_to_string(&path).unwrap())
+        .expect("rustfmt on the committed bindings");
     if committed != formatted {
         let line = committed
             .lines()

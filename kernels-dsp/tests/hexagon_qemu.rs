@@ -221,19 +221,43 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
     );
 
     // The HVX paths really are in the binary (not silently the portable ones).
+    // and the executed binary holds no HVX float (qf32) code, while the HVX-float build does.
     if have("llvm-objdump-19") {
-        let dis = Command::new("llvm-objdump-19")
-            .args(["-d", "--mcpu=hexagonv73", "--mattr=+hvxv73,+hvx-length128b"])
-            .arg(out_dir.join("kdsp_driver_v73"))
-            .output()
-            .unwrap();
-        let dis = String::from_utf8_lossy(&dis.stdout);
+        let disasm = |path: PathBuf| -> String {
+            let out = Command::new("llvm-objdump-19")
+                .args([
+                    "-d",
+                    "--mcpu=hexagonv73",
+                    "--mattr=+hvxv73,+hvx-length128b,+hvx-qfloat",
+                ])
+                .arg(path)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let dis = disasm(out_dir.join("kdsp_driver_v73"));
         for insn in ["vrmpy", "vshuff", "vdeal", "vlsr", "vpack", "vmpyi"] {
             assert!(
                 dis.contains(insn),
                 "{insn} missing from the v73 driver disassembly"
             );
         }
+        assert!(
+            !dis.contains(".qf32"),
+            "the QEMU binary must not contain HVX float instructions"
+        );
+        let qf32: usize = ["matmul_q4_ops.o", "norm_ops.o", "elementwise_ops.o"]
+            .iter()
+            .map(|o| {
+                disasm(out_dir.join("v73-hvx-float").join(o))
+                    .matches(".qf32")
+                    .count()
+            })
+            .sum();
+        assert!(
+            qf32 > 0,
+            "the HVX-float build contains no qf32 instructions"
+        );
     }
 
     let (mut int_cases, mut float_cases, mut float_exact) = (0, 0, 0);
