@@ -125,7 +125,9 @@ enum kdsp_opcode {
      * src0: Q, F32|F16 ne {D, Hq, Tq}. src1: K, F16 ne {D, Hkv, Tk}. src2: V, F16 ne {D, Hkv, Tk}.
      * src3 (optional, n_src = 4): additive mask, F32|F16 ne {Tk, Tq, 1 or Hq}. dst: F32|F16
      * ne {D, Hq, Tq}. Hq % Hkv == 0 (GQA: q head h reads kv head h / (Hq/Hkv)); D <= 256.
-     * Rows whose scores are all -inf produce zeros. params.attn.
+     * Rows whose scores are all -inf produce zeros. params.attn. The key range is a strided view,
+     * e.g. tokens a..b of a KV cache holding the cached prefix followed by the current window's
+     * K/V; the queries may be any positions (RoPE is applied before, by KDSP_OP_ROPE_NEOX).
      */
     KDSP_OP_FLASH_ATTN = 3,
     /**

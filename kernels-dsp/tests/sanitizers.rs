@@ -4,7 +4,8 @@
 //! -fno-sanitize-recover=all`, into a standalone fuzz driver (`tests/c/fuzz_driver.c`): valid
 //! ops of every op code on exactly sized buffers must return OK, and thousands of mutated and
 //! random descriptors (bad dims, strides, offsets, buffer ids, dtypes, overlapping outputs, ...)
-//! must come back with a status -- no crash, no out-of-bounds access, no UB report.
+//! must come back with a status -- no crash, no out-of-bounds access, no UB report. A ThreadSanitizer
+//! build of the same workload checks the pthreads worker pool and the kernels' work splits.
 
 mod common;
 
@@ -24,9 +25,10 @@ const SOURCES: &[&str] = &[
     "layout_ops.c",
 ];
 
-/// Compiles the sanitizer build with the first compiler that can; returns (binary, compiler).
-fn build(root: &Path, out: &Path) -> Result<(PathBuf, String), String> {
-    let bin = out.join("kdsp_fuzz_asan");
+/// Compiles the fuzz driver + kernels with `sanitize` (e.g. "address,undefined") using the first
+/// compiler that can; returns (binary, compiler).
+fn build(root: &Path, out: &Path, sanitize: &str) -> Result<(PathBuf, String), String> {
+    let bin = out.join(format!("kdsp_fuzz_{}", sanitize.replace(',', "_")));
     let mut errors = String::new();
     for cc in ["clang-19", "clang", "cc"] {
         let mut cmd = Command::new(cc);
@@ -34,7 +36,7 @@ fn build(root: &Path, out: &Path) -> Result<(PathBuf, String), String> {
             "-std=c11",
             "-O1",
             "-g",
-            "-fsanitize=address,undefined",
+            &format!("-fsanitize={sanitize}"),
             "-fno-sanitize-recover=all",
         ])
         .args([
@@ -62,12 +64,16 @@ fn build(root: &Path, out: &Path) -> Result<(PathBuf, String), String> {
     Err(errors)
 }
 
+fn out_dir() -> PathBuf {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kernels-dsp-sanitizers");
+    std::fs::create_dir_all(&out).unwrap();
+    out
+}
+
 #[test]
 fn malformed_descriptors_are_rejected_under_asan_and_ubsan() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kernels-dsp-asan");
-    std::fs::create_dir_all(&out).unwrap();
-    let (bin, cc) = match build(&root, &out) {
+    let (bin, cc) = match build(&root, &out_dir(), "address,undefined") {
         Ok(b) => b,
         Err(e) => {
             common::skip_or_fail(
@@ -107,4 +113,48 @@ fn malformed_descriptors_are_rejected_under_asan_and_ubsan() {
         );
         common::announce(&format!("asan+ubsan ({cc}), seed {seed}: {summary}"));
     }
+}
+
+#[test]
+fn worker_pool_and_kernels_are_race_free_under_tsan() {
+    // The same fuzz workload on a 3-worker pthreads pool under ThreadSanitizer: the pool's
+    // hand-off and every kernel's split of its output must be free of data races.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let (bin, cc) = match build(&root, &out_dir(), "thread") {
+        Ok(b) => b,
+        Err(e) => {
+            common::skip_or_fail(
+                "worker_pool_and_kernels_are_race_free_under_tsan",
+                &format!("no C compiler with the TSan runtime ({})", e.trim()),
+                "apt-get install -y clang-19",
+            );
+            return;
+        }
+    };
+    let run = Command::new(&bin)
+        .args(["11", "60"])
+        .env("TSAN_OPTIONS", "halt_on_error=1")
+        .output()
+        .expect("run the TSan build");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if stderr.contains("unexpected memory mapping") {
+        // TSan cannot start on some kernels (high mmap ASLR entropy): an environment limit.
+        common::skip_or_fail(
+            "worker_pool_and_kernels_are_race_free_under_tsan",
+            "TSan cannot map its shadow memory here",
+            "sysctl vm.mmap_rnd_bits=28",
+        );
+        return;
+    }
+    assert!(
+        run.status.success() && !stderr.contains("ThreadSanitizer"),
+        "TSan build ({cc}) failed: {:?}\n{stdout}\n{stderr}",
+        run.status
+    );
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("fuzz:"))
+        .expect("summary line");
+    common::announce(&format!("tsan ({cc}): {summary}"));
 }
