@@ -78,6 +78,11 @@ static uint64_t rng_next(void) {
     return z ^ (z >> 31);
 }
 
+/* uniform integer in lo..=hi */
+static uint32_t rnd(uint32_t lo, uint32_t hi) {
+    return lo + (uint32_t)(rng_next() >> 32) % (hi - lo + 1u);
+}
+
 /* uniform in [-1, 1), exactly representable */
 static float rng_sym(void) {
     return (float)(int32_t)(rng_next() >> 40) * (1.0f / 8388608.0f) - 1.0f;

@@ -3,7 +3,7 @@
  * driver.c only). "int" cases exercise the integer HVX paths (vand/vlsr nibble unpack, Q8_0
  * quantize, vrmpy dots, vshuff/vdeal tile packing) and must match the host build bit for bit;
  * "float" cases run scalar float code on the Hexagon core and are compared within tolerance.
- * Shapes deliberately include dims that are not multiples of 32.
+ * Shapes are drawn from the seed (mostly not multiples of 32), so every seed is a new set of edges.
  */
 
 static void selftest_report(const char *name, int ok) {
@@ -79,7 +79,7 @@ static void selftests(void) {
 
 static void case_quantize_q8_0(void) {
     reset_bufs();
-    const uint32_t K = 96, R = 7;
+    const uint32_t K = 96u + 32u * rnd(0, 2), R = 7u + rnd(0, 3);
     const uint32_t x = new_buf(K * R * 4u, 0);
     fill_f32(x, K * R, 3.0f);
     float *f = (float *)(void *)buf_ptr[x];
@@ -113,7 +113,7 @@ static uint32_t random_q4_tiles(uint32_t K, uint32_t N) {
 
 static void case_dequant_q4_0(void) {
     reset_bufs();
-    const uint32_t K = 70, N = 45;
+    const uint32_t K = rnd(1, 100), N = rnd(1, 70);
     const uint32_t w = random_q4_tiles(K, N);
     const uint32_t dst = new_buf(K * N * 4u, 0xa5);
     const kdsp_tensor src = t_tiles(w, KDSP_LAYOUT_Q4_0_TILES, K, N);
@@ -123,7 +123,7 @@ static void case_dequant_q4_0(void) {
 
 static void case_pack_q4_0(void) {
     reset_bufs();
-    const uint32_t K = 64, N = 45;
+    const uint32_t K = 32u * rnd(1, 3), N = rnd(1, 70);
     const uint32_t blocks = N * K / 32u;
     const uint32_t src_id = new_buf(blocks * KDSP_Q4_0_BLOCK_BYTES, 0);
     fill_bytes(src_id, 0, blocks * KDSP_Q4_0_BLOCK_BYTES);
@@ -138,7 +138,7 @@ static void case_pack_q4_0(void) {
 
 static void case_matmul_q4_q8(void) {
     reset_bufs();
-    const uint32_t K = 96, N = 70, M = 13;
+    const uint32_t K = 32u * rnd(1, 4), N = rnd(1, 80), M = rnd(1, 40);
     const uint32_t w = random_q4_tiles(K, N);
     const uint32_t blocks = M * K / 32u;
     const uint32_t a = new_buf(blocks * KDSP_Q8_0_BLOCK_BYTES, 0);
@@ -154,7 +154,7 @@ static void case_matmul_q4_q8(void) {
 
 static void case_matmul_q4_f32(void) {
     reset_bufs();
-    const uint32_t K = 200, N = 45, M = 37;
+    const uint32_t K = rnd(1, 300), N = rnd(1, 80), M = rnd(1, 70);
     const uint32_t w = random_q4_tiles(K, N);
     const uint32_t a = new_buf(M * K * 4u, 0);
     fill_f32(a, M * K, 2.0f);
@@ -164,8 +164,9 @@ static void case_matmul_q4_f32(void) {
     run_case("matmul_q4_0_x_f32", "int", &op);
 }
 
-static void case_pack_act(uint32_t dtype, uint32_t K, uint32_t M, const char *name) {
+static void case_pack_act(uint32_t dtype, const char *name) {
     reset_bufs();
+    const uint32_t K = rnd(1, 100), M = rnd(1, 100);
     const uint32_t es = dtype == KDSP_DTYPE_F16 ? 2u : 4u;
     const uint32_t a = new_buf(M * K * es, 0);
     if (dtype == KDSP_DTYPE_F16) {
@@ -179,8 +180,9 @@ static void case_pack_act(uint32_t dtype, uint32_t K, uint32_t M, const char *na
     run_case(name, "int", &op);
 }
 
-static void case_unpack_act(uint32_t dtype, uint32_t K, uint32_t M, const char *name) {
+static void case_unpack_act(uint32_t dtype, const char *name) {
     reset_bufs();
+    const uint32_t K = rnd(1, 100), M = rnd(1, 100);
     const uint32_t es = dtype == KDSP_DTYPE_F16 ? 2u : 4u;
     const uint32_t t = new_buf(tiles(K, M) * KDSP_F16_TILE_BYTES, 0);
     fill_bytes(t, 0, tiles(K, M) * KDSP_F16_TILE_BYTES); /* any bits: unpack is a pure shuffle */
@@ -192,7 +194,7 @@ static void case_unpack_act(uint32_t dtype, uint32_t K, uint32_t M, const char *
 
 static void case_pack_weight(void) {
     reset_bufs();
-    const uint32_t K = 70, N = 45;
+    const uint32_t K = rnd(1, 100), N = rnd(1, 70);
     const uint32_t wr = new_buf(N * K * 2u, 0);
     fill_f16(wr, N * K, 1.0f);
     const uint32_t dst = new_buf(tiles(K, N) * KDSP_F16_TILE_BYTES, 0xa5);
@@ -205,7 +207,7 @@ static void case_pack_weight(void) {
 
 static void case_matmul_f16_tiles(void) {
     reset_bufs();
-    const uint32_t K = 100, N = 70, M = 45;
+    const uint32_t K = rnd(1, 130), N = rnd(1, 80), M = rnd(1, 70);
     const uint32_t wr = new_buf(N * K * 2u, 0);
     fill_f16(wr, N * K, 0.5f);
     const uint32_t ar = new_buf(M * K * 2u, 0);
@@ -227,7 +229,7 @@ static void case_matmul_f16_tiles(void) {
 
 static void case_matmul_f16_rows(void) {
     reset_bufs();
-    const uint32_t K = 64, N = 33, M = 20;
+    const uint32_t K = rnd(1, 100), N = rnd(1, 70), M = rnd(1, 40);
     const uint32_t wr = new_buf(N * K * 2u, 0);
     fill_f16(wr, N * K, 0.5f);
     const uint32_t wt = new_buf(tiles(K, N) * KDSP_F16_TILE_BYTES, 0);
@@ -244,7 +246,7 @@ static void case_matmul_f16_rows(void) {
 
 static void case_flash_attn_mask(void) {
     reset_bufs();
-    const uint32_t D = 64, Hq = 4, Hkv = 2, Tq = 5, Tk = 70;
+    const uint32_t D = rnd(1, 128), Hkv = rnd(1, 2), Hq = Hkv * rnd(1, 3), Tq = rnd(1, 8), Tk = rnd(1, 130);
     const uint32_t q = new_buf(D * Hq * Tq * 4u, 0);
     fill_f32(q, D * Hq * Tq, 1.0f);
     const uint32_t k = new_buf(D * Hkv * Tk * 2u, 0);
@@ -271,7 +273,7 @@ static void case_flash_attn_mask(void) {
 
 static void case_flash_attn_f16(void) {
     reset_bufs();
-    const uint32_t D = 40, H = 2, Tq = 3, Tk = 33;
+    const uint32_t D = rnd(1, 80), H = rnd(1, 3), Tq = rnd(1, 6), Tk = rnd(1, 100);
     const uint32_t q = new_buf(D * H * Tq * 2u, 0);
     fill_f16(q, D * H * Tq, 1.0f);
     const uint32_t k = new_buf(D * H * Tk * 2u, 0);
@@ -288,7 +290,7 @@ static void case_flash_attn_f16(void) {
 
 static void case_rms_norm(void) {
     reset_bufs();
-    const uint32_t n = 100, R = 7;
+    const uint32_t n = rnd(1, 300), R = rnd(1, 8);
     const uint32_t x = new_buf(n * R * 4u, 0);
     fill_f32(x, n * R, 2.0f);
     const uint32_t w = new_buf(n * 4u, 0);
@@ -302,7 +304,7 @@ static void case_rms_norm(void) {
 
 static void case_swiglu(void) {
     reset_bufs();
-    const uint32_t n = 70, R = 3;
+    const uint32_t n = rnd(1, 100), R = rnd(1, 4);
     const uint32_t g = new_buf(n * R * 2u, 0);
     fill_f16(g, n * R, 6.0f);
     const uint32_t u = new_buf(n * R * 2u, 0);
@@ -315,7 +317,7 @@ static void case_swiglu(void) {
 
 static void case_add(void) {
     reset_bufs();
-    const uint32_t n = 50, R = 4;
+    const uint32_t n = rnd(1, 80), R = rnd(1, 5);
     const uint32_t a = new_buf(n * R * 4u, 0);
     fill_f32(a, n * R, 1.0f);
     const uint32_t b = new_buf(n * 4u, 0);
@@ -328,7 +330,7 @@ static void case_add(void) {
 
 static void case_rope(void) {
     reset_bufs();
-    const uint32_t D = 16, H = 3, T = 5, P = 10;
+    const uint32_t D = 2u * rnd(1, 32), H = rnd(1, 4), T = 5, P = 10;
     const uint32_t x = new_buf(D * H * T * 4u, 0);
     fill_f32(x, D * H * T, 1.0f);
     const uint32_t pos = new_buf(T * 4u, 0);
@@ -353,10 +355,10 @@ static void run_all_cases(void) {
     case_pack_q4_0();
     case_matmul_q4_q8();
     case_matmul_q4_f32();
-    case_pack_act(KDSP_DTYPE_F16, 70, 45, "pack_act_tiles_f16");
-    case_pack_act(KDSP_DTYPE_F32, 40, 33, "pack_act_tiles_f32");
-    case_unpack_act(KDSP_DTYPE_F16, 70, 45, "unpack_act_tiles_f16");
-    case_unpack_act(KDSP_DTYPE_F32, 33, 20, "unpack_act_tiles_f32");
+    case_pack_act(KDSP_DTYPE_F16, "pack_act_tiles_f16");
+    case_pack_act(KDSP_DTYPE_F32, "pack_act_tiles_f32");
+    case_unpack_act(KDSP_DTYPE_F16, "unpack_act_tiles_f16");
+    case_unpack_act(KDSP_DTYPE_F32, "unpack_act_tiles_f32");
     case_pack_weight();
     case_matmul_f16_tiles();
     case_matmul_f16_rows();

@@ -17,7 +17,7 @@ use kernels_dsp::*;
 use std::path::PathBuf;
 use std::process::Command;
 
-const SEEDS: [u64; 2] = [20260529, 7];
+const SEEDS: [u64; 4] = [20260529, 7, 1234, 99];
 
 struct Case {
     name: String,
@@ -263,7 +263,19 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
     let (mut int_cases, mut float_cases, mut float_exact) = (0, 0, 0);
     let mut int_kernels = std::collections::BTreeSet::new();
     let mut float_kernels = std::collections::BTreeMap::new(); // opcode -> every case bit-exact
-    for seed in SEEDS {
+                                                               // KDSP_QEMU_SEEDS="1,2,3" replaces the default seeds (for a longer soak).
+    let seeds: Vec<u64> = match std::env::var("KDSP_QEMU_SEEDS") {
+        Ok(v) => v
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .expect("KDSP_QEMU_SEEDS: comma-separated u64")
+            })
+            .collect(),
+        Err(_) => SEEDS.to_vec(),
+    };
+    for &seed in &seeds {
         let run = Command::new(&qemu)
             .args(["-cpu", "v73"])
             .arg(out_dir.join("kdsp_driver_v73"))
@@ -336,7 +348,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
          released clang: HMX semantics run through the portable tile engine on the real tile layout; \
          not checkable with the installed compiler: {} (clang-19 accepts up to hexagonv73; clang-22 adds v75..v81)",
         int_kernels.len() + exact_float.len(),
-        SEEDS.len(),
+        seeds.len(),
         int_cases + float_cases,
         int_kernels.len(),
         names(&mut int_kernels.iter().copied()),
