@@ -1,0 +1,196 @@
+//! `eval`: run the held-out task suite (200 questions per task, or `--limit N`) through any decoding
+//! strategy and print, per task, exact and final-answer accuracy, forwards per answer, tokens
+//! committed per forward and wall time — the paper's accuracy protocol on the synthetic suite.
+//!
+//! ```text
+//! eval --model models/tiny-llada --strategy vanilla            # one token per step
+//! eval --model models/tiny-llada --strategy dual-cache --threshold 0.9 --json
+//! ```
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use dllm_decode::{DecodeParams, DreamParams};
+use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+use dllm_tasks::eval::{evaluate, questions, table};
+use dllm_tasks::TaskKind;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Evaluate a task-suite model on the held-out set.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Model directory, GGUF file or hub id; it must use the task-suite tokenizer.
+    #[arg(long)]
+    model: String,
+    /// A tokenizer.json to use instead of the one next to the weights.
+    #[arg(long)]
+    tokenizer: Option<PathBuf>,
+    /// Questions per task (default: all 200).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Tasks to run (comma-separated: math, yesno, choice, completion).
+    #[arg(long, value_delimiter = ',')]
+    tasks: Option<Vec<String>>,
+    /// Generated positions [default: the checkpoint's recommendation, else 24].
+    #[arg(long)]
+    gen_length: Option<usize>,
+    /// Block length [default: the checkpoint's recommendation, else gen-length].
+    #[arg(long)]
+    block_length: Option<usize>,
+    /// Total steps [default: gen-length, i.e. one token per step].
+    #[arg(long)]
+    steps: Option<usize>,
+    /// vanilla, prefix-cache or dual-cache.
+    #[arg(long, default_value = "vanilla")]
+    strategy: String,
+    /// Threshold parallel decoding.
+    #[arg(long)]
+    threshold: Option<f32>,
+    /// low_confidence, random, topk_margin or entropy.
+    #[arg(long, default_value = "low_confidence")]
+    remasking: String,
+    /// Dream algorithm (Dream models with vanilla).
+    #[arg(long, default_value = "maskgit_plus")]
+    alg: String,
+    /// Decode every block even after one ends in EOS.
+    #[arg(long)]
+    no_early_stop: bool,
+    /// CPU threads.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Print one JSON object (scores per task and settings) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also write every question's outcome as JSON lines here.
+    #[arg(long)]
+    dump: Option<PathBuf>,
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(a: Args) -> Result<()> {
+    if let Some(t) = a.threads {
+        if t == 0 {
+            bail!("--threads must be positive");
+        }
+        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+    }
+    let kinds: Vec<TaskKind> = match &a.tasks {
+        Some(v) => v
+            .iter()
+            .map(|s| s.parse::<TaskKind>().map_err(|e| anyhow!("--tasks: {e}")))
+            .collect::<Result<_>>()?,
+        None => TaskKind::ALL.to_vec(),
+    };
+    if a.limit == Some(0) {
+        bail!("--limit must be positive");
+    }
+    let opts = LoadOptions {
+        tokenizer: a.tokenizer.clone(),
+        ..Default::default()
+    };
+    let source = ModelSource::parse(&a.model)?;
+    let mut loaded = load(&source, &opts).with_context(|| format!("loading {source}"))?;
+    let tok = loaded
+        .tokenizer
+        .clone()
+        .ok_or_else(|| anyhow!("{} has no tokenizer.json (pass --tokenizer)", loaded.source))?;
+    dllm_tasks::tokenizer::check_special_tokens(tok.inner())
+        .context("the model's tokenizer is not the task-suite tokenizer")?;
+    let d = loaded.defaults;
+    let gen_length = a.gen_length.or(d.gen_length).unwrap_or(24);
+    let block_length = a.block_length.or(d.block_length).unwrap_or(gen_length);
+    let params = DecodeParams {
+        gen_length,
+        block_length,
+        steps: a.steps.unwrap_or(gen_length),
+        strategy: a.strategy.parse()?,
+        threshold: a.threshold,
+        remasking: a.remasking.parse()?,
+        early_stop: !a.no_early_stop,
+        dream: DreamParams {
+            alg: a.alg.parse()?,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    params.validate()?;
+    let qs = questions(&kinds, a.limit);
+    let pb = if a.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(qs.len() as u64)
+    };
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
+        )
+        .expect("template"),
+    );
+    let mut right = 0usize;
+    let mut dump = Vec::new();
+    let t0 = Instant::now();
+    let (scores, answers) = evaluate(
+        &mut loaded.model,
+        tok.inner(),
+        &qs,
+        &params,
+        |done, _, ans| {
+            right += usize::from(ans.final_answer);
+            pb.set_position(done as u64);
+            pb.set_message(format!("{:.1}% right", 100.0 * right as f64 / done as f64));
+        },
+    )?;
+    pb.finish_and_clear();
+    if let Some(path) = &a.dump {
+        for ans in &answers {
+            dump.push(serde_json::to_string(ans)?);
+        }
+        std::fs::write(path, dump.join("\n") + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let info = loaded.model.info();
+    if a.json {
+        let out = serde_json::json!({
+            "model": loaded.source,
+            "params": {
+                "strategy": a.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
+                "steps": params.steps, "threshold": params.threshold, "remasking": a.remasking,
+            },
+            "tasks": scores.iter().map(|s| serde_json::json!({
+                "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
+                "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
+                "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
+                "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
+            })).collect::<Vec<_>>(),
+            "elapsed_ms": t0.elapsed().as_secs_f64() * 1e3,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "{} ({}, {:.2}M parameters) · {} · gen {} block {} steps {}{} · {} questions\n",
+            loaded.source,
+            info.arch,
+            info.num_params as f64 / 1e6,
+            a.strategy,
+            params.gen_length,
+            params.block_length,
+            params.steps,
+            params
+                .threshold
+                .map(|t| format!(" threshold {t}"))
+                .unwrap_or_default(),
+            qs.len()
+        );
+        print!("{}", table(&scores));
+    }
+    Ok(())
+}
