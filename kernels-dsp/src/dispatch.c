@@ -59,7 +59,7 @@ kdsp_status_t kdsp_ctx_init(void *mem, uint64_t mem_bytes, void *scratch, const 
     if (cfg->scratch_bytes != 0 && (scratch == NULL || ((uintptr_t)scratch & (KDSP_BUFFER_ALIGN - 1u)) != 0)) {
         return KDSP_STATUS_INVALID_PARAMS;
     }
-    if ((uint64_t)(uintptr_t)-1 < cfg->scratch_bytes) {
+    if (cfg->scratch_bytes > (uint64_t)UINTPTR_MAX) { /* not addressable on a 32-bit DSP */
         return KDSP_STATUS_INVALID_PARAMS;
     }
     uint8_t *base = (uint8_t *)mem;

@@ -21,7 +21,9 @@
     non_upper_case_globals,
     missing_docs,
     clippy::all,
-    clippy::pedantic
+    clippy::pedantic,
+    rustdoc::broken_intra_doc_links,
+    rustdoc::invalid_html_tags
 )]
 #[rustfmt::skip]
 mod bindings;
