@@ -6,9 +6,11 @@
 //! checkpoint is guaranteed to load and run the same computation in the inference path.
 
 pub mod batch;
+pub mod model;
 pub mod objective;
 pub mod optim;
 
 pub use batch::{Batch, Batcher};
+pub use model::{inference_copy, init_varmap, named_vars, suite_config, trainable, ModelShape};
 pub use objective::{sft_loss, SftLoss, MASK_EPS};
 pub use optim::{lr_at, AdamW, AdamWConfig};

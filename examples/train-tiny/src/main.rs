@@ -10,17 +10,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device, Tensor};
-use candle_nn::{VarBuilder, VarMap};
+use candle_core::{DType, Device};
+use candle_nn::VarMap;
 use clap::Parser;
 use dllm_decode::{DecodeParams, Strategy};
-use dllm_models::lm::{Arch, SpecialTokens};
-use dllm_models::weights::HfWeights;
-use dllm_models::{dream, llada, DiffusionTransformer, OpMode, TransformerConfig};
+use dllm_models::lm::Arch;
+use dllm_models::{dream, llada, TransformerConfig};
 use dllm_tasks::rng::Rng;
 use dllm_tasks::tasks::{train_stream, TaskKind, TrainStream};
 use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, MASK_ID, PAD_ID};
-use dllm_tasks::train::{lr_at, sft_loss, AdamW, AdamWConfig, Batcher};
+use dllm_tasks::train::{
+    inference_copy, init_varmap, lr_at, named_vars, sft_loss, suite_config, trainable, AdamW,
+    AdamWConfig, Batcher, ModelShape,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -117,92 +119,6 @@ fn tune_malloc() {
     }
 }
 
-fn model_config(a: &Args, vocab: usize) -> Result<TransformerConfig> {
-    let arch = match a.arch.as_str() {
-        "llada" => Arch::Llada,
-        "dream" => Arch::Dream,
-        other => bail!("--arch: `{other}` (expected llada or dream)"),
-    };
-    let kv = a.kv_heads.unwrap_or(if arch == Arch::Dream {
-        (a.heads / 2).max(1)
-    } else {
-        a.heads
-    });
-    let cfg = TransformerConfig {
-        arch,
-        hidden_size: a.hidden,
-        num_layers: a.layers,
-        num_heads: a.heads,
-        num_kv_heads: kv,
-        intermediate_size: a.ffn.unwrap_or(3 * a.hidden),
-        vocab_size: vocab,
-        rms_norm_eps: if arch == Arch::Dream { 1e-6 } else { 1e-5 },
-        rope_theta: 10_000.0,
-        qkv_bias: arch == Arch::Dream,
-        tie_word_embeddings: false,
-        shift_logits: arch == Arch::Dream,
-        max_seq_len: 256,
-        special: SpecialTokens {
-            mask: MASK_ID,
-            eos: EOS_ID,
-            eot: None,
-            bos: Some(BOS_ID),
-            pad: Some(PAD_ID),
-        },
-    };
-    let names = if arch == Arch::Dream {
-        dream::NAMES
-    } else {
-        llada::NAMES
-    };
-    cfg.validate(&names)?;
-    Ok(cfg)
-}
-
-/// Seeded initialisation (candle's CPU RNG cannot be seeded): embedding and LM head N(0, 0.02),
-/// other matrices N(0, 1/fan_in) with the residual outputs (attention out, MLP down) further scaled
-/// by 1/sqrt(2 layers), norms 1, biases 0.
-fn init_weights(varmap: &VarMap, cfg: &TransformerConfig, seed: u64) -> Result<()> {
-    let shapes = dllm_models::synthetic::random_weights(cfg, 0)?;
-    let mut rng = Rng::new(seed);
-    let mut names: Vec<&String> = shapes.keys().collect();
-    names.sort();
-    let mut data = varmap.data().lock().expect("varmap lock");
-    for name in names {
-        let dims = shapes[name].dims().to_vec();
-        let n: usize = dims.iter().product();
-        let is_norm = name.ends_with("norm.weight") || name.ends_with("ln_f.weight");
-        let values: Vec<f32> = if is_norm {
-            vec![1.0; n]
-        } else if dims.len() == 1 {
-            vec![0.0; n]
-        } else {
-            let std = if name.contains("wte")
-                || name.contains("embed_tokens")
-                || name.ends_with("transformer.ff_out.weight")
-                || name == "lm_head.weight"
-            {
-                0.02
-            } else {
-                let residual_out = name.contains("attn_out")
-                    || name.contains("o_proj")
-                    || name.contains("blocks") && name.ends_with("ff_out.weight")
-                    || name.contains("down_proj");
-                let base = 1.0 / (dims[1] as f64).sqrt();
-                if residual_out {
-                    base / (2.0 * cfg.num_layers as f64).sqrt()
-                } else {
-                    base
-                }
-            };
-            (0..n).map(|_| (rng.normal() * std) as f32).collect()
-        };
-        let t = Tensor::from_vec(values, dims, &Device::Cpu)?;
-        data.insert(name.clone(), candle_core::Var::from_tensor(&t)?);
-    }
-    Ok(())
-}
-
 fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
     std::fs::write(path, serde_json::to_string_pretty(v)?)
         .with_context(|| format!("writing {}", path.display()))
@@ -218,17 +134,6 @@ fn save_weights(varmap: &VarMap, path: &Path, dtype: DType) -> Result<()> {
     candle_core::safetensors::save(&map, &tmp)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
-}
-
-/// A fused-op inference copy of the current weights, for the quick eval.
-fn inference_copy(varmap: &VarMap, cfg: &TransformerConfig) -> Result<DiffusionTransformer> {
-    let data = varmap.data().lock().expect("varmap lock");
-    let map = data
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_tensor().detach()))
-        .collect();
-    let w = HfWeights::from_tensors(map, cfg.arch, DType::F32, &Device::Cpu);
-    Ok(DiffusionTransformer::new(cfg.clone(), &w, OpMode::Fused)?)
 }
 
 fn quick_eval(
@@ -261,7 +166,24 @@ fn main() -> Result<()> {
     let tok = tk::build_suite_tokenizer()?;
     tk::save(&tok, a.out.join("tokenizer.json"))?;
     let vocab = tok.get_vocab_size(true);
-    let cfg = model_config(&a, vocab)?;
+    let arch = match a.arch.as_str() {
+        "llada" => Arch::Llada,
+        "dream" => Arch::Dream,
+        other => bail!("--arch: `{other}` (expected llada or dream)"),
+    };
+    let shape = ModelShape {
+        arch,
+        hidden: a.hidden,
+        layers: a.layers,
+        heads: a.heads,
+        kv_heads: a.kv_heads.unwrap_or(if arch == Arch::Dream {
+            (a.heads / 2).max(1)
+        } else {
+            a.heads
+        }),
+        ffn: a.ffn.unwrap_or(3 * a.hidden),
+    };
+    let cfg = suite_config(shape, vocab)?;
     let config_json = match cfg.arch {
         Arch::Llada => llada::config_to_json(&cfg),
         Arch::Dream => dream::config_to_json(&cfg),
@@ -275,20 +197,9 @@ fn main() -> Result<()> {
 
     let dev = Device::Cpu;
     let mut varmap = VarMap::new();
-    init_weights(&varmap, &cfg, a.seed)?;
-    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &dev);
-    let model = DiffusionTransformer::new(
-        cfg.clone(),
-        &HfWeights::from_var_builder(vb, cfg.arch),
-        OpMode::Differentiable,
-    )?;
-    let vars: Vec<(String, candle_core::Var)> = varmap
-        .data()
-        .lock()
-        .expect("varmap lock")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    init_varmap(&varmap, &cfg, a.seed)?;
+    let model = trainable(&varmap, &cfg)?;
+    let vars = named_vars(&varmap)?;
     let n_params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
     let mut opt = AdamW::new(
         vars,
