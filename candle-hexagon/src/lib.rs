@@ -1,1 +1,61 @@
-//! (in progress)
+//! # candle-hexagon
+//!
+//! A Qualcomm Hexagon NPU backend for [candle] without forking it. candle's `Device`/`Storage`
+//! enums are closed, so tensors stay in host memory (on a phone the NPU shares it) and the backend
+//! is reached through candle's two public seams, the way candle itself integrates quantized
+//! weights (`impl CustomOp1 for QTensor`):
+//!
+//! - weight-owning modules that *are* the op: [`HexLinear`] owns weights packed at load time
+//!   (fp16 HMX tiles or Q4_0 tiles) in NPU-mapped shared memory;
+//! - fused custom ops: [`ops::flash_attn`], [`ops::rms_norm`], [`ops::swiglu`], [`ops::rope`], each
+//!   beside its CPU fallback and a named slow reference.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use candle_hexagon::{ops, HexLinear, HexagonConfig, HexagonDevice, Placed};
+//! let dev = HexagonDevice::open(HexagonConfig::default())?; // emulated DSP
+//! let w = candle_core::Tensor::randn(0f32, 1.0, (64, 96), &candle_core::Device::Cpu)?;
+//! let x = candle_core::Tensor::randn(0f32, 1.0, (3, 96), &candle_core::Device::Cpu)?;
+//! if let Placed::Npu(lin) = HexLinear::from_dense(&dev, &w, None)? {
+//!     let y = lin.forward_hex(&x)?; // (3, 64), computed by the DSP kernels
+//! }
+//! println!("{}", dev.routing_report());
+//! # Ok(()) }
+//! ```
+//!
+//! Layers: [`device`] (session, config, routing entry point), [`transport`] (emulated DSP thread;
+//! FastRPC via `dlopen`), [`memory`] (shared buffers, the bounded NPU address window), [`layout`]
+//! (weight packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`error`].
+//!
+//! This crate knows nothing of tokens, diffusion or models.
+//!
+//! [candle]: https://github.com/huggingface/candle
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod error;
+pub mod layout;
+pub mod memory;
+pub mod ops;
+pub mod routing;
+pub mod transport;
+
+pub use device::{HexagonConfig, HexagonDevice, TransportConfig};
+pub use error::{Error, Result};
+pub use ops::linear::{PackedFormat, Placed};
+pub use ops::HexLinear;
+pub use routing::{OpDesc, OpKind, Reason, RoutingReport, Support, Tier, WeightFormat};
+
+/// Path of the host FastRPC shim library built with this crate (feature `fastrpc`, Linux host
+/// builds), which exports libcdsprpc.so's C ABI and serves it with the emulated DSP. `None` when
+/// it was not built.
+pub fn shim_library_path() -> Option<std::path::PathBuf> {
+    #[cfg(candle_hexagon_shim)]
+    {
+        Some(std::path::PathBuf::from(env!("CANDLE_HEXAGON_SHIM")))
+    }
+    #[cfg(not(candle_hexagon_shim))]
+    {
+        None
+    }
+}

@@ -1,0 +1,190 @@
+//! The crate's one error type, with structured variants, converting into `candle_core::Error` at
+//! the candle boundary (custom ops, `Module::forward`).
+
+use std::fmt;
+
+/// A per-op status code returned by the DSP kernels (`KDSP_STATUS_*` of `kdsp_ops.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelStatus(pub u32);
+
+impl KernelStatus {
+    /// `KDSP_STATUS_OK`.
+    pub const OK: KernelStatus = KernelStatus(kernels_dsp::KDSP_STATUS_OK);
+    /// `KDSP_STATUS_OUT_OF_BUDGET` (scratch too small).
+    pub const OUT_OF_BUDGET: KernelStatus = KernelStatus(kernels_dsp::KDSP_STATUS_OUT_OF_BUDGET);
+
+    /// The status code's name in the C header.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            kernels_dsp::KDSP_STATUS_OK => "OK",
+            kernels_dsp::KDSP_STATUS_UNSUPPORTED => "UNSUPPORTED",
+            kernels_dsp::KDSP_STATUS_INVALID_PARAMS => "INVALID_PARAMS",
+            kernels_dsp::KDSP_STATUS_OUT_OF_BUDGET => "OUT_OF_BUDGET",
+            kernels_dsp::KDSP_STATUS_NOT_RUN => "NOT_RUN",
+            _ => "unknown status",
+        }
+    }
+}
+
+impl fmt::Display for KernelStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.0)
+    }
+}
+
+/// Bytes in a human unit (`12.0 MiB`), for messages.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Everything that can go wrong in the backend.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The NPU-visible address window cannot hold a mapping of `need` bytes: the largest free
+    /// range is `have` bytes.
+    #[error(
+        "NPU address space exhausted: need {need} bytes ({}) contiguous, have {have} bytes ({}) \
+         (largest free range; {in_use} of {window} bytes of the window mapped)",
+        fmt_bytes(*.need),
+        fmt_bytes(*.have)
+    )]
+    VaBudget {
+        /// Bytes requested (page-rounded).
+        need: u64,
+        /// Largest free contiguous range.
+        have: u64,
+        /// Window size.
+        window: u64,
+        /// Bytes currently mapped.
+        in_use: u64,
+    },
+    /// Every mapper entry of the session is in use.
+    #[error("NPU mapper entries exhausted: need 1 more mapping, have 0 of {limit} entries free")]
+    MapperEntries {
+        /// Entries of the session.
+        limit: usize,
+    },
+    /// An invalid configuration value.
+    #[error("hexagon config: `{field}`: {reason}")]
+    Config {
+        /// The field (or command-line spelling) at fault.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A DSP kernel rejected or failed an op.
+    #[error("{op}: the DSP returned {status} for op {index} of the batch")]
+    Kernel {
+        /// Which op (label of the batch entry).
+        op: &'static str,
+        /// Index of the op in its batch.
+        index: usize,
+        /// The kernel status.
+        status: KernelStatus,
+    },
+    /// A system call failed.
+    #[error("{call} failed: {source}")]
+    Os {
+        /// The call.
+        call: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The FastRPC library could not be loaded or lacks a symbol.
+    #[error("FastRPC library `{library}`: {reason}")]
+    Library {
+        /// Library name or path.
+        library: String,
+        /// Why.
+        reason: String,
+    },
+    /// A FastRPC call returned an error code (AEE codes, see `AEEStdErr.h`).
+    #[error("FastRPC {call} returned error {code:#x}")]
+    FastRpc {
+        /// The call.
+        call: &'static str,
+        /// The returned code.
+        code: i32,
+    },
+    /// The DSP queue or session is gone.
+    #[error("DSP transport: {0}")]
+    Transport(String),
+    /// Bad arguments to an op (dtypes, shapes).
+    #[error("{op}: {detail}")]
+    InvalidInput {
+        /// The op.
+        op: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// An error from candle itself.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+impl Error {
+    /// The last OS error for `call`.
+    pub(crate) fn last_os(call: &'static str) -> Self {
+        Error::Os {
+            call,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    /// True for the resource-exhaustion errors that make an op fall back to the CPU.
+    pub fn is_resource_exhausted(&self) -> bool {
+        matches!(self, Error::VaBudget { .. } | Error::MapperEntries { .. })
+    }
+}
+
+impl From<Error> for candle_core::Error {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Candle(c) => c,
+            e => candle_core::Error::wrap(e),
+        }
+    }
+}
+
+/// The crate's result type.
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn va_budget_message_names_need_and_have() {
+        let e = Error::VaBudget {
+            need: 8 << 20,
+            have: 3 << 20,
+            window: 64 << 20,
+            in_use: 61 << 20,
+        };
+        let m = e.to_string();
+        assert!(m.contains("need 8388608 bytes (8.0 MiB)"), "{m}");
+        assert!(m.contains("have 3145728 bytes (3.0 MiB)"), "{m}");
+        let c: candle_core::Error = e.into();
+        assert!(c.to_string().contains("need 8388608"), "{c}");
+    }
+
+    #[test]
+    fn statuses_have_names() {
+        assert_eq!(KernelStatus(3).to_string(), "OUT_OF_BUDGET (3)");
+        assert_eq!(KernelStatus(99).name(), "unknown status");
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(3 << 30), "3.0 GiB");
+    }
+}

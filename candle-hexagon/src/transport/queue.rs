@@ -1,0 +1,246 @@
+//! A job queue served by one thread, with completion fences.
+//!
+//! Both transports talk to "the DSP" through one of these: the emulated transport's thread *is*
+//! the DSP (it owns the kernels-dsp context; worker 0 of the pool is this thread), the FastRPC
+//! transport's thread makes the blocking `remote_handle64_invoke` calls. Jobs run strictly in
+//! submission order, so a buffer registration is always visible to the batches after it. A
+//! submitter gets a [`Fence`] back immediately and may do CPU work before waiting on it.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::error::{Error, Result};
+
+struct Slot<R> {
+    value: Mutex<Option<Result<R>>>,
+    cv: Condvar,
+}
+
+/// Completion of one submitted job.
+pub struct Fence<R = Vec<u32>> {
+    slot: Arc<Slot<R>>,
+}
+
+impl<R> std::fmt::Debug for Fence<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fence(signaled: {})", self.is_signaled())
+    }
+}
+
+impl<R> Fence<R> {
+    /// True once the job has finished (successfully or not).
+    pub fn is_signaled(&self) -> bool {
+        self.slot.value.lock().expect("fence lock").is_some()
+    }
+
+    /// Block until the job has finished and return its result.
+    pub fn wait(self) -> Result<R> {
+        let mut v = self.slot.value.lock().expect("fence lock");
+        loop {
+            if let Some(r) = v.take() {
+                return r;
+            }
+            v = self.slot.cv.wait(v).expect("fence lock");
+        }
+    }
+}
+
+/// Signals the fence exactly once; if a job is dropped unrun (the thread is gone), the fence is
+/// signalled with an error instead of leaving the waiter blocked forever.
+struct Completer<R> {
+    slot: Option<Arc<Slot<R>>>,
+}
+
+impl<R> Completer<R> {
+    fn complete(mut self, r: Result<R>) {
+        if let Some(slot) = self.slot.take() {
+            *slot.value.lock().expect("fence lock") = Some(r);
+            slot.cv.notify_all();
+        }
+    }
+}
+
+impl<R> Drop for Completer<R> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            *slot.value.lock().expect("fence lock") = Some(Err(Error::Transport(
+                "the DSP queue stopped before running the job".into(),
+            )));
+            slot.cv.notify_all();
+        }
+    }
+}
+
+type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
+
+#[derive(Default)]
+struct Gate {
+    paused: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// One serving thread that owns state `S` and runs submitted jobs on it in order.
+pub(crate) struct JobQueue<S> {
+    tx: Mutex<Option<mpsc::Sender<Job<S>>>>,
+    gate: Arc<Gate>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<S: 'static> JobQueue<S> {
+    /// Start the thread; `init` builds the state on it (so thread-affine resources are created
+    /// where they are used). Fails with `init`'s error.
+    pub(crate) fn start(
+        name: &str,
+        init: impl FnOnce() -> Result<S> + Send + 'static,
+    ) -> Result<Self> {
+        let (tx, rx) = mpsc::channel::<Job<S>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<()>>();
+        let gate = Arc::new(Gate::default());
+        let g = gate.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let mut state = match init() {
+                    Ok(s) => {
+                        let _ = ready_tx.send(Ok(()));
+                        s
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                while let Ok(job) = rx.recv() {
+                    {
+                        let mut p = g.paused.lock().expect("gate lock");
+                        while *p {
+                            p = g.cv.wait(p).expect("gate lock");
+                        }
+                    }
+                    job(&mut state);
+                }
+            })
+            .map_err(|e| Error::Os {
+                call: "spawn DSP queue thread",
+                source: e,
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(JobQueue {
+                tx: Mutex::new(Some(tx)),
+                gate,
+                thread: Mutex::new(Some(thread)),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(Error::Transport(
+                    "the DSP queue thread died during start-up".into(),
+                ))
+            }
+        }
+    }
+
+    /// Queue `f`; returns at once with a fence for its result.
+    pub(crate) fn submit<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut S) -> Result<R> + Send + 'static,
+    ) -> Result<Fence<R>> {
+        let slot = Arc::new(Slot {
+            value: Mutex::new(None),
+            cv: Condvar::new(),
+        });
+        let completer = Completer {
+            slot: Some(slot.clone()),
+        };
+        let job: Job<S> = Box::new(move |s: &mut S| completer.complete(f(s)));
+        let tx = self.tx.lock().expect("queue lock");
+        let tx = tx
+            .as_ref()
+            .ok_or_else(|| Error::Transport("the DSP queue is shut down".into()))?;
+        tx.send(job)
+            .map_err(|_| Error::Transport("the DSP queue thread is gone".into()))?;
+        Ok(Fence { slot })
+    }
+
+    /// Queue `f` and wait for it.
+    pub(crate) fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut S) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        self.submit(f)?.wait()
+    }
+
+    /// Hold jobs in the queue (the running one finishes) until [`Self::resume`].
+    pub(crate) fn pause(&self) {
+        *self.gate.paused.lock().expect("gate lock") = true;
+    }
+
+    /// Let queued jobs run again.
+    pub(crate) fn resume(&self) {
+        *self.gate.paused.lock().expect("gate lock") = false;
+        self.gate.cv.notify_all();
+    }
+}
+
+impl<S> Drop for JobQueue<S> {
+    fn drop(&mut self) {
+        // Never leave the thread parked on the gate.
+        *self.gate.paused.lock().expect("gate lock") = false;
+        self.gate.cv.notify_all();
+        drop(self.tx.lock().expect("queue lock").take());
+        if let Some(t) = self.thread.lock().expect("queue lock").take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_run_in_order_and_fences_signal() {
+        let q = JobQueue::start("test-queue", || Ok(Vec::<u32>::new())).unwrap();
+        q.pause();
+        let f1 = q
+            .submit(|s: &mut Vec<u32>| {
+                s.push(1);
+                Ok(s.len())
+            })
+            .unwrap();
+        let f2 = q
+            .submit(|s: &mut Vec<u32>| {
+                s.push(2);
+                Ok(s.clone())
+            })
+            .unwrap();
+        // Paused: submission returned, nothing ran.
+        assert!(!f1.is_signaled() && !f2.is_signaled());
+        q.resume();
+        assert_eq!(f1.wait().unwrap(), 1);
+        assert_eq!(f2.wait().unwrap(), vec![1, 2]);
+        let e = q
+            .call(|_: &mut Vec<u32>| -> Result<()> { Err(Error::Transport("boom".into())) })
+            .unwrap_err();
+        assert!(e.to_string().contains("boom"));
+    }
+
+    #[test]
+    fn init_failure_is_returned() {
+        let r = JobQueue::<()>::start("bad", || Err(Error::Transport("no dsp".into())));
+        assert!(r.err().unwrap().to_string().contains("no dsp"));
+    }
+
+    #[test]
+    fn dropping_the_queue_signals_pending_fences() {
+        let q = JobQueue::start("drop-queue", || Ok(())).unwrap();
+        q.pause();
+        let f = q.submit(|_: &mut ()| Ok(1)).unwrap();
+        drop(q); // resumes, runs the job, joins
+        assert_eq!(f.wait().unwrap(), 1);
+    }
+}
