@@ -448,7 +448,9 @@ impl HexagonDevice {
 
     /// Queue a batch; returns at once. See [`Fence`].
     pub fn submit(&self, batch: &Batch) -> Result<Fence> {
-        self.inner.mem.transport.submit(batch)
+        let fence = self.inner.mem.transport.submit(batch)?;
+        self.inner.stats.record_batch(batch.len());
+        Ok(fence)
     }
 
     /// Run a batch and fail with [`Error::Kernel`] naming the first op that did not succeed.

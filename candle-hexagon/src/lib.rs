@@ -40,6 +40,9 @@ pub mod ops;
 pub mod routing;
 pub mod transport;
 
+/// The host <-> DSP ABI (`kdsp_ops.h` bindings): op descriptors for [`transport::Batch`].
+pub use kernels_dsp as abi;
+
 pub use device::{HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{Error, Result};
 pub use ops::linear::{PackedFormat, Placed};

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use candle_core::DType;
@@ -329,9 +330,27 @@ struct Count {
 pub struct RoutingStats {
     calls: Mutex<BTreeMap<(OpKind, Decision), Count>>,
     placements: Mutex<BTreeMap<(OpKind, Decision), Count>>,
+    batches: AtomicU64,
+    dsp_ops: AtomicU64,
 }
 
 impl RoutingStats {
+    /// Count one submitted batch of `ops` DSP ops.
+    pub fn record_batch(&self, ops: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.dsp_ops.fetch_add(ops as u64, Ordering::Relaxed);
+    }
+
+    /// Batches submitted to the DSP.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+
+    /// DSP ops submitted (a routed call is one or more ops, e.g. a linear split by rows).
+    pub fn dsp_ops(&self) -> u64 {
+        self.dsp_ops.load(Ordering::Relaxed)
+    }
+
     /// Count one call; `bytes` is what was staged for it (0 on the CPU).
     pub fn record_call(&self, kind: OpKind, d: Decision, bytes: u64) {
         let mut m = self.calls.lock().expect("stats lock");
@@ -391,6 +410,8 @@ impl RoutingStats {
     pub fn reset(&self) {
         self.calls.lock().expect("stats lock").clear();
         self.placements.lock().expect("stats lock").clear();
+        self.batches.store(0, Ordering::Relaxed);
+        self.dsp_ops.store(0, Ordering::Relaxed);
     }
 
     fn snapshot(&self) -> (Vec<Row>, Vec<Row>) {
@@ -424,6 +445,8 @@ pub struct RoutingReport {
     header: String,
     placements: Vec<Row>,
     calls: Vec<Row>,
+    batches: u64,
+    dsp_ops: u64,
     memory: MemoryStats,
 }
 
@@ -434,6 +457,8 @@ impl RoutingReport {
             header,
             placements,
             calls,
+            batches: stats.batches(),
+            dsp_ops: stats.dsp_ops(),
             memory,
         }
     }
@@ -462,7 +487,7 @@ impl fmt::Display for RoutingReport {
             }
             writeln!(f)?;
         }
-        writeln!(f, "| op | ran on | calls | bytes staged |")?;
+        writeln!(f, "| op | ran on | calls | staging bytes |")?;
         writeln!(f, "|---|---|---:|---:|")?;
         if self.calls.is_empty() {
             writeln!(f, "| (none) | | 0 | |")?;
@@ -483,6 +508,11 @@ impl fmt::Display for RoutingReport {
         }
         let m = &self.memory;
         writeln!(f)?;
+        writeln!(
+            f,
+            "DSP: {} batches, {} ops submitted",
+            self.batches, self.dsp_ops
+        )?;
         write!(
             f,
             "memory: {} maps, {} unmaps, {} refused; peak VA {} of a {} window; peak {} of {} \

@@ -89,7 +89,10 @@ impl Memory {
     pub(crate) fn map(self: &Arc<Self>, len: usize) -> Result<DeviceBuffer> {
         let len = round_up(len.max(1) as u64, self.window.page()) as usize;
         // Refuse before allocating anything when the window cannot take it.
-        self.window.check(len as u64)?;
+        if let Err(e) = self.window.check(len as u64) {
+            self.window.note_refused();
+            return Err(e);
+        }
         let shm = self.transport.alloc(len)?;
         let mapping = self.window.map(shm.fd(), len as u64)?;
         let Some(id) = self.ids.lock().expect("id lock").pop() else {

@@ -234,6 +234,11 @@ impl VaWindow {
         Ok(())
     }
 
+    /// Count a mapping refused by a caller after [`Self::check`].
+    pub fn note_refused(&self) {
+        self.state.lock().expect("window lock").stats.refused += 1;
+    }
+
     /// Place `len` bytes (rounded up to pages) of `fd` into the window.
     pub fn map(&self, fd: RawFd, len: u64) -> Result<Mapping> {
         let need = round_up(len.max(1), self.page);

@@ -1,0 +1,233 @@
+//! The emulated transport: submission returns a fence at once and the DSP works while the CPU
+//! does (shown deterministically by holding the queue), kernel failures are errors naming the op,
+//! and the Rust weight packings equal the kernels' own PACK ops byte for byte.
+
+mod common;
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device};
+use candle_hexagon::abi::*;
+use candle_hexagon::transport::Batch;
+use candle_hexagon::{layout, Error, HexagonDevice};
+use common::*;
+
+fn rows_f32(id: u32, off: u64, ne0: u32, ne1: u32) -> kdsp_tensor {
+    kdsp_tensor {
+        buffer_id: id,
+        dtype: KDSP_DTYPE_F32,
+        layout: KDSP_LAYOUT_ROW_MAJOR,
+        offset: off,
+        ne: [ne0, ne1, 1, 1],
+        nb: [
+            4,
+            4 * ne0 as u64,
+            4 * (ne0 * ne1) as u64,
+            4 * (ne0 * ne1) as u64,
+        ],
+        ..Default::default()
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn rms_norm_op(id: u32, n: u32, rows: u32) -> kdsp_op {
+    let x = rows_f32(id, 0, n, rows);
+    let w = rows_f32(id, 4096, n, 1);
+    let mut o = kdsp_op {
+        opcode: KDSP_OP_RMS_NORM,
+        n_src: 2,
+        dst: x,
+        ..Default::default()
+    };
+    o.src[0] = x;
+    o.src[1] = w;
+    o.params.norm.eps = 1e-6;
+    o
+}
+
+#[test]
+fn submission_returns_before_the_dsp_runs_and_cpu_work_overlaps() {
+    let dev = emulated();
+    let buf = dev.map_buffer(8192).unwrap();
+    let x = uniform(256, 1);
+    buf.write(0, &f32_bytes(&x)).unwrap();
+    buf.write(4096, &f32_bytes(&[1.0; 64])).unwrap();
+    let mut batch = Batch::new();
+    batch.push("rms_norm", rms_norm_op(buf.id(), 64, 4));
+
+    dev.pause_queue();
+    let fence = dev.submit(&batch).unwrap();
+    // The DSP is held: nothing ran, the data is untouched, and the host is free.
+    assert!(!fence.is_signaled());
+    assert_eq!(from_bytes(&buf.read(0, 1024).unwrap()), x);
+    let cpu_work: f64 = (0..100_000).map(|i| (i as f64).sqrt()).sum();
+    assert!(cpu_work > 0.0);
+    assert!(!fence.is_signaled());
+    dev.resume_queue();
+    let statuses = fence.wait().unwrap();
+    assert_eq!(statuses, vec![KDSP_STATUS_OK]);
+    let y = from_bytes(&buf.read(0, 1024).unwrap());
+    for (r, row) in y.chunks(64).enumerate() {
+        let xr = &x[r * 64..(r + 1) * 64];
+        let rs = 1.0 / ((xr.iter().map(|v| (v * v) as f64).sum::<f64>() / 64.0) + 1e-6).sqrt();
+        for (a, b) in row.iter().zip(xr) {
+            assert!((*a as f64 - *b as f64 * rs).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn kernel_failures_name_the_op_and_leave_the_device_usable() {
+    let dev = emulated();
+    let buf = dev.map_buffer(8192).unwrap();
+    let mut batch = Batch::new();
+    batch.push("good norm", rms_norm_op(buf.id(), 64, 4));
+    // Buffer id 4000 was never registered.
+    batch.push("bad norm", rms_norm_op(4000, 64, 4));
+    batch.push("never run", rms_norm_op(buf.id(), 64, 4));
+    let statuses = dev.submit(&batch).unwrap().wait().unwrap();
+    assert_eq!(
+        statuses,
+        vec![
+            KDSP_STATUS_OK,
+            KDSP_STATUS_INVALID_PARAMS,
+            KDSP_STATUS_NOT_RUN
+        ]
+    );
+    let e = dev.execute(&batch).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Kernel {
+                op: "bad norm",
+                index: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("INVALID_PARAMS (2)"), "{e}");
+    // check() validates without running; the device still works.
+    let c = dev.check(&rms_norm_op(buf.id(), 64, 4)).unwrap();
+    assert_eq!(c.status, KDSP_STATUS_OK);
+    assert!(c.scratch > 0);
+    assert_eq!(
+        dev.check(&rms_norm_op(4000, 64, 4)).unwrap().status,
+        KDSP_STATUS_INVALID_PARAMS
+    );
+    let mut ok = Batch::new();
+    ok.push("norm", rms_norm_op(buf.id(), 64, 4));
+    dev.execute(&ok).unwrap();
+}
+
+fn run_pack(
+    dev: &HexagonDevice,
+    src: &[u8],
+    src_t: kdsp_tensor,
+    dst_t: kdsp_tensor,
+    opcode: u32,
+    out_len: usize,
+) -> Vec<u8> {
+    let s = dev.map_buffer(src.len()).unwrap();
+    let d = dev.map_buffer(out_len).unwrap();
+    s.write(0, src).unwrap();
+    let mut o = kdsp_op {
+        opcode,
+        n_src: 1,
+        dst: kdsp_tensor {
+            buffer_id: d.id(),
+            ..dst_t
+        },
+        ..Default::default()
+    };
+    o.src[0] = kdsp_tensor {
+        buffer_id: s.id(),
+        ..src_t
+    };
+    let mut b = Batch::new();
+    b.push("pack", o);
+    dev.execute(&b).unwrap();
+    d.read(0, out_len).unwrap()
+}
+
+#[test]
+fn rust_packings_equal_the_kernels_pack_ops_and_invert_exactly() {
+    let dev = emulated();
+    for &(n, k) in &[(1usize, 1usize), (33, 31), (64, 96), (70, 100)] {
+        let w = tensor(&[n, k], (n * k) as u64, 1.0, DType::F32);
+        let w32: Vec<f32> = w.flatten_all().unwrap().to_vec1().unwrap();
+        let w16: Vec<half::f16> = w32.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let ours = layout::pack_f16_tiles(&w16, n, k).unwrap();
+        let theirs = run_pack(
+            &dev,
+            &f32_bytes(&w32),
+            rows_f32(0, 0, k as u32, n as u32),
+            kdsp_tensor {
+                dtype: KDSP_DTYPE_F16,
+                layout: KDSP_LAYOUT_HMX_WEIGHT_TILES,
+                ne: [k as u32, n as u32, 1, 1],
+                ..Default::default()
+            },
+            KDSP_OP_PACK_WEIGHT_F16,
+            ours.len(),
+        );
+        assert_eq!(ours, theirs, "fp16 tiles {n}x{k}");
+        let back = layout::unpack_f16_tiles(&ours, n, k).unwrap();
+        assert!(back
+            .iter()
+            .zip(&w16)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+    for &(n, k) in &[(1usize, 32usize), (33, 64), (70, 96)] {
+        let w = tensor(&[n, k], 77 + n as u64, 1.0, DType::F32);
+        let q = QTensor::quantize(&w, GgmlDType::Q4_0).unwrap();
+        let blocks = q.data().unwrap().to_vec();
+        let ours = layout::pack_q4_0_tiles(&blocks, n, k).unwrap();
+        let src_t = kdsp_tensor {
+            dtype: KDSP_DTYPE_Q4_0,
+            layout: KDSP_LAYOUT_ROW_MAJOR,
+            ne: [k as u32, n as u32, 1, 1],
+            nb: [
+                18,
+                (k / 32 * 18) as u64,
+                (n * k / 32 * 18) as u64,
+                (n * k / 32 * 18) as u64,
+            ],
+            ..Default::default()
+        };
+        let tile_t = kdsp_tensor {
+            dtype: KDSP_DTYPE_Q4_0,
+            layout: KDSP_LAYOUT_Q4_0_TILES,
+            ne: [k as u32, n as u32, 1, 1],
+            ..Default::default()
+        };
+        let theirs = run_pack(&dev, &blocks, src_t, tile_t, KDSP_OP_PACK_Q4_0, ours.len());
+        assert_eq!(ours, theirs, "Q4_0 tiles {n}x{k}");
+        assert_eq!(layout::unpack_q4_0_tiles(&ours, n, k).unwrap(), blocks);
+        // The kernels' dequantization of our tiles equals ggml's dequantization of the blocks.
+        let deq = from_bytes(&run_pack(
+            &dev,
+            &ours,
+            tile_t,
+            rows_f32(0, 0, k as u32, n as u32),
+            KDSP_OP_DEQUANT_Q4_0,
+            n * k * 4,
+        ));
+        let want: Vec<f32> = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(deq, want, "dequantized {n}x{k}");
+    }
+}
