@@ -4,13 +4,39 @@
 //! Every op has two forms selected by [`OpMode`]: the fused CPU kernels candle ships for inference
 //! (`rms_norm`, `rope_thd`, CPU flash attention), and differentiable compositions for training
 //! (candle's fused ops have no backward pass).
+//!
+//! With [`Backend::Hexagon`] the fused forms run on the Hexagon NPU through `candle-hexagon`:
+//! linear layers own weights packed into NPU memory at load time ([`Linear::Hex`]), and RMSNorm,
+//! RoPE, attention and SwiGLU call the device's custom ops, which route each call (and fall back
+//! to the same CPU kernels when the device does not take it). Tensors stay on `Device::Cpu`.
 
 use std::sync::{Arc, RwLock};
 
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor, D};
+use candle_hexagon::{HexLinear, HexagonDevice, Placed};
 
 use crate::Result;
+
+/// Where the fused inference ops run.
+#[derive(Debug, Clone, Default)]
+pub enum Backend {
+    /// candle's CPU kernels.
+    #[default]
+    Cpu,
+    /// The Hexagon NPU (emulated DSP or FastRPC), with CPU fallback per op.
+    Hexagon(HexagonDevice),
+}
+
+impl Backend {
+    /// The Hexagon device, when that is the backend.
+    pub fn hexagon(&self) -> Option<&HexagonDevice> {
+        match self {
+            Backend::Cpu => None,
+            Backend::Hexagon(d) => Some(d),
+        }
+    }
+}
 
 /// Which implementation of the fused ops a model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -41,6 +67,8 @@ pub enum Linear {
         /// Optional bias `(out)`.
         bias: Option<Tensor>,
     },
+    /// Weights packed in Hexagon NPU memory (fp16 HMX tiles or Q4_0 tiles), bias included.
+    Hex(HexLinear),
     /// Quantized weight; activations are converted to f32 for the quantized matmul.
     Quant {
         /// The quantized matmul (quantizes activations to Q8_0 for Q4_0/Q8_0 weights).
@@ -71,6 +99,23 @@ impl Linear {
         })
     }
 
+    /// Build from a checkpoint parameter on `backend`: on the Hexagon NPU when the device takes
+    /// the weights (dense -> fp16 tiles, Q4_0 -> Q4_0 tiles), otherwise exactly [`Linear::new`]
+    /// (the device counts the decision and its reason).
+    pub fn on_backend(weight: Param, bias: Option<Tensor>, backend: &Backend) -> Result<Self> {
+        let Some(dev) = backend.hexagon() else {
+            return Linear::new(weight, bias);
+        };
+        let placed = match &weight {
+            Param::Dense(t) => HexLinear::from_dense(dev, t, bias.as_ref())?,
+            Param::Quant(q) => HexLinear::from_qtensor(dev, q, bias.as_ref())?,
+        };
+        match placed {
+            Placed::Npu(h) => Ok(Linear::Hex(h)),
+            Placed::Cpu(_) => Linear::new(weight, bias),
+        }
+    }
+
     /// `(out, in)`.
     pub fn dims(&self) -> (usize, usize) {
         match self {
@@ -78,6 +123,7 @@ impl Linear {
                 let d = weight.dims();
                 (d[0], d[1])
             }
+            Linear::Hex(h) => h.dims(),
             Linear::Quant {
                 out_dim, in_dim, ..
             } => (*out_dim, *in_dim),
@@ -100,6 +146,8 @@ impl Linear {
                 let dt = x.dtype();
                 weight.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dt)?
             }
+            // The bias is applied on the NPU in the same batch.
+            Linear::Hex(h) => return Ok(h.forward_hex(x)?),
         };
         match self.bias() {
             Some(b) => Ok(y.broadcast_add(b)?),
@@ -110,6 +158,7 @@ impl Linear {
     fn bias(&self) -> Option<&Tensor> {
         match self {
             Linear::Dense { bias, .. } | Linear::Quant { bias, .. } => bias.as_ref(),
+            Linear::Hex(_) => None,
         }
     }
 }
@@ -154,20 +203,45 @@ impl Embedding {
 pub struct RmsNorm {
     weight: Tensor,
     eps: f32,
+    backend: Backend,
 }
 
 impl RmsNorm {
     /// Wrap a `(hidden)` weight.
     pub fn new(weight: Tensor, eps: f32) -> Self {
-        Self { weight, eps }
+        Self::on_backend(weight, eps, &Backend::Cpu)
+    }
+
+    /// Wrap a `(hidden)` weight; the fused form runs on `backend`.
+    pub fn on_backend(weight: Tensor, eps: f32, backend: &Backend) -> Self {
+        Self {
+            weight,
+            eps,
+            backend: backend.clone(),
+        }
     }
 
     /// Normalise the last dimension.
     pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
-        Ok(match mode {
-            OpMode::Fused => candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)?,
-            OpMode::Differentiable => candle_nn::ops::rms_norm_slow(x, &self.weight, self.eps)?,
+        Ok(match (mode, &self.backend) {
+            (OpMode::Fused, Backend::Cpu) => {
+                candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)?
+            }
+            (OpMode::Fused, Backend::Hexagon(d)) => {
+                candle_hexagon::ops::rms_norm(d, x, &self.weight, self.eps)?
+            }
+            (OpMode::Differentiable, _) => {
+                candle_nn::ops::rms_norm_slow(x, &self.weight, self.eps)?
+            }
         })
+    }
+}
+
+/// `silu(gate) * up`, on `backend` in the fused form.
+pub fn swiglu(gate: &Tensor, up: &Tensor, mode: OpMode, backend: &Backend) -> Result<Tensor> {
+    match (mode, backend) {
+        (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::swiglu(d, gate, up)?),
+        _ => Ok((candle_nn::ops::silu(gate)? * up)?),
     }
 }
 
@@ -257,13 +331,25 @@ impl Rope {
 
     /// Rotate `x` of shape `(b, n, heads, head_dim)` with per-row tables `(n, head_dim / 2)`.
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor, mode: OpMode) -> Result<Tensor> {
-        match mode {
-            OpMode::Fused => Ok(candle_nn::rotary_emb::rope_thd(
+        Self::apply_on(x, cos, sin, mode, &Backend::Cpu)
+    }
+
+    /// [`Rope::apply`] with the fused form on `backend`.
+    pub fn apply_on(
+        x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mode: OpMode,
+        backend: &Backend,
+    ) -> Result<Tensor> {
+        match (mode, backend) {
+            (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::rope(d, x, cos, sin)?),
+            (OpMode::Fused, Backend::Cpu) => Ok(candle_nn::rotary_emb::rope_thd(
                 &x.contiguous()?,
                 &cos.contiguous()?,
                 &sin.contiguous()?,
             )?),
-            OpMode::Differentiable => {
+            (OpMode::Differentiable, _) => {
                 let (_, n, _, d) = x.dims4()?;
                 let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, n, 1, d))?;
                 let sin = Tensor::cat(&[sin, sin], D::Minus1)?.reshape((1, n, 1, d))?;
@@ -279,7 +365,31 @@ impl Rope {
 /// Bidirectional multi-head attention. `q`: `(b, nq, heads, d)`, `k`/`v`: `(b, nk, kv_heads, d)`;
 /// returns `(b, nq, heads * d)`.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -> Result<Tensor> {
+    attention_on(q, k, v, scale, mode, &Backend::Cpu)
+}
+
+/// [`attention`] with the fused form on `backend`.
+pub fn attention_on(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f32,
+    mode: OpMode,
+    backend: &Backend,
+) -> Result<Tensor> {
     let (b, nq, h, d) = q.dims4()?;
+    let out = match (mode, backend) {
+        (OpMode::Fused, Backend::Hexagon(dev)) => {
+            // (b, nq, h, d): the NPU kernel keeps candle-nn's bshd layout.
+            candle_hexagon::ops::flash_attn(dev, q, k, v, scale)?
+        }
+        (mode, _) => attention_cpu(q, k, v, scale, mode)?,
+    };
+    Ok(out.reshape((b, nq, h * d))?)
+}
+
+fn attention_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -> Result<Tensor> {
+    let (b, _, h, _) = q.dims4()?;
     let out = match mode {
         OpMode::Fused => {
             // candle's CPU flash attention has a lean B=1 path; run batch items one by one.
@@ -317,7 +427,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -
             p.matmul(&vt)?.transpose(1, 2)?
         }
     };
-    Ok(out.reshape((b, nq, h * d))?)
+    Ok(out)
 }
 
 fn flash(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {

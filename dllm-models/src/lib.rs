@@ -31,7 +31,7 @@ pub mod transformer;
 pub mod weights;
 
 pub use error::{Error, Result};
-pub use layers::OpMode;
+pub use layers::{Backend, OpMode};
 pub use lm::{Arch, DiffusionLm, ModelInfo, Refresh, Rows, SpecialTokens};
 pub use source::{load, LoadOptions, LoadedModel, ModelSource};
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};

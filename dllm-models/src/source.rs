@@ -8,7 +8,7 @@ use candle_core::{DType, Device};
 use crate::config_json::Fields;
 use crate::gguf::GgufWeights;
 use crate::hub::HubRepo;
-use crate::layers::OpMode;
+use crate::layers::{Backend, OpMode};
 use crate::lm::{Arch, DiffusionLm};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::{DiffusionTransformer, TransformerConfig};
@@ -101,6 +101,8 @@ pub struct LoadOptions {
     pub mode: OpMode,
     /// A `tokenizer.json` overriding the one found beside the weights.
     pub tokenizer: Option<PathBuf>,
+    /// Where the fused inference ops run (CPU, or the Hexagon NPU with per-op CPU fallback).
+    pub backend: Backend,
 }
 
 impl Default for LoadOptions {
@@ -110,6 +112,7 @@ impl Default for LoadOptions {
             device: Device::Cpu,
             mode: OpMode::Fused,
             tokenizer: None,
+            backend: Backend::Cpu,
         }
     }
 }
@@ -289,7 +292,7 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let cfg = read_config(&config)?;
     let files = weight_files(dir)?;
     let weights = HfWeights::from_safetensors(&files, cfg.arch, opts.dtype, &opts.device)?;
-    let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
+    let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
     let tokenizer = load_tokenizer(&opts.tokenizer, &dir.join("tokenizer.json"))?;
     let gen = dir.join("generation_config.json");
     let gen = if gen.is_file() {
@@ -336,7 +339,7 @@ pub fn load_from_memory(
         reason: format!("embedded weights: {e}"),
     })?;
     let weights = HfWeights::from_var_builder(vb, cfg.arch);
-    let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
+    let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
     let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json.as_bytes())
         .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?;
     let gen = generation_config_json.map(Fields::from_str).transpose()?;
@@ -355,7 +358,7 @@ pub fn load_from_memory(
 /// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).
 pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let (cfg, weights) = GgufWeights::open(path, opts.dtype, &opts.device)?;
-    let model = DiffusionTransformer::new(cfg, &weights, opts.mode)?;
+    let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
     let beside = path
         .parent()
         .unwrap_or(Path::new("."))

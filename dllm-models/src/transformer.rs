@@ -9,7 +9,9 @@ use std::ops::Range;
 use candle_core::{DType, Device, Tensor};
 
 use crate::kv_cache::KvCache;
-use crate::layers::{attention, Embedding, Linear, OpMode, Param, RmsNorm, Rope};
+use crate::layers::{
+    attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
+};
 use crate::lm::{Arch, DiffusionLm, ModelInfo, Refresh, Rows, SpecialTokens};
 use crate::weights::{Role, WeightSource};
 use crate::{Error, Result};
@@ -169,6 +171,7 @@ pub struct DiffusionTransformer {
     info: ModelInfo,
     device: Device,
     mode: OpMode,
+    backend: Backend,
     embed: Embedding,
     blocks: Vec<Block>,
     norm: RmsNorm,
@@ -188,8 +191,26 @@ fn dense(p: Param, role: Role) -> Result<Tensor> {
 }
 
 impl DiffusionTransformer {
-    /// Build from a validated config and a weight source.
+    /// Build from a validated config and a weight source (CPU backend).
     pub fn new(cfg: TransformerConfig, w: &dyn WeightSource, mode: OpMode) -> Result<Self> {
+        Self::new_on(cfg, w, mode, &Backend::Cpu)
+    }
+
+    /// Build on `backend`: with [`Backend::Hexagon`] the linear layers' weights are packed into
+    /// NPU memory (where the device takes them) and the fused ops run on the NPU. The model code
+    /// is the same as on the CPU; only the layers' backend differs.
+    pub fn new_on(
+        cfg: TransformerConfig,
+        w: &dyn WeightSource,
+        mode: OpMode,
+        backend: &Backend,
+    ) -> Result<Self> {
+        if backend.hexagon().is_some() && mode != OpMode::Fused {
+            return Err(Error::InvalidArgument(
+                "the Hexagon backend runs inference only (OpMode::Fused): its ops have no backward pass"
+                    .into(),
+            ));
+        }
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (nq, nkv, ff, v) = (
             cfg.num_heads * hd,
@@ -201,7 +222,11 @@ impl DiffusionTransformer {
         let device = w.device().clone();
         let eps = cfg.rms_norm_eps as f32;
         let norm = |role: Role| -> Result<RmsNorm> {
-            Ok(RmsNorm::new(dense(w.get(role, &[h])?, role)?, eps))
+            Ok(RmsNorm::on_backend(
+                dense(w.get(role, &[h])?, role)?,
+                eps,
+                backend,
+            ))
         };
         let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
             if cfg.qkv_bias {
@@ -211,7 +236,7 @@ impl DiffusionTransformer {
             }
         };
         let lin = |role: Role, out: usize, inp: usize, b: Option<Tensor>| -> Result<Linear> {
-            Linear::new(w.get(role, &[out, inp])?, b)
+            Linear::on_backend(w.get(role, &[out, inp])?, b, backend)
         };
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
@@ -229,7 +254,7 @@ impl DiffusionTransformer {
         }
         let embed_p = w.get(Role::Embed, &[v, h])?;
         let head = if cfg.tie_word_embeddings {
-            Linear::new(embed_p.clone(), None)?
+            Linear::on_backend(embed_p.clone(), None, backend)?
         } else {
             lin(Role::Head, v, h, None)?
         };
@@ -271,6 +296,7 @@ impl DiffusionTransformer {
             info,
             device,
             mode,
+            backend: backend.clone(),
             embed,
             blocks,
             norm: norm_f,
@@ -289,6 +315,11 @@ impl DiffusionTransformer {
     pub fn set_special_tokens(&mut self, special: SpecialTokens) {
         self.info.special = special.clone();
         self.cfg.special = special;
+    }
+
+    /// The backend the model was built on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// Bytes held by the KV cache buffers.
@@ -358,7 +389,7 @@ impl DiffusionTransformer {
             .v
             .forward(&h)?
             .reshape((b, n, self.cfg.num_kv_heads, hd))?;
-        let k = Rope::apply(&k, rope.0, rope.1, m)?;
+        let k = Rope::apply_on(&k, rope.0, rope.1, m, &self.backend)?;
         let (xq, hq, cos, sin) = match q_rows {
             None => (x.clone(), h, rope.0.clone(), rope.1.clone()),
             Some(idx) if idx.dim(0)? == 0 => return Ok((x.narrow(1, 0, 0)?, k, v)),
@@ -377,12 +408,17 @@ impl DiffusionTransformer {
             .q
             .forward(&hq)?
             .reshape((b, nq, self.cfg.num_heads, hd))?;
-        let q = Rope::apply(&q, &cos, &sin, m)?;
+        let q = Rope::apply_on(&q, &cos, &sin, m, &self.backend)?;
         let (kk, vv) = context(&k, &v)?;
-        let attn = attention(&q, &kk, &vv, 1.0 / (hd as f32).sqrt(), m)?;
+        let attn = attention_on(&q, &kk, &vv, 1.0 / (hd as f32).sqrt(), m, &self.backend)?;
         let x = (xq + blk.o.forward(&attn)?)?;
         let h2 = blk.ffn_norm.forward(&x, m)?;
-        let act = (candle_nn::ops::silu(&blk.gate.forward(&h2)?)? * blk.up.forward(&h2)?)?;
+        let act = swiglu(
+            &blk.gate.forward(&h2)?,
+            &blk.up.forward(&h2)?,
+            m,
+            &self.backend,
+        )?;
         let x = (x + blk.down.forward(&act)?)?;
         Ok((x, k, v))
     }
