@@ -4,7 +4,12 @@
 //! ```text
 //! generate --model GSAI-ML/LLaDA-8B-Instruct --chat --prompt "What is 12 * 7?"
 //! generate --model ./tiny --prompt-ids 1,2,3 --strategy vanilla --json
+//! generate --model ./tiny --prompt-ids 1,2,3 --device hexagon      # emulated Hexagon NPU
 //! ```
+//!
+//! With `--device hexagon` the model's linear layers, attention, norms, RoPE and SwiGLU run on the
+//! Hexagon backend (`candle-hexagon`: the emulated DSP by default, or FastRPC), and the routing
+//! report (which ops ran where, bytes staged, NPU address-space use) is printed at the end.
 
 mod embedded;
 mod live;
@@ -14,9 +19,10 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device};
+use candle_hexagon::{HexagonConfig, HexagonDevice, OpKind, TransportConfig};
 use clap::Parser;
 use dllm_decode::{generate, DecodeParams, DreamParams, StepObserver};
-use dllm_models::{load, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
+use dllm_models::{load, Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
 
 /// Generate text with a masked-diffusion language model.
 #[derive(Parser, Debug)]
@@ -95,6 +101,22 @@ struct Args {
     /// CPU threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Where the model runs: cpu, or hexagon (the Hexagon NPU backend, CPU fallback per op).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Hexagon: DSP worker threads.
+    #[arg(long, default_value_t = candle_hexagon::device::DEFAULT_WORKERS)]
+    hexagon_workers: usize,
+    /// Hexagon: transport, emulated (a DSP thread running the kernels' host build) or fastrpc.
+    #[arg(long, default_value = "emulated")]
+    hexagon_transport: String,
+    /// Hexagon/FastRPC: the library to dlopen, or `shim` for the host shim built with this binary.
+    #[arg(long, default_value = candle_hexagon::device::DEFAULT_FASTRPC_LIBRARY)]
+    fastrpc_lib: String,
+    /// Hexagon: ops forced onto the CPU, comma-separated (linear, linear_f16, linear_q4_0,
+    /// flash_attn, rms_norm, swiglu, rope).
+    #[arg(long, default_value = "")]
+    hexagon_deny: String,
     /// Print exactly one JSON object on stdout (and nothing else).
     #[arg(long)]
     json: bool,
@@ -109,6 +131,38 @@ fn parse_dtype(s: &str) -> Result<DType> {
         "f16" => Ok(DType::F16),
         "bf16" => Ok(DType::BF16),
         _ => bail!("--dtype: `{s}` (expected f32, f16 or bf16)"),
+    }
+}
+
+/// The backend `--device` asks for (opening the Hexagon session if needed).
+fn backend(a: &Args) -> Result<Backend> {
+    match a.device.as_str() {
+        "cpu" => Ok(Backend::Cpu),
+        "hexagon" => {
+            let transport = match a.hexagon_transport.as_str() {
+                "emulated" => TransportConfig::Emulated,
+                "fastrpc" => TransportConfig::FastRpc {
+                    library: if a.fastrpc_lib == "shim" {
+                        candle_hexagon::shim_library_path().ok_or_else(|| {
+                            anyhow!("--fastrpc-lib shim: this build has no host FastRPC shim")
+                        })?
+                    } else {
+                        PathBuf::from(&a.fastrpc_lib)
+                    },
+                },
+                t => bail!("--hexagon-transport: `{t}` (expected emulated or fastrpc)"),
+            };
+            let cfg = HexagonConfig {
+                workers: a.hexagon_workers,
+                deny: OpKind::parse_list(&a.hexagon_deny)
+                    .map_err(|e| anyhow!("--hexagon-deny: {e}"))?,
+                transport,
+                ..Default::default()
+            };
+            let dev = HexagonDevice::open(cfg).context("--device hexagon")?;
+            Ok(Backend::Hexagon(dev))
+        }
+        d => bail!("--device: `{d}` (expected cpu or hexagon)"),
     }
 }
 
@@ -159,10 +213,12 @@ fn run(a: Args) -> Result<()> {
         // candle and rayon read this when their pools start: set it before any tensor work.
         std::env::set_var("RAYON_NUM_THREADS", t.to_string());
     }
+    let backend = backend(&a)?;
     let opts = LoadOptions {
         dtype: parse_dtype(&a.dtype)?,
         device: Device::Cpu,
         tokenizer: a.tokenizer.clone(),
+        backend: backend.clone(),
         ..Default::default()
     };
     let t_load = Instant::now();
@@ -227,6 +283,7 @@ fn run(a: Args) -> Result<()> {
             "stop_reason": format!("{:?}", g.stop),
             "model": loaded.source,
             "strategy": a.strategy,
+            "device": a.device,
         });
         println!("{out}");
     } else {
@@ -244,6 +301,9 @@ fn run(a: Args) -> Result<()> {
             g.tokens_per_forward(),
             g.stop
         );
+        if let Some(dev) = backend.hexagon() {
+            eprintln!("\n{}", dev.routing_report());
+        }
     }
     Ok(())
 }
