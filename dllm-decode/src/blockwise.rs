@@ -96,14 +96,7 @@ pub(crate) fn run(
     };
     let mut rng = Rng::new(p.seed);
     let (num_blocks, spb) = (p.num_blocks(), p.steps_per_block());
-    let mut gen = Generation {
-        canvas: Vec::new(),
-        prompt_len,
-        forwards: 0,
-        steps: 0,
-        tokens_decoded: 0,
-        stop: StopReason::Completed,
-    };
+    let mut gen = Generation::start(prompt_len);
     model.clear_cache()?;
     for b in 0..num_blocks {
         let block = prompt_len + b * p.block_length..prompt_len + (b + 1) * p.block_length;

@@ -33,14 +33,7 @@ pub(crate) fn run(
     };
     let ts = dream_timesteps(p.steps, d.eps);
     let mut rng = Rng::new(p.seed);
-    let mut gen = Generation {
-        canvas: Vec::new(),
-        prompt_len,
-        forwards: 0,
-        steps: 0,
-        tokens_decoded: 0,
-        stop: StopReason::Completed,
-    };
+    let mut gen = Generation::start(prompt_len);
     model.clear_cache()?;
     let len = canvas.len();
     for i in 0..p.steps {

@@ -29,6 +29,18 @@ pub struct Generation {
 }
 
 impl Generation {
+    /// An empty generation for a prompt of `prompt_len` tokens (the canvas is filled in at the end).
+    pub(crate) fn start(prompt_len: usize) -> Self {
+        Self {
+            canvas: Vec::new(),
+            prompt_len,
+            forwards: 0,
+            steps: 0,
+            tokens_decoded: 0,
+            stop: StopReason::Completed,
+        }
+    }
+
     /// The generated positions, as produced (EOS included).
     pub fn generated(&self) -> &[u32] {
         &self.canvas[self.prompt_len..]

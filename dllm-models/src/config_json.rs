@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use crate::lm::SpecialTokens;
 use crate::{Error, Result};
 
 /// A parsed JSON object.
@@ -21,6 +22,27 @@ impl Fields {
         Self::from_str(&text).map_err(|e| match e {
             Error::InvalidArgument(r) => Error::file(path, r),
             e => e,
+        })
+    }
+
+    /// Read `path` and parse it with `parse`; field errors are reported with the file name.
+    pub fn parse_file<T>(path: &Path, parse: impl FnOnce(&Fields) -> Result<T>) -> Result<T> {
+        let f = Self::from_file(path)?;
+        parse(&f).map_err(|e| match e {
+            e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::file(path, e),
+            e => e,
+        })
+    }
+
+    /// The HF special-token fields: `mask_token_id` and `eos_token_id` (required), `bos_token_id`
+    /// and `pad_token_id` (optional).
+    pub fn special_tokens(&self) -> Result<SpecialTokens> {
+        Ok(SpecialTokens {
+            mask: self.token_id("mask_token_id")?,
+            eos: self.token_id("eos_token_id")?,
+            eot: None,
+            bos: self.opt_token_id("bos_token_id")?,
+            pad: self.opt_token_id("pad_token_id")?,
         })
     }
 

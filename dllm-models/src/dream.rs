@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::config_json::Fields;
-use crate::lm::{Arch, SpecialTokens};
+use crate::lm::Arch;
 use crate::transformer::{ConfigNames, TransformerConfig};
 use crate::{Error, Result};
 
@@ -26,11 +26,7 @@ pub const NAMES: ConfigNames = ConfigNames {
 /// Parse a Dream `config.json`. Unknown fields are ignored; a missing required field or an
 /// unsupported option is an error naming it.
 pub fn config_from_file(path: &Path) -> Result<TransformerConfig> {
-    let f = Fields::from_file(path)?;
-    config_from_fields(&f).map_err(|e| match e {
-        e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::file(path, e),
-        e => e,
-    })
+    Fields::parse_file(path, config_from_fields)
 }
 
 /// Parse Dream config fields.
@@ -59,13 +55,7 @@ pub fn config_from_fields(f: &Fields) -> Result<TransformerConfig> {
         tie_word_embeddings: f.opt_bool("tie_word_embeddings")?.unwrap_or(false),
         shift_logits: true,
         max_seq_len: f.usize("max_position_embeddings")?,
-        special: SpecialTokens {
-            mask: f.token_id("mask_token_id")?,
-            eos: f.token_id("eos_token_id")?,
-            eot: None,
-            bos: f.opt_token_id("bos_token_id")?,
-            pad: f.opt_token_id("pad_token_id")?,
-        },
+        special: f.special_tokens()?,
     };
     cfg.validate(&NAMES)?;
     Ok(cfg)
