@@ -179,8 +179,8 @@ impl Drop for DeviceBuffer {
         // rather than being handed out while the DSP may still reference them.
         let detached = self.mem.transport.detach(self.id, &self.shm, &mapping);
         if detached.is_err() {
+            // Not unmapping keeps the range allocated in the window, so it is never reused.
             self.mem.release_failures.fetch_add(1, Ordering::Relaxed);
-            std::mem::forget(mapping);
             return;
         }
         if self.mem.window.unmap(mapping).is_err() {
@@ -255,6 +255,7 @@ impl WeightSlot {
     ///
     /// # Safety
     /// No other view of this slot may be alive and no op may be reading it.
+    #[allow(clippy::mut_from_ref)] // see SharedMemory::slice_mut
     pub(crate) unsafe fn bytes_mut(&self) -> Result<&mut [u8]> {
         self.buf.shared().slice_mut::<u8>(self.offset, self.len)
     }

@@ -163,6 +163,9 @@ impl SharedMemory {
     /// # Safety
     /// No other view of the range may be alive, and the DSP must not be using it. `off` must be
     /// aligned for `T`.
+    // Shared memory is outside Rust's ownership (the DSP writes it too), like an `UnsafeCell`:
+    // exclusivity is the caller's obligation, stated above, not the borrow checker's.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slice_mut<T>(&self, off: usize, n: usize) -> Result<&mut [T]> {
         self.check(off, n * std::mem::size_of::<T>())?;
         let p = self.ptr.as_ptr().add(off);

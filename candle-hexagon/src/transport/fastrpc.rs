@@ -12,7 +12,7 @@
 //! the kernels' wire format (method 5) with one status per op coming back. The remote methods are
 //! listed in `dsp/kdsp_rpc.h`.
 //!
-//! All invocations run on one host thread in submission order (the same [`JobQueue`] as the
+//! All invocations run on one host thread in submission order (the same job queue as the
 //! emulated DSP), so `submit` returns a fence at once. In this repository the library is the host
 //! shim (`dsp/fastrpc_shim.c`, see [`crate::shim_library_path`]); see the crate README for what has
 //! not been verified on hardware.
