@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use candle_core::DType;
 use kernels_dsp::kdsp_op;
@@ -180,13 +180,6 @@ impl std::fmt::Debug for HexagonDevice {
             self.inner.mem.transport.description()
         )
     }
-}
-
-/// Where an op goes after [`HexagonDevice::route`]: the NPU with the staging buffer locked and
-/// at least the requested size, or the CPU.
-pub(crate) enum Route<'a> {
-    Npu(MutexGuard<'a, Staging>),
-    Cpu,
 }
 
 impl HexagonDevice {
@@ -391,40 +384,44 @@ impl HexagonDevice {
         }
     }
 
-    /// Decide where a call runs and count it; on the NPU, lock the staging buffer sized to
-    /// `staging_bytes`. A full address window sends the call to the CPU (counted as `va_budget`).
-    pub(crate) fn route(&self, op: &OpDesc, staging_bytes: usize) -> Result<Route<'_>> {
+    /// Run one call where [`Self::supports`] sends it, and count it with its wall time: on the
+    /// NPU, `npu` gets the staging buffer (locked for the call, at least `staging_bytes` long);
+    /// otherwise `cpu` runs. A full address window sends the call to the CPU (counted as
+    /// `va_budget`); other errors are returned.
+    pub(crate) fn dispatch<T>(
+        &self,
+        op: &OpDesc,
+        staging_bytes: usize,
+        npu: impl FnOnce(&DeviceBuffer) -> Result<T>,
+        cpu: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let start = std::time::Instant::now();
         let kind = op.kind();
-        match self.supports(op) {
-            Support::No(r) => {
-                self.inner
-                    .stats
-                    .record_call(kind, Decision::Cpu(r.key()), 0);
-                Ok(Route::Cpu)
-            }
+        let (decision, out) = match self.supports(op) {
+            Support::No(r) => (Decision::Cpu(r.key()), cpu()),
             Support::Yes(tier) => {
                 let mut staging = self.inner.staging.lock().expect("staging lock");
                 match staging.ensure(&self.inner.mem, staging_bytes) {
-                    Ok(_) => {
-                        self.inner.stats.record_call(
-                            kind,
-                            Decision::Npu(tier),
-                            staging_bytes as u64,
-                        );
-                        Ok(Route::Npu(staging))
-                    }
+                    Ok(buf) => (Decision::Npu(tier), npu(buf)),
                     Err(e) => match Reason::from_error(&e) {
                         Some(r) => {
-                            self.inner
-                                .stats
-                                .record_call(kind, Decision::Cpu(r.key()), 0);
-                            Ok(Route::Cpu)
+                            drop(staging);
+                            (Decision::Cpu(r.key()), cpu())
                         }
-                        None => Err(e),
+                        None => return Err(e),
                     },
                 }
             }
-        }
+        };
+        let bytes = if matches!(decision, Decision::Npu(_)) {
+            staging_bytes as u64
+        } else {
+            0
+        };
+        self.inner
+            .stats
+            .record_call(kind, decision, bytes, start.elapsed().as_nanos() as u64);
+        out
     }
 
     /// Place packed weights of `bytes` (load time). Counted by the caller.

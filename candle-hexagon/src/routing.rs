@@ -323,6 +323,7 @@ impl From<&Support> for Decision {
 struct Count {
     n: u64,
     bytes: u64,
+    ns: u64,
 }
 
 /// Decision counters: per call (where ops ran) and per weight placement (where weights live).
@@ -351,12 +352,14 @@ impl RoutingStats {
         self.dsp_ops.load(Ordering::Relaxed)
     }
 
-    /// Count one call; `bytes` is what was staged for it (0 on the CPU).
-    pub fn record_call(&self, kind: OpKind, d: Decision, bytes: u64) {
+    /// Count one call: `bytes` of staging it used (0 on the CPU) and its wall time in ns
+    /// (staging, DSP work and copies for the NPU; the CPU op otherwise).
+    pub fn record_call(&self, kind: OpKind, d: Decision, bytes: u64, ns: u64) {
         let mut m = self.calls.lock().expect("stats lock");
         let c = m.entry((kind, d)).or_default();
         c.n += 1;
         c.bytes += bytes;
+        c.ns += ns;
     }
 
     /// Count one weight placement of `bytes` (packed size on the NPU, 0 on the CPU).
@@ -424,6 +427,7 @@ impl RoutingStats {
                     decision,
                     n: c.n,
                     bytes: c.bytes,
+                    ms: c.ns as f64 / 1e6,
                 })
                 .collect()
         };
@@ -431,12 +435,13 @@ impl RoutingStats {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Row {
     kind: OpKind,
     decision: Decision,
     n: u64,
     bytes: u64,
+    ms: f64,
 }
 
 /// A printable snapshot of routing decisions and memory counters.
@@ -487,15 +492,15 @@ impl fmt::Display for RoutingReport {
             }
             writeln!(f)?;
         }
-        writeln!(f, "| op | ran on | calls | staging bytes |")?;
-        writeln!(f, "|---|---|---:|---:|")?;
+        writeln!(f, "| op | ran on | calls | staging bytes | wall time |")?;
+        writeln!(f, "|---|---|---:|---:|---:|")?;
         if self.calls.is_empty() {
-            writeln!(f, "| (none) | | 0 | |")?;
+            writeln!(f, "| (none) | | 0 | | |")?;
         }
         for r in &self.calls {
             writeln!(
                 f,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {:.1} ms |",
                 r.kind,
                 r.decision,
                 r.n,
@@ -503,7 +508,8 @@ impl fmt::Display for RoutingReport {
                     fmt_bytes(r.bytes)
                 } else {
                     "-".into()
-                }
+                },
+                r.ms
             )?;
         }
         let m = &self.memory;
@@ -553,16 +559,22 @@ mod tests {
     #[test]
     fn stats_count_and_print() {
         let s = RoutingStats::default();
-        s.record_call(OpKind::RmsNorm, Decision::Npu(Tier::Hvx), 100);
-        s.record_call(OpKind::RmsNorm, Decision::Npu(Tier::Hvx), 100);
-        s.record_call(OpKind::RmsNorm, Decision::Cpu("denied"), 0);
+        s.record_call(OpKind::RmsNorm, Decision::Npu(Tier::Hvx), 100, 1_000_000);
+        s.record_call(OpKind::RmsNorm, Decision::Npu(Tier::Hvx), 100, 500_000);
+        s.record_call(OpKind::RmsNorm, Decision::Cpu("denied"), 0, 0);
         s.record_placement(OpKind::LinearQuant, Decision::Cpu("dtype"), 0);
         assert_eq!(s.npu_calls(OpKind::RmsNorm), 2);
         assert_eq!(s.cpu_calls(OpKind::RmsNorm), 1);
         assert_eq!(s.cpu_placements(OpKind::LinearQuant), 1);
         let r = RoutingReport::new("t".into(), &s, MemoryStats::default()).to_string();
-        assert!(r.contains("| rms_norm | npu (hvx) | 2 | 200 B |"), "{r}");
-        assert!(r.contains("| rms_norm | cpu (denied) | 1 | - |"), "{r}");
+        assert!(
+            r.contains("| rms_norm | npu (hvx) | 2 | 200 B | 1.5 ms |"),
+            "{r}"
+        );
+        assert!(
+            r.contains("| rms_norm | cpu (denied) | 1 | - | 0.0 ms |"),
+            "{r}"
+        );
         assert!(r.contains("| linear_quant | cpu (dtype) | 1 | - |"), "{r}");
         s.reset();
         assert_eq!(s.npu_calls(OpKind::RmsNorm), 0);

@@ -201,13 +201,6 @@ pub(crate) struct Staging {
 }
 
 impl Staging {
-    /// The current buffer (after a successful [`Self::ensure`]).
-    pub(crate) fn buffer(&self) -> Result<&DeviceBuffer> {
-        self.buf
-            .as_ref()
-            .ok_or_else(|| Error::Transport("no staging buffer is mapped".into()))
-    }
-
     /// Capacity of the current buffer.
     pub(crate) fn capacity(&self) -> usize {
         self.buf.as_ref().map(|b| b.len()).unwrap_or(0)

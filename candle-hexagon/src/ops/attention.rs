@@ -10,7 +10,7 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use kernels_dsp::*;
 
 use super::{dtype_of, op, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
-use crate::device::{HexagonDevice, Route};
+use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuffer;
 use crate::routing::OpDesc;
@@ -59,12 +59,13 @@ pub fn flash_attn(
         head_dim: d,
         dtype: q.dtype(),
     };
-    match dev.route(&desc, plan.total())? {
-        Route::Cpu => flash_attn_cpu(q, k, v, scale),
-        Route::Npu(staging) => {
+    dev.dispatch(
+        &desc,
+        plan.total(),
+        |buf| {
             let call = FlashAttnCall {
                 dev,
-                buf: staging.buffer()?,
+                buf,
                 offs: [q_off, k_off, v_off, o_off],
                 wire: qw,
                 dims: (b, nq, nk, h, hkv, d),
@@ -72,8 +73,9 @@ pub fn flash_attn(
             };
             Ok(q.contiguous()?
                 .apply_op3_no_bwd(&k.contiguous()?, &v.contiguous()?, &call)?)
-        }
-    }
+        },
+        || flash_attn_cpu(q, k, v, scale),
+    )
 }
 
 /// The CPU path a model runs without the NPU: candle-nn's CPU flash attention per batch item

@@ -5,7 +5,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use kernels_dsp::*;
 
 use super::{dtype_of, op, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
-use crate::device::{HexagonDevice, Route};
+use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuffer;
 use crate::routing::OpDesc;
@@ -34,12 +34,13 @@ pub fn swiglu(dev: &HexagonDevice, gate: &Tensor, up: &Tensor) -> Result<Tensor>
         elems: n,
         dtype: gate.dtype(),
     };
-    match dev.route(&desc, plan.total())? {
-        Route::Cpu => swiglu_cpu(gate, up),
-        Route::Npu(staging) => {
+    dev.dispatch(
+        &desc,
+        plan.total(),
+        |buf| {
             let call = SwigluCall {
                 dev,
-                buf: staging.buffer()?,
+                buf,
                 g_off,
                 u_off,
                 wire,
@@ -47,8 +48,9 @@ pub fn swiglu(dev: &HexagonDevice, gate: &Tensor, up: &Tensor) -> Result<Tensor>
             Ok(gate
                 .contiguous()?
                 .apply_op2_no_bwd(&up.contiguous()?, &call)?)
-        }
-    }
+        },
+        || swiglu_cpu(gate, up),
+    )
 }
 
 /// The CPU path: `candle_nn::ops::silu(gate) * up`.
@@ -143,12 +145,13 @@ pub fn rope(dev: &HexagonDevice, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Resu
         head_dim: d,
         dtype: x.dtype(),
     };
-    match dev.route(&desc, plan.total())? {
-        Route::Cpu => rope_cpu(x, cos, sin),
-        Route::Npu(staging) => {
+    dev.dispatch(
+        &desc,
+        plan.total(),
+        |buf| {
             let call = RopeCall {
                 dev,
-                buf: staging.buffer()?,
+                buf,
                 offs: [x_off, pos_off, cos_off, sin_off],
                 wire,
                 dims: (b, n, h, d),
@@ -156,8 +159,9 @@ pub fn rope(dev: &HexagonDevice, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Resu
             let cos = cos.narrow(0, 0, n)?.contiguous()?;
             let sin = sin.narrow(0, 0, n)?.contiguous()?;
             Ok(x.contiguous()?.apply_op3_no_bwd(&cos, &sin, &call)?)
-        }
-    }
+        },
+        || rope_cpu(x, cos, sin),
+    )
 }
 
 /// The CPU path: `candle_nn::rotary_emb::rope_thd` on contiguous inputs.

@@ -19,7 +19,7 @@ use half::f16;
 use kernels_dsp::*;
 
 use super::{dtype_of, op, rows, stage_in, stage_out, tiled, to_f32_vec, StagePlan, Wire};
-use crate::device::{HexagonDevice, PlanKey, Route};
+use crate::device::{HexagonDevice, PlanKey};
 use crate::error::{Error, Result};
 use crate::layout;
 use crate::memory::{DeviceBuffer, WeightSlot};
@@ -274,24 +274,22 @@ impl HexLinear {
         let mut plan = StagePlan::default();
         let a_off = plan.push(m * k * aw.size());
         let y_off = plan.push(m * n * ow.size());
-        match self
-            .inner
-            .dev
-            .route(&self.desc(m, x.dtype()), plan.total())?
-        {
-            Route::Cpu => self.forward_cpu(x),
-            Route::Npu(staging) => {
+        self.inner.dev.dispatch(
+            &self.desc(m, x.dtype()),
+            plan.total(),
+            |buf| {
                 let call = LinearCall {
                     lin: self,
-                    buf: staging.buffer()?,
+                    buf,
                     a_off,
                     y_off,
                     aw,
                     ow,
                 };
                 Ok(x.contiguous()?.apply_op1_no_bwd(&call)?)
-            }
-        }
+            },
+            || self.forward_cpu(x),
+        )
     }
 
     /// Activation and output wire types: Q4_0 takes f32 only; fp16 tiles keep f16 end to end.

@@ -4,7 +4,7 @@ use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, D};
 use kernels_dsp::*;
 
 use super::{dtype_of, op, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
-use crate::device::{HexagonDevice, Route};
+use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuffer;
 use crate::routing::OpDesc;
@@ -36,12 +36,13 @@ pub fn rms_norm(dev: &HexagonDevice, x: &Tensor, w: &Tensor, eps: f32) -> Result
         hidden,
         dtype: x.dtype(),
     };
-    match dev.route(&desc, plan.total())? {
-        Route::Cpu => rms_norm_cpu(x, w, eps),
-        Route::Npu(staging) => {
+    dev.dispatch(
+        &desc,
+        plan.total(),
+        |buf| {
             let call = RmsNormCall {
                 dev,
-                buf: staging.buffer()?,
+                buf,
                 x_off,
                 w_off,
                 eps,
@@ -49,8 +50,9 @@ pub fn rms_norm(dev: &HexagonDevice, x: &Tensor, w: &Tensor, eps: f32) -> Result
                 hidden,
             };
             Ok(x.contiguous()?.apply_op2_no_bwd(&w.contiguous()?, &call)?)
-        }
-    }
+        },
+        || rms_norm_cpu(x, w, eps),
+    )
 }
 
 /// The CPU path a model runs without the NPU: candle-nn's fused `rms_norm`.
