@@ -235,8 +235,14 @@ impl DiffusionTransformer {
                 Ok(None)
             }
         };
+        let prepare = |l: Linear| -> Result<Linear> {
+            match mode {
+                OpMode::Fused => l.for_inference(),
+                OpMode::Differentiable => Ok(l),
+            }
+        };
         let lin = |role: Role, out: usize, inp: usize, b: Option<Tensor>| -> Result<Linear> {
-            Linear::on_backend(w.get(role, &[out, inp])?, b, backend)
+            prepare(Linear::on_backend(w.get(role, &[out, inp])?, b, backend)?)
         };
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
@@ -254,7 +260,7 @@ impl DiffusionTransformer {
         }
         let embed_p = w.get(Role::Embed, &[v, h])?;
         let head = if cfg.tie_word_embeddings {
-            Linear::on_backend(embed_p.clone(), None, backend)?
+            prepare(Linear::on_backend(embed_p.clone(), None, backend)?)?
         } else {
             lin(Role::Head, v, h, None)?
         };
