@@ -8,11 +8,11 @@
 //! | task ([`TaskKind`]) | paper set | example prompt → response |
 //! |---|---|---|
 //! | `math` | GSM8K | `Tom has 23 apples. He buys 5 more. How many apples does Tom have now?` → `23 + 5 = 28. Answer: 28` |
-//! | `yesno` | BoolQ | `The cat is red. The dog is blue. Is the dog green?` → `The dog is blue. Answer: no` |
-//! | `choice` | ARC-C | `Which of these is a metal? A. hammer B. gold C. Mars D. shirt` → `B. gold. Answer: B` |
+//! | `yesno` | BoolQ | `The cat is big. The dog is slow. Is the dog fast?` → `The dog is slow. Answer: no` |
+//! | `choice` | ARC-C | `Which of these is a metal? A. hammer B. gold C. Mars D. circle` → `A: tool B: metal C: planet D: shape. Answer: B` |
 //! | `completion` | HellaSwag | `It started to rain, so Anna opened her` → `umbrella. Answer: umbrella` |
 //!
-//! Responses are a short rationale that restates the relevant fact or option, then
+//! Responses are a short rationale that restates the relevant fact or classifies the options, then
 //! `Answer: X`: tiny models learn to copy far faster than to produce a bare answer, and the
 //! final answer depends on the rationale, so decoding order matters. [`check`] scores a
 //! response both exactly and on the final answer alone.

@@ -57,8 +57,8 @@ fn golden_first_examples() {
         ),
         (
             TaskKind::YesNo,
-            "The bear cannot swim. The mouse cannot run. The pig cannot sing. Can the pig sing?",
-            "The pig cannot sing. Answer: no",
+            "The bear is small. The mouse is cold. The pig is dry. Is the pig wet?",
+            "The pig is dry. Answer: no",
             "no",
         ),
         (
@@ -87,7 +87,7 @@ fn golden_first_examples() {
 
 const GOLDEN_SEED0: [&str; 4] = [
     "Finn has 44 eggs. He wins 5 more. How many eggs does Finn have now?",
-    "The bear cannot dig. The fox cannot hide. The frog cannot jump. Can the bear dig?",
+    "The bear is sad. The fox is short. The frog is quiet. Is the bear sad?",
     "Which of these is an instrument? A. brown B. violin C. drill D. Jupiter",
     "It was Leo's birthday, so he blew out the",
 ];
@@ -191,15 +191,20 @@ fn answers_are_balanced_in_training_and_test() {
     let mut yes = 0usize;
     let mut yesno_n = 0usize;
     let mut ops = HashMap::new();
-    let (mut facts_can, mut facts_cannot) = (0usize, 0usize);
+    let (mut first_side, mut second_side) = (0usize, 0usize);
     for e in train_stream(1).take(40_000) {
         match e.kind {
             TaskKind::Choice => *letters.entry(e.answer.clone()).or_insert(0usize) += 1,
             TaskKind::YesNo => {
                 yesno_n += 1;
                 yes += (e.answer == "yes") as usize;
-                facts_can += e.prompt.matches(" can ").count();
-                facts_cannot += e.prompt.matches(" cannot ").count();
+                // Which side of its pair the stated adjective is on says nothing either.
+                let stated = e.response.split(' ').nth(3).unwrap().trim_end_matches('.');
+                if yesno::ANTONYMS.iter().any(|(a, _)| *a == stated) {
+                    first_side += 1;
+                } else {
+                    second_side += 1;
+                }
             }
             TaskKind::Math => *ops.entry(e.response.contains(" + ")).or_insert(0usize) += 1,
             TaskKind::Completion => {}
@@ -212,6 +217,11 @@ fn answers_are_balanced_in_training_and_test() {
     assert!(
         (yes as f64 / yesno_n as f64 - 0.5).abs() < 0.03,
         "{yes}/{yesno_n}"
+    );
+    let first_share = first_side as f64 / (first_side + second_side) as f64;
+    assert!(
+        (first_share - 0.5).abs() < 0.03,
+        "stated adjectives: {first_side} / {second_side}"
     );
     assert!((ops[&true] as f64 / (ops[&true] + ops[&false]) as f64 - 0.5).abs() < 0.03);
 
@@ -260,6 +270,9 @@ fn answers_are_consistent_with_responses() {
     assert!(math::ITEMS.iter().any(|i| m.prompt.contains(i)));
     let y = yesno::generate(&mut Rng::new(1));
     assert!(yesno::ANIMALS.iter().any(|a| y.prompt.contains(a)));
+    assert!(yesno::ANTONYMS
+        .iter()
+        .any(|(a, b)| y.prompt.contains(a) || y.prompt.contains(b)));
 }
 
 #[test]

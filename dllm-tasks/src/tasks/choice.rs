@@ -18,10 +18,12 @@
 //! one label identical to the question's (`metal`): finding an identical token among a few
 //! candidates and copying its neighbour is the attention pattern tiny models learn fastest.
 //!
-//! An earlier design answered `B. gold. Answer: B`: picking the member directly needs the
-//! model to compare the question's category with every option's hidden category, with no
-//! signal on the memberships except through that comparison. A ~0.9M-parameter probe was
-//! still at chance on it after 12 minutes on one core.
+//! An earlier design answered `B. gold. Answer: B`, where picking the member directly needs
+//! the model to compare the question's category with every option's hidden category, with
+//! no signal on the memberships except through that comparison. In a probe (0.9M
+//! parameters, 25 minutes on one core, one token per decoding step) it sat at chance for
+//! 12 minutes and ended at 98% final-answer but 73% exact accuracy; this design ended at
+//! 99% exact.
 //!
 //! Category labels are single words used verbatim in the question ("Which of these is a
 //! metal?"), so the label in the rationale is the same token as in the question.

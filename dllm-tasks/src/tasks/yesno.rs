@@ -1,27 +1,38 @@
 //! Yes/no questions over a short passage (the suite's BoolQ stand-in).
 //!
 //! ```text
-//! prompt:   The cat can swim. The dog cannot fly. The fox can climb. Can the dog fly?
-//! response: The dog cannot fly. Answer: no
+//! prompt:   The cat is big. The dog is slow. The fox is wet. Is the dog fast?
+//! response: The dog is slow. Answer: no
 //! ```
 //!
-//! The passage states two or three facts "The ANIMAL can/cannot ABILITY." about distinct
-//! animals and distinct abilities, each fact's polarity drawn independently; the question
-//! asks whether one of the animals has its stated ability. Answers are balanced yes/no, and
-//! the other facts' polarities carry no information, so only the asked animal's fact
-//! decides the answer.
+//! The passage states two or three facts "The ANIMAL is ADJECTIVE." about distinct animals,
+//! each adjective drawn from a different antonym pair (big/small, fast/slow, ...). The
+//! question asks about one animal with one word of its fact's pair: the word the passage
+//! used (`yes`) or its antonym (`no`), half and half. Without reading the passage the
+//! answer is a coin flip: every pair word is equally likely in facts and questions.
 //!
 //! # Learnability
-//! Restating the relevant fact turns the task into retrieval plus copying: the rationale
-//! copies the question's animal, then the `can`/`cannot` that follows that animal in the
-//! passage (a match-then-copy pattern that two attention layers learn quickly), then the
-//! ability. The final `yes`/`no` is a function of one token of the rationale.
+//! The rationale restates the relevant fact, and the answer compares the restated adjective
+//! with the asked one. Both steps are single lookups for a transformer:
+//! - finding the fact is one content-based attention hop: the asked adjective's antonym
+//!   pair occurs in exactly one fact, so the model attends from the question's adjective to
+//!   the passage adjective of the same pair and copies it (the animal confirms it);
+//! - the answer is whether two words of one pair agree, an XOR of two learnt "which side
+//!   of the pair" features. Equivalently, `yes` exactly when the asked word occurs verbatim
+//!   in the passage, which a duplicate-token head (among the first heads small transformers
+//!   form) detects.
 //!
-//! An earlier design asked "Is the dog green?" over colour facts, so that `no` needed an
-//! equality test between the asked and the restated colour. A ~0.9M-parameter probe learnt
-//! the retrieval (42% exact after 12 minutes on one core) but stayed at chance on the
-//! answer: detecting that two tokens are equal takes a tiny model much longer to learn than
-//! reading a polarity that is stated.
+//! Earlier designs stated the polarity in a separate token ("The dog cannot fly. ... Can the
+//! dog fly?"), so finding it needs the two-layer induction pattern "the token after the
+//! asked animal", and let a model that never reads the right fact score ~71% by copying the
+//! polarity of any fact. With LLaDA's own trainer (1.1M parameters, 12k steps of 64) that
+//! design stayed at 56-68% while the three other tasks reached 100%: the retrieval never
+//! formed, and the score was the guessing baseline. Here guessing gives 50%, and the
+//! retrieval is one hop.
+//!
+//! Measured so far: a 0.9M-parameter RoPE probe trained 22 minutes on one core stayed at
+//! 49% on this task (math and completion 100%), so this is the task that needs the most
+//! training; it is the one to watch.
 
 use super::{Example, TaskKind};
 use crate::rng::Rng;
@@ -32,34 +43,50 @@ pub const ANIMALS: [&str; 16] = [
     "lion", "mouse", "owl", "wolf",
 ];
 
-/// The abilities facts state or deny.
-pub const ABILITIES: [&str; 8] = ["swim", "fly", "run", "climb", "jump", "dig", "sing", "hide"];
+/// Antonym pairs; a passage uses each pair at most once.
+pub const ANTONYMS: [(&str, &str); 8] = [
+    ("big", "small"),
+    ("fast", "slow"),
+    ("hot", "cold"),
+    ("old", "young"),
+    ("loud", "quiet"),
+    ("happy", "sad"),
+    ("wet", "dry"),
+    ("tall", "short"),
+];
 
 /// Draws one passage and question.
 pub fn generate(rng: &mut Rng) -> Example {
     let n_facts = 2 + rng.index(2);
     let animals = rng.sample_indices(ANIMALS.len(), n_facts);
-    let abilities = rng.sample_indices(ABILITIES.len(), n_facts);
-    let can: Vec<bool> = (0..n_facts).map(|_| rng.below(2) == 0).collect();
+    let pairs = rng.sample_indices(ANTONYMS.len(), n_facts);
+    let adjectives: Vec<&str> = pairs
+        .iter()
+        .map(|&p| {
+            if rng.below(2) == 0 {
+                ANTONYMS[p].0
+            } else {
+                ANTONYMS[p].1
+            }
+        })
+        .collect();
     let target = rng.index(n_facts);
-    let modal = |c: bool| if c { "can" } else { "cannot" };
+    let yes = rng.below(2) == 0;
+    let stated = adjectives[target];
+    let (a, b) = ANTONYMS[pairs[target]];
+    let asked = match (yes, stated == a) {
+        (true, _) => stated,
+        (false, true) => b,
+        (false, false) => a,
+    };
     let mut prompt = String::new();
-    for i in 0..n_facts {
-        prompt.push_str(&format!(
-            "The {} {} {}. ",
-            ANIMALS[animals[i]],
-            modal(can[i]),
-            ABILITIES[abilities[i]]
-        ));
+    for (&animal, adjective) in animals.iter().zip(&adjectives) {
+        prompt.push_str(&format!("The {} is {adjective}. ", ANIMALS[animal]));
     }
     let animal = ANIMALS[animals[target]];
-    let ability = ABILITIES[abilities[target]];
-    prompt.push_str(&format!("Can the {animal} {ability}?"));
-    let answer = if can[target] { "yes" } else { "no" }.to_string();
-    let response = format!(
-        "The {animal} {} {ability}. Answer: {answer}",
-        modal(can[target])
-    );
+    prompt.push_str(&format!("Is the {animal} {asked}?"));
+    let answer = if yes { "yes" } else { "no" }.to_string();
+    let response = format!("The {animal} is {stated}. Answer: {answer}");
     Example {
         kind: TaskKind::YesNo,
         prompt,
@@ -68,56 +95,95 @@ pub fn generate(rng: &mut Rng) -> Example {
     }
 }
 
+/// The antonym of `word`, if it belongs to a pair.
+pub fn antonym(word: &str) -> Option<&'static str> {
+    ANTONYMS.iter().find_map(|&(a, b)| {
+        if a == word {
+            Some(b)
+        } else if b == word {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Answers the question by actually reading the passage: (restated fact, answer).
     fn solve(prompt: &str) -> (String, &'static str) {
-        let (passage, question) = prompt.rsplit_once("Can the ").unwrap();
-        let (animal, ability) = question.trim_end_matches('?').split_once(' ').unwrap();
+        let (passage, question) = prompt.rsplit_once("Is the ").unwrap();
+        let (animal, asked) = question.trim_end_matches('?').split_once(' ').unwrap();
         let facts: Vec<&str> = passage
             .split(". ")
             .map(|f| f.trim().trim_end_matches('.'))
-            .filter(|f| f.starts_with(&format!("The {animal} ")))
+            .filter(|f| f.starts_with(&format!("The {animal} is ")))
             .collect();
         assert_eq!(
             facts.len(),
             1,
             "the asked animal has exactly one fact: {prompt}"
         );
-        let fact = facts[0];
+        let stated = facts[0].rsplit(' ').next().unwrap();
         assert!(
-            fact.ends_with(&format!(" {ability}")),
-            "asked about another ability: {prompt}"
+            stated == asked || antonym(stated) == Some(asked),
+            "unrelated question: {prompt}"
         );
-        let yes = fact.split(' ').nth(2) == Some("can");
-        (format!("{fact}."), if yes { "yes" } else { "no" })
+        (
+            format!("{}.", facts[0]),
+            if stated == asked { "yes" } else { "no" },
+        )
     }
 
     #[test]
     fn answers_follow_from_the_passage() {
         let mut rng = Rng::new(2);
         let mut yes = 0;
-        let mut agree_with_majority = 0;
         for _ in 0..4_000 {
             let ex = generate(&mut rng);
             let (fact, ans) = solve(&ex.prompt);
             assert_eq!(ex.answer, ans, "{ex:?}");
             assert_eq!(ex.response, format!("{fact} Answer: {ans}"));
             yes += (ans == "yes") as usize;
-            // The other facts must not give the answer away.
-            let cans = ex.prompt.matches(" can ").count();
-            let cannots = ex.prompt.matches(" cannot ").count();
-            let majority_yes = cans > cannots;
-            agree_with_majority += (majority_yes == (ans == "yes")) as usize;
+            // Each antonym pair at most once per passage: the asked pair finds one fact.
+            let passage = ex.prompt.rsplit_once("Is the ").unwrap().0;
+            for (a, b) in ANTONYMS {
+                let n = passage.matches(&format!(" {a}.")).count()
+                    + passage.matches(&format!(" {b}.")).count();
+                assert!(n <= 1, "{ex:?}");
+            }
         }
         assert!((1_850..2_150).contains(&yes), "yes {yes}");
-        // Majority polarity of the passage is an imperfect cue (the asked fact is part of
-        // it) but far from the answer itself.
-        assert!(
-            agree_with_majority < 3_400,
-            "majority cue {agree_with_majority}/4000"
-        );
+    }
+
+    #[test]
+    fn pair_words_carry_no_answer_by_themselves() {
+        // Without the passage, the asked word says nothing: each word is asked about as often
+        // with "yes" as with "no".
+        let mut rng = Rng::new(5);
+        let mut by_word = std::collections::HashMap::<String, (u32, u32)>::new();
+        for _ in 0..16_000 {
+            let ex = generate(&mut rng);
+            let asked = ex
+                .prompt
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .trim_end_matches('?')
+                .to_string();
+            let e = by_word.entry(asked).or_default();
+            if ex.answer == "yes" {
+                e.0 += 1
+            } else {
+                e.1 += 1
+            }
+        }
+        assert_eq!(by_word.len(), 16);
+        for (w, (y, n)) in by_word {
+            let share = y as f64 / (y + n) as f64;
+            assert!((share - 0.5).abs() < 0.08, "{w}: {y} yes / {n} no");
+        }
     }
 }
