@@ -114,3 +114,26 @@ fn trainable_and_inference_models_agree() {
         .unwrap();
     assert!(d < 1e-4, "differentiable vs fused forward differ by {d}");
 }
+
+#[test]
+fn task_weights_shift_the_mix_and_uniform_weights_change_nothing() {
+    use dllm_tasks::TaskKind;
+    let uniform: Vec<String> = train_stream(4).take(200).map(|e| e.prompt).collect();
+    let same: Vec<String> = train_stream(4)
+        .with_weights([1; 4])
+        .unwrap()
+        .take(200)
+        .map(|e| e.prompt)
+        .collect();
+    assert_eq!(uniform, same);
+    let n = 20_000;
+    let yes = train_stream(4)
+        .with_weights([1, 2, 1, 1])
+        .unwrap()
+        .take(n)
+        .filter(|e| e.kind == TaskKind::YesNo)
+        .count() as f64
+        / n as f64;
+    assert!((yes - 0.4).abs() < 0.02, "yes/no share {yes}");
+    assert!(train_stream(4).with_weights([0; 4]).is_err());
+}

@@ -193,6 +193,7 @@ pub fn is_held_out(prompt: &str) -> bool {
 pub fn train_stream(seed: u64) -> TrainStream {
     TrainStream {
         rng: train_rng(seed),
+        weights: [1; 4],
     }
 }
 
@@ -200,6 +201,8 @@ pub fn train_stream(seed: u64) -> TrainStream {
 #[derive(Clone, Debug)]
 pub struct TrainStream {
     rng: Rng,
+    /// Relative frequency of each task, in [`TaskKind::ALL`] order.
+    weights: [u32; 4],
 }
 
 impl TrainStream {
@@ -208,11 +211,41 @@ impl TrainStream {
         self.rng.state()
     }
 
-    /// Resumes a stream at a position saved with [`TrainStream::rng_state`].
+    /// Resumes a stream at a position saved with [`TrainStream::rng_state`] (with uniform task
+    /// weights; re-apply [`TrainStream::with_weights`] if the run used others).
     pub fn from_rng_state(state: [u64; 4]) -> Self {
         TrainStream {
             rng: Rng::from_state(state),
+            weights: [1; 4],
         }
+    }
+
+    /// Draw tasks with relative frequencies `weights` (in [`TaskKind::ALL`] order) instead of
+    /// uniformly, e.g. to give the hardest task more examples. Uniform weights `[1; 4]` draw
+    /// exactly the stream of [`train_stream`].
+    pub fn with_weights(mut self, weights: [u32; 4]) -> crate::Result<Self> {
+        if weights.iter().all(|&w| w == 0) {
+            return Err(crate::Error::InvalidArgument(
+                "task weights are all zero".into(),
+            ));
+        }
+        self.weights = weights;
+        Ok(self)
+    }
+
+    fn draw_kind(&mut self) -> TaskKind {
+        if self.weights == [1; 4] {
+            return TaskKind::ALL[self.rng.index(4)];
+        }
+        let total: u32 = self.weights.iter().sum();
+        let mut x = self.rng.below(total as u64) as u32;
+        for (k, &w) in TaskKind::ALL.iter().zip(&self.weights) {
+            if x < w {
+                return *k;
+            }
+            x -= w;
+        }
+        unreachable!("x < total")
     }
 }
 
@@ -220,7 +253,7 @@ impl Iterator for TrainStream {
     type Item = Example;
 
     fn next(&mut self) -> Option<Example> {
-        let kind = TaskKind::ALL[self.rng.index(4)];
+        let kind = self.draw_kind();
         let held_out = held_out_prompts();
         loop {
             let ex = generate(kind, &mut self.rng);

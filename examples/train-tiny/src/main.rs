@@ -77,6 +77,9 @@ struct Args {
     /// Gradient clipping (global norm).
     #[arg(long, default_value_t = 1.0)]
     clip: f64,
+    /// Relative task frequencies math,yesno,choice,completion (e.g. 1,2,1,1 doubles yes/no).
+    #[arg(long, value_delimiter = ',', default_value = "1,1,1,1")]
+    task_weights: Vec<u32>,
     /// Seed (weights, data stream, masking).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -236,7 +239,10 @@ fn main() -> Result<()> {
         cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
         tk::MAX_PROMPT_TOKENS, a.gen_len, a.batch
     );
-    let mut batcher = Batcher::new(stream, a.batch, a.gen_len);
+    let weights: [u32; 4] = a.task_weights.clone().try_into().map_err(|_| {
+        anyhow::anyhow!("--task-weights needs 4 values (math,yesno,choice,completion)")
+    })?;
+    let mut batcher = Batcher::new(stream.with_weights(weights)?, a.batch, a.gen_len);
     let log_path = a.out.join("training_log.jsonl");
     let mut log = std::fs::OpenOptions::new()
         .create(true)
