@@ -27,18 +27,27 @@ impl LiveCanvas {
     fn render(&self, e: &StepEvent<'_>) -> String {
         let gen = &e.canvas[e.prompt_len..];
         let mut s = String::new();
+        // Decode each run of unmasked tokens as a whole so the tokenizer restores its spacing.
+        let mut run: Vec<u32> = Vec::new();
+        let flush = |run: &mut Vec<u32>, s: &mut String| {
+            if run.is_empty() {
+                return;
+            }
+            match &self.tok {
+                Some(t) => s.push_str(&t.decode(run, true).unwrap_or_else(|_| format!("{run:?}"))),
+                None => s.push_str(&run.iter().map(|id| format!("{id} ")).collect::<String>()),
+            }
+            run.clear();
+        };
         for &id in gen {
             if id == e.mask_id {
+                flush(&mut run, &mut s);
                 s.push('░');
             } else {
-                match &self.tok {
-                    Some(t) => {
-                        s.push_str(&t.decode(&[id], false).unwrap_or_else(|_| format!("<{id}>")))
-                    }
-                    None => s.push_str(&format!("{id} ")),
-                }
+                run.push(id);
             }
         }
+        flush(&mut run, &mut s);
         let done = self.total - e.masked_left;
         format!(
             "{s}\n\x1b[2mblock {}/{} · step {} · {} forwards · {done}/{} tokens\x1b[0m",
