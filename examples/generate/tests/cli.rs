@@ -256,3 +256,28 @@ fn hexagon_device_gives_the_cpu_tokens_and_prints_the_routing_report() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With no `--model`, the embedded tiny-llada answers held-out task-suite questions in real text.
+#[test]
+fn embedded_model_answers_held_out_questions() {
+    use dllm_tasks::eval::questions;
+    use dllm_tasks::tasks::check;
+    use dllm_tasks::TaskKind;
+    for ex in questions(&TaskKind::ALL, Some(2)) {
+        let out = run(&["--prompt", &ex.prompt, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let text = v["text"].as_str().unwrap();
+        assert!(
+            check(&ex, text).final_answer,
+            "{}: `{}` answered `{text}` (expected `{}`)",
+            ex.kind.name(),
+            ex.prompt,
+            ex.response
+        );
+    }
+}

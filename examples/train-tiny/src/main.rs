@@ -53,17 +53,20 @@ struct Args {
     /// Response region per row (answer + EOS padding); match the eval's --gen-length.
     #[arg(long, default_value_t = 24)]
     gen_len: usize,
+    /// Block length recommended in generation_config.json (the decoders' default).
+    #[arg(long, default_value_t = 8)]
+    block_length: usize,
     /// Rows per batch.
     #[arg(long, default_value_t = 64)]
     batch: usize,
     /// Optimizer steps (the cosine schedule spans them).
-    #[arg(long, default_value_t = 6000)]
+    #[arg(long, default_value_t = 16000)]
     steps: usize,
     /// Stop (and save) after this many minutes even if steps remain.
     #[arg(long)]
     minutes: Option<f64>,
     /// Peak learning rate.
-    #[arg(long, default_value_t = 3e-3)]
+    #[arg(long, default_value_t = 2e-3)]
     lr: f64,
     /// Warmup steps.
     #[arg(long, default_value_t = 200)]
@@ -78,7 +81,7 @@ struct Args {
     #[arg(long, default_value_t = 1.0)]
     clip: f64,
     /// Relative task frequencies math,yesno,choice,completion (e.g. 1,2,1,1 doubles yes/no).
-    #[arg(long, value_delimiter = ',', default_value = "1,1,1,1")]
+    #[arg(long, value_delimiter = ',', default_value = "1,2,1,1")]
     task_weights: Vec<u32>,
     /// Seed (weights, data stream, masking).
     #[arg(long, default_value_t = 1)]
@@ -158,6 +161,25 @@ fn quick_eval(
     Ok(scores.iter().map(|s| (s.task, s.accuracy())).collect())
 }
 
+/// Drops log lines written after the checkpoint a run resumes from, so the log describes one
+/// continuous run.
+fn truncate_log(path: &std::path::Path, step: usize) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let kept: String = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s as usize <= step)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(path, kept).with_context(|| format!("rewriting {}", path.display()))
+}
+
 fn main() -> Result<()> {
     let a = Args::parse();
     std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
@@ -174,6 +196,13 @@ fn main() -> Result<()> {
         "dream" => Arch::Dream,
         other => bail!("--arch: `{other}` (expected llada or dream)"),
     };
+    if a.gen_len == 0 || a.block_length == 0 || a.gen_len % a.block_length != 0 {
+        bail!(
+            "--block-length {} must be positive and divide --gen-len {}",
+            a.block_length,
+            a.gen_len
+        );
+    }
     let shape = ModelShape {
         arch,
         hidden: a.hidden,
@@ -194,7 +223,10 @@ fn main() -> Result<()> {
     write_json(&a.out.join("config.json"), &config_json)?;
     write_json(
         &a.out.join("generation_config.json"),
-        &serde_json::json!({"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}),
+        &serde_json::json!({
+            "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
+            "gen_length": a.gen_len, "block_length": a.block_length, "steps": a.gen_len,
+        }),
     )?;
     write_json(&a.out.join("train_args.json"), &a)?;
 
@@ -244,6 +276,9 @@ fn main() -> Result<()> {
     })?;
     let mut batcher = Batcher::new(stream.with_weights(weights)?, a.batch, a.gen_len);
     let log_path = a.out.join("training_log.jsonl");
+    if step > 0 {
+        truncate_log(&log_path, step)?;
+    }
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
