@@ -163,7 +163,7 @@ fn run(a: Args) -> Result<()> {
             "model": loaded.source,
             "params": {
                 "strategy": a.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
-                "steps": params.steps, "threshold": params.threshold, "remasking": a.remasking,
+                "steps": params.steps, "threshold": params.threshold.map(f32_as_written), "remasking": a.remasking,
             },
             "tasks": scores.iter().map(|s| serde_json::json!({
                 "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
@@ -193,4 +193,9 @@ fn run(a: Args) -> Result<()> {
         print!("{}", table(&scores));
     }
     Ok(())
+}
+
+/// An f32 as the f64 of its shortest decimal form (0.9f32 prints as 0.9 in JSON, not 0.8999999761581421).
+fn f32_as_written(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(x as f64)
 }
