@@ -55,6 +55,31 @@ pub enum TransportConfig {
     },
 }
 
+impl TransportConfig {
+    /// From command-line spellings: `emulated`, or `fastrpc` with `library` naming what to
+    /// `dlopen` (`libcdsprpc.so` on a phone, a path) or `shim` for the host FastRPC shim built
+    /// with this crate ([`crate::shim_library_path`]). `library` is ignored for `emulated`.
+    pub fn from_names(transport: &str, library: &str) -> Result<Self> {
+        match transport {
+            "emulated" => Ok(Self::Emulated),
+            "fastrpc" if library == "shim" => match crate::shim_library_path() {
+                Some(library) => Ok(Self::FastRpc { library }),
+                None => Err(Error::Config {
+                    field: "fastrpc library",
+                    reason: "`shim`: this build has no host FastRPC shim".into(),
+                }),
+            },
+            "fastrpc" => Ok(Self::FastRpc {
+                library: PathBuf::from(library),
+            }),
+            t => Err(Error::Config {
+                field: "transport",
+                reason: format!("`{t}` (expected emulated or fastrpc)"),
+            }),
+        }
+    }
+}
+
 /// Device options (all fields have `DEFAULT_*` constants).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HexagonConfig {
@@ -537,6 +562,25 @@ pub(crate) fn check_statuses(batch: &Batch, statuses: &[u32]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transports_from_their_command_line_names() {
+        use TransportConfig as T;
+        assert_eq!(T::from_names("emulated", "shim").unwrap(), T::Emulated);
+        assert_eq!(
+            T::from_names("fastrpc", "libcdsprpc.so").unwrap(),
+            T::FastRpc {
+                library: "libcdsprpc.so".into()
+            }
+        );
+        match (T::from_names("fastrpc", "shim"), crate::shim_library_path()) {
+            (Ok(T::FastRpc { library }), Some(p)) => assert_eq!(library, p),
+            (Err(e), None) => assert!(e.to_string().contains("shim"), "{e}"),
+            (r, p) => panic!("{r:?} with shim {p:?}"),
+        }
+        let e = T::from_names("usb", "shim").unwrap_err().to_string();
+        assert!(e.contains("`usb`") && e.contains("transport"), "{e}");
+    }
 
     #[test]
     fn config_errors_name_the_field() {

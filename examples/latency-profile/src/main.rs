@@ -71,19 +71,8 @@ fn backend(a: &Args) -> Result<Backend> {
     match a.device.as_str() {
         "cpu" => Ok(Backend::Cpu),
         "hexagon" => {
-            let transport = match a.hexagon_transport.as_str() {
-                "emulated" => TransportConfig::Emulated,
-                "fastrpc" => TransportConfig::FastRpc {
-                    library: if a.fastrpc_lib == "shim" {
-                        candle_hexagon::shim_library_path().ok_or_else(|| {
-                            anyhow!("--fastrpc-lib shim: no host shim in this build")
-                        })?
-                    } else {
-                        PathBuf::from(&a.fastrpc_lib)
-                    },
-                },
-                t => bail!("--hexagon-transport: `{t}` (expected emulated or fastrpc)"),
-            };
+            let transport = TransportConfig::from_names(&a.hexagon_transport, &a.fastrpc_lib)
+                .map_err(|e| anyhow!("--hexagon-transport: {e}"))?;
             Ok(Backend::Hexagon(
                 HexagonDevice::open(HexagonConfig {
                     workers: a.hexagon_workers,
