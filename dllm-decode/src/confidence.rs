@@ -259,9 +259,9 @@ mod tests {
     fn margin_and_entropy() {
         let mut rng = Rng::new(0);
         let p = softmax(&[1.0, 2.0, 0.0]);
-        let s = scorer(Remasking::Margin).score(&mut vec![1.0, 2.0, 0.0], &mut rng);
+        let s = scorer(Remasking::Margin).score(&mut [1.0, 2.0, 0.0], &mut rng);
         assert!((s.confidence - (p[1] - p[0])).abs() < 1e-12);
-        let s = scorer(Remasking::Entropy).score(&mut vec![1.0, 2.0, 0.0], &mut rng);
+        let s = scorer(Remasking::Entropy).score(&mut [1.0, 2.0, 0.0], &mut rng);
         let e: f64 = p.iter().map(|x| x * (x + 1e-10).ln()).sum();
         assert!((s.confidence - e).abs() < 1e-12 && s.confidence < 0.0);
     }

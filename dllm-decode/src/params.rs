@@ -202,7 +202,7 @@ impl DecodeParams {
         if self.block_length == 0 {
             return Err(p("block-length", "must be positive".into()));
         }
-        if self.gen_length % self.block_length != 0 {
+        if !self.gen_length.is_multiple_of(self.block_length) {
             return Err(p(
                 "gen-length",
                 format!(
@@ -214,7 +214,7 @@ impl DecodeParams {
         if self.steps == 0 {
             return Err(p("steps", "must be positive".into()));
         }
-        if self.steps % self.num_blocks() != 0 {
+        if !self.steps.is_multiple_of(self.num_blocks()) {
             return Err(p(
                 "steps",
                 format!(

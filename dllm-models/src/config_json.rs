@@ -19,7 +19,7 @@ impl Fields {
     /// Read and parse `path`, which must hold a JSON object.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
-        Self::from_str(&text).map_err(|e| match e {
+        Self::parse_str(&text).map_err(|e| match e {
             Error::InvalidArgument(r) => Error::file(path, r),
             e => e,
         })
@@ -47,7 +47,7 @@ impl Fields {
     }
 
     /// Parse a JSON object from text.
-    pub fn from_str(text: &str) -> Result<Self> {
+    pub fn parse_str(text: &str) -> Result<Self> {
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(map)) => Ok(Self { map }),
             Ok(_) => Err(Error::InvalidArgument("config is not a JSON object".into())),

@@ -277,7 +277,7 @@ pub fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
 
 fn permute_rows_impl(q: &QTensor, heads: usize, forward: bool) -> Result<QTensor> {
     let (rows, cols) = q.shape().dims2()?;
-    if heads == 0 || rows % heads != 0 || (rows / heads) % 2 != 0 {
+    if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return Err(Error::InvalidArgument(format!(
             "cannot (un)permute {rows} rows over {heads} heads"
         )));

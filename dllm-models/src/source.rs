@@ -323,7 +323,7 @@ pub fn load_from_memory(
     name: &str,
     opts: &LoadOptions,
 ) -> Result<LoadedModel> {
-    let f = Fields::from_str(config_json)?;
+    let f = Fields::parse_str(config_json)?;
     let is_dream = f
         .opt_str("model_type")?
         .map(|t| t.eq_ignore_ascii_case("dream"))
@@ -342,7 +342,7 @@ pub fn load_from_memory(
     let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
     let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json.as_bytes())
         .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?;
-    let gen = generation_config_json.map(Fields::from_str).transpose()?;
+    let gen = generation_config_json.map(Fields::parse_str).transpose()?;
     let bos = gen
         .as_ref()
         .map(|g| g.opt_token_id("bos_token_id"))

@@ -71,7 +71,7 @@ impl TransformerConfig {
         pos(self.intermediate_size, names.ffn)?;
         pos(self.vocab_size, names.vocab)?;
         pos(self.max_seq_len, names.max_len)?;
-        if self.hidden_size % self.num_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_heads) {
             return Err(Error::invalid(
                 names.heads,
                 format!(
@@ -80,13 +80,13 @@ impl TransformerConfig {
                 ),
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(Error::invalid(
                 names.heads,
                 format!("head dimension {} must be even for RoPE", self.head_dim()),
             ));
         }
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return Err(Error::invalid(
                 names.kv_heads,
                 format!(
@@ -101,7 +101,7 @@ impl TransformerConfig {
                 format!("{} is not in (0, 1)", self.rms_norm_eps),
             ));
         }
-        if !(self.rope_theta > 1.0) || !self.rope_theta.is_finite() {
+        if !self.rope_theta.is_finite() || self.rope_theta <= 1.0 {
             return Err(Error::invalid(
                 "rope_theta",
                 format!("{} must be a finite value > 1", self.rope_theta),
@@ -475,7 +475,7 @@ impl DiffusionTransformer {
             x = x.index_select(&rows, 1)?;
         }
         let x = self.norm.forward(&x, self.mode)?;
-        Ok(self.head.forward(&x)?)
+        self.head.forward(&x)
     }
 }
 

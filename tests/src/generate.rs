@@ -90,14 +90,14 @@ pub fn llada_generate_with(
         "gen_length and block_length must be positive"
     );
     ensure!(
-        p.gen_length % p.block_length == 0,
+        p.gen_length.is_multiple_of(p.block_length),
         "gen_length {} is not a multiple of block_length {}",
         p.gen_length,
         p.block_length
     );
     let num_blocks = p.gen_length / p.block_length;
     ensure!(
-        p.steps > 0 && p.steps % num_blocks == 0,
+        p.steps > 0 && p.steps.is_multiple_of(num_blocks),
         "steps {} is not a positive multiple of the {num_blocks} blocks",
         p.steps
     );

@@ -196,6 +196,9 @@ fn main() -> Result<()> {
         "dream" => Arch::Dream,
         other => bail!("--arch: `{other}` (expected llada or dream)"),
     };
+    if a.checkpoint_every == 0 {
+        bail!("--checkpoint-every must be positive");
+    }
     if a.gen_len == 0 || a.block_length == 0 || a.gen_len % a.block_length != 0 {
         bail!(
             "--block-length {} must be positive and divide --gen-len {}",
@@ -246,7 +249,7 @@ fn main() -> Result<()> {
     )?;
 
     let mut stream: TrainStream = train_stream(a.seed);
-    let mut mask_rng = Rng::new(a.seed ^ 0x5EED_0F_3A5C);
+    let mut mask_rng = Rng::new(a.seed ^ 0x5E_ED0F_3A5C);
     let mut step = 0usize;
     let mut prior = Duration::ZERO;
     let mut examples = 0usize;
@@ -339,7 +342,7 @@ fn main() -> Result<()> {
             (examples as f64) / elapsed.as_secs_f64()
         ));
         let mut rec = serde_json::json!({"step": step, "loss": loss_v, "loss_ema": ema, "lr": lr, "grad_norm": gnorm, "elapsed_s": elapsed.as_secs_f64(), "examples": examples});
-        if a.eval_every > 0 && (step % a.eval_every == 0 || step == a.steps) {
+        if a.eval_every > 0 && (step.is_multiple_of(a.eval_every) || step == a.steps) {
             let acc = quick_eval(&varmap, &cfg, &tok, &a)?;
             let txt: Vec<String> = acc
                 .iter()
@@ -358,7 +361,7 @@ fn main() -> Result<()> {
         }
         use std::io::Write;
         writeln!(log, "{rec}")?;
-        if step % a.checkpoint_every == 0 {
+        if step.is_multiple_of(a.checkpoint_every) {
             save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
         }
     }
