@@ -23,7 +23,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[command(version, about)]
 struct Args {
     /// Model directory, GGUF file or hub id; it must use the task-suite tokenizer.
-    #[arg(long)]
+    #[arg(long, visible_alias = "model-id")]
     model: String,
     /// A tokenizer.json to use instead of the one next to the weights.
     #[arg(long)]

@@ -30,7 +30,7 @@ use dllm_models::{load, Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSou
 struct Args {
     /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name[@revision])
     /// [default: the embedded tiny LLaDA trained on the task suite].
-    #[arg(long)]
+    #[arg(long, visible_alias = "model-id")]
     model: Option<String>,
     /// A tokenizer.json to use instead of the one next to the weights.
     #[arg(long)]

@@ -150,6 +150,10 @@ fn bad_input_exits_with_a_named_error() {
             &["--model", "/definitely/not/here", "--prompt-ids", "1"],
             "not/here",
         ),
+        (
+            &["--model-id", "/definitely/not/there", "--prompt-ids", "1"],
+            "not/there",
+        ),
     ];
     for (args, word) in cases {
         let out = run(args);

@@ -29,7 +29,7 @@ use dllm_models::{
 #[command(version, about, long_about = None)]
 struct Args {
     /// A model directory, .gguf file or hub id [default: a random synthetic model, see --synthetic].
-    #[arg(long)]
+    #[arg(long, visible_alias = "model-id")]
     model: Option<String>,
     /// Synthetic model when --model is absent: tiny (64-d, 2 layers) or 100m (97.6M parameters).
     #[arg(long, default_value = "100m")]
