@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dllm_decode::{DecodeParams, DreamParams};
-use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+use dllm_decode::{DecodeParams, DreamParams, Strategy};
+use dllm_models::{load, Arch, DiffusionLm, LoadOptions, ModelSource};
 use dllm_tasks::eval::{evaluate, questions, table};
 use dllm_tasks::TaskKind;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -158,12 +158,22 @@ fn run(a: Args) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let info = loaded.model.info();
+    // Dream's own algorithm runs for the vanilla strategy: it has no blocks and no remasking rule.
+    let dream_alg = info.arch == Arch::Dream && params.strategy == Strategy::Vanilla;
+    let decoding = if dream_alg {
+        format!("{} (Dream {})", a.strategy, a.alg)
+    } else if a.remasking != "low_confidence" {
+        format!("{} ({})", a.strategy, a.remasking)
+    } else {
+        a.strategy.clone()
+    };
     if a.json {
         let out = serde_json::json!({
             "model": loaded.source,
             "params": {
                 "strategy": a.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
                 "steps": params.steps, "threshold": params.threshold.map(f32_as_written), "remasking": a.remasking,
+                "dream_alg": dream_alg.then_some(&a.alg),
             },
             "tasks": scores.iter().map(|s| serde_json::json!({
                 "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
@@ -176,13 +186,17 @@ fn run(a: Args) -> Result<()> {
         println!("{out}");
     } else {
         println!(
-            "{} ({}, {:.2}M parameters) · {} · gen {} block {} steps {}{} · {} questions\n",
+            "{} ({}, {:.2}M parameters) · {} · gen {}{} steps {}{} · {} questions\n",
             loaded.source,
             info.arch,
             info.num_params as f64 / 1e6,
-            a.strategy,
+            decoding,
             params.gen_length,
-            params.block_length,
+            if dream_alg {
+                String::new()
+            } else {
+                format!(" block {}", params.block_length)
+            },
             params.steps,
             params
                 .threshold
