@@ -184,20 +184,27 @@ fn main() -> Result<()> {
     let a = Args::parse();
     std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
     tune_malloc();
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let ckpt = a.out.join("checkpoint");
-    std::fs::create_dir_all(&ckpt)?;
-
-    let tok = tk::build_suite_tokenizer()?;
-    tk::save(&tok, a.out.join("tokenizer.json"))?;
-    let vocab = tok.get_vocab_size(true);
+    // Every argument is checked before anything is written or trained.
     let arch = match a.arch.as_str() {
         "llada" => Arch::Llada,
         "dream" => Arch::Dream,
         other => bail!("--arch: `{other}` (expected llada or dream)"),
     };
-    if a.checkpoint_every == 0 {
-        bail!("--checkpoint-every must be positive");
+    let save_dtype = match a.save_dtype.as_str() {
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        "f32" => DType::F32,
+        other => bail!("--save-dtype: `{other}` (expected f16, bf16 or f32)"),
+    };
+    for (flag, v) in [
+        ("--batch", a.batch),
+        ("--steps", a.steps),
+        ("--checkpoint-every", a.checkpoint_every),
+        ("--threads", a.threads),
+    ] {
+        if v == 0 {
+            bail!("{flag} must be positive");
+        }
     }
     if a.gen_len == 0 || a.block_length == 0 || a.gen_len % a.block_length != 0 {
         bail!(
@@ -206,6 +213,14 @@ fn main() -> Result<()> {
             a.gen_len
         );
     }
+    let weights: [u32; 4] = a.task_weights.clone().try_into().map_err(|_| {
+        anyhow::anyhow!("--task-weights needs 4 values (math,yesno,choice,completion)")
+    })?;
+    train_stream(a.seed)
+        .with_weights(weights)
+        .context("--task-weights")?;
+    let tok = tk::build_suite_tokenizer()?;
+    let vocab = tok.get_vocab_size(true);
     let shape = ModelShape {
         arch,
         hidden: a.hidden,
@@ -219,6 +234,11 @@ fn main() -> Result<()> {
         ffn: a.ffn.unwrap_or(3 * a.hidden),
     };
     let cfg = suite_config(shape, vocab)?;
+
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let ckpt = a.out.join("checkpoint");
+    std::fs::create_dir_all(&ckpt)?;
+    tk::save(&tok, a.out.join("tokenizer.json"))?;
     let config_json = match cfg.arch {
         Arch::Llada => llada::config_to_json(&cfg),
         Arch::Dream => dream::config_to_json(&cfg),
@@ -274,9 +294,6 @@ fn main() -> Result<()> {
         cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
         tk::MAX_PROMPT_TOKENS, a.gen_len, a.batch
     );
-    let weights: [u32; 4] = a.task_weights.clone().try_into().map_err(|_| {
-        anyhow::anyhow!("--task-weights needs 4 values (math,yesno,choice,completion)")
-    })?;
     let mut batcher = Batcher::new(stream.with_weights(weights)?, a.batch, a.gen_len);
     let log_path = a.out.join("training_log.jsonl");
     if step > 0 {
@@ -368,13 +385,7 @@ fn main() -> Result<()> {
     pb.finish();
     let elapsed = prior + t0.elapsed();
     save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
-    let dtype = match a.save_dtype.as_str() {
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        "f32" => DType::F32,
-        other => bail!("--save-dtype: `{other}` (expected f16, bf16 or f32)"),
-    };
-    save_weights(&varmap, &a.out.join("model.safetensors"), dtype)?;
+    save_weights(&varmap, &a.out.join("model.safetensors"), save_dtype)?;
     eprintln!(
         "trained {step} steps ({examples} examples) in {:.1} min; wrote {}",
         elapsed.as_secs_f64() / 60.0,

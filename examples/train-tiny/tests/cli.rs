@@ -1,6 +1,6 @@
 //! The `train-tiny` binary on a toy budget: it writes a checkpoint the loaders read (HF layout,
 //! decoding defaults), `--resume` continues the same run with one continuous log, and bad
-//! arguments are errors naming the flag.
+//! arguments are errors naming the flag, raised before anything is written.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -98,6 +98,9 @@ fn bad_arguments_name_the_flag() {
         (&["--checkpoint-every", "0"][..], "--checkpoint-every"),
         (&["--task-weights", "1,2"][..], "--task-weights"),
         (&["--save-dtype", "f8", "--steps", "1"][..], "--save-dtype"),
+        (&["--task-weights", "0,0,0,0"][..], "--task-weights"),
+        (&["--steps", "0"][..], "--steps"),
+        (&["--heads", "3"][..], "head"),
     ] {
         let out = run(&dir, extra);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -107,6 +110,10 @@ fn bad_arguments_name_the_flag() {
             "{extra:?}: stderr should name `{word}`: {err}"
         );
         assert!(!err.contains("panicked"), "{extra:?} panicked: {err}");
+        assert!(
+            !dir.exists(),
+            "{extra:?}: nothing may be written before the arguments are checked"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
