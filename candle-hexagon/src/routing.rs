@@ -469,6 +469,15 @@ impl RoutingReport {
     }
 }
 
+/// A byte count for a table cell (`-` for none).
+fn bytes_cell(bytes: u64) -> String {
+    if bytes > 0 {
+        fmt_bytes(bytes)
+    } else {
+        "-".into()
+    }
+}
+
 impl fmt::Display for RoutingReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", self.header)?;
@@ -483,11 +492,7 @@ impl fmt::Display for RoutingReport {
                     r.kind,
                     r.decision,
                     r.n,
-                    if r.bytes > 0 {
-                        fmt_bytes(r.bytes)
-                    } else {
-                        "-".into()
-                    }
+                    bytes_cell(r.bytes)
                 )?;
             }
             writeln!(f)?;
@@ -504,11 +509,7 @@ impl fmt::Display for RoutingReport {
                 r.kind,
                 r.decision,
                 r.n,
-                if r.bytes > 0 {
-                    fmt_bytes(r.bytes)
-                } else {
-                    "-".into()
-                },
+                bytes_cell(r.bytes),
                 r.ms
             )?;
         }

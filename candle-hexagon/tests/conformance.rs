@@ -34,7 +34,11 @@ impl Report {
         Report { op, rows: vec![] }
     }
 
-    fn ok(&mut self, case: String, vs_ref: f64, vs_cpu: f64, cpu_vs_ref: f64, tol: f64) {
+    /// Checks the NPU result against the reference within `tol` and records the row (with the
+    /// NPU-vs-CPU and CPU-vs-reference errors for context).
+    fn ok(&mut self, case: String, npu: &Tensor, cpu: &Tensor, reference: &Tensor, tol: f64) {
+        let (vs_ref, vs_cpu, cpu_vs_ref) =
+            (nmse(npu, reference), nmse(npu, cpu), nmse(cpu, reference));
         assert!(
             vs_ref <= tol,
             "{} {case}: NMSE vs reference {vs_ref:.3e} exceeds {tol:.0e}",
@@ -127,9 +131,9 @@ fn linear_f16() {
                 let reference = linear::linear_slow(&x, &w, b.as_ref()).unwrap();
                 rep.ok(
                     format!("m {m} n {n} k {k} {dt:?} bias {with_bias}"),
-                    nmse(&y, &reference),
-                    nmse(&y, &cpu),
-                    nmse(&cpu, &reference),
+                    &y,
+                    &cpu,
+                    &reference,
                     tol_for(dt, 1e-5),
                 );
                 // The fallback computes with the weights unpacked from the NPU copy.
@@ -177,9 +181,9 @@ fn linear_q4_0() {
             let reference = linear::linear_slow(&x, &wq, b.as_ref()).unwrap();
             rep.ok(
                 format!("m {m} n {n} k {k} bias {with_bias}"),
-                nmse(&y, &reference),
-                nmse(&y, &cpu),
-                nmse(&cpu, &reference),
+                &y,
+                &cpu,
+                &reference,
                 2e-4,
             );
         }
@@ -241,9 +245,9 @@ fn flash_attn() {
             let reference = attention::attention_slow(&q, &k, &v, scale).unwrap();
             rep.ok(
                 format!("b {b} q {nq} kv {nk} h {h}/{hkv} d {d} {dt:?}"),
-                nmse(&y, &reference),
-                nmse(&y, &cpu),
-                nmse(&cpu, &reference),
+                &y,
+                &cpu,
+                &reference,
                 tol_for(dt, 1e-5),
             );
         }
@@ -305,9 +309,9 @@ fn rms_norm() {
             let reference = norm::rms_norm_slow(&x, &w, eps).unwrap();
             rep.ok(
                 format!("rows {rows} hidden {hidden} {dt:?}"),
-                nmse(&y, &reference),
-                nmse(&y, &cpu),
-                nmse(&cpu, &reference),
+                &y,
+                &cpu,
+                &reference,
                 tol_for(dt, 1e-10),
             );
         }
@@ -328,9 +332,9 @@ fn swiglu_and_rope() {
             let reference = elementwise::swiglu_slow(&g, &u).unwrap();
             rep.ok(
                 format!("swiglu {n} {dt:?}"),
-                nmse(&y, &reference),
-                nmse(&y, &cpu),
-                nmse(&cpu, &reference),
+                &y,
+                &cpu,
+                &reference,
                 tol_for(dt, 1e-10),
             );
         }
@@ -367,9 +371,9 @@ fn swiglu_and_rope() {
             let reference = elementwise::rope_slow(&x, &cos, &sin).unwrap();
             rep.ok(
                 format!("rope b {b} n {n} h {h} d {d} {dt:?}"),
-                nmse(&y, &reference),
-                nmse(&y, &cpu),
-                nmse(&cpu, &reference),
+                &y,
+                &cpu,
+                &reference,
                 tol_for(dt, 1e-10),
             );
         }

@@ -139,17 +139,6 @@ fn tiles(id: u32, layout: u32, k: u32, r: u32) -> kdsp_tensor {
     }
 }
 
-fn op(opcode: u32, dst: kdsp_tensor, src: &[kdsp_tensor]) -> kdsp_op {
-    let mut o = kdsp_op {
-        opcode,
-        n_src: src.len() as u32,
-        dst,
-        ..Default::default()
-    };
-    o.src[..src.len()].copy_from_slice(src);
-    o
-}
-
 /// Mean seconds per call after one warm-up, over at least `min` time and 3 calls.
 fn time(mut f: impl FnMut(), min: Duration) -> f64 {
     f();
@@ -229,12 +218,12 @@ fn main() -> candle_core::Result<()> {
             let dst = ctx.add((m * n * 4) as usize, |_| 0);
             let act = rows(a, KDSP_DTYPE_F32, [k, m, 1, 1], 4);
             let out = rows(dst, KDSP_DTYPE_F32, [n, m, 1, 1], 4);
-            let mm16 = op(
+            let mm16 = kdsp_op::new(
                 KDSP_OP_MATMUL_F16,
                 out,
                 &[tiles(w16, KDSP_LAYOUT_HMX_WEIGHT_TILES, k, n), act],
             );
-            let mmq4 = op(
+            let mmq4 = kdsp_op::new(
                 KDSP_OP_MATMUL_Q4_0,
                 out,
                 &[tiles(q4, KDSP_LAYOUT_Q4_0_TILES, k, n), act],
@@ -263,7 +252,7 @@ fn main() -> candle_core::Result<()> {
         let kk = ctx.add((tk * h * d * 2) as usize, f16_bytes(5));
         let vv = ctx.add((tk * h * d * 2) as usize, f16_bytes(6));
         let dst = ctx.add((m * h * d * 4) as usize, |_| 0);
-        let mut fa = op(
+        let mut fa = kdsp_op::new(
             KDSP_OP_FLASH_ATTN,
             rows(dst, KDSP_DTYPE_F32, [d, h, m, 1], 4),
             &[

@@ -29,3 +29,21 @@
 mod bindings;
 
 pub use bindings::*;
+
+impl kdsp_op {
+    /// An op writing `dst` from `src` (at most `KDSP_MAX_SRC` sources); parameters default to
+    /// zero, set them on the result.
+    ///
+    /// # Panics
+    /// If `src` has more entries than the descriptor holds (a programming error, not input).
+    pub fn new(opcode: u32, dst: kdsp_tensor, src: &[kdsp_tensor]) -> Self {
+        let mut o = kdsp_op {
+            opcode,
+            n_src: src.len() as u32,
+            dst,
+            ..Default::default()
+        };
+        o.src[..src.len()].copy_from_slice(src);
+        o
+    }
+}

@@ -138,7 +138,7 @@ fn descriptor_layout_is_fixed() {
     let mut ctx = common::Ctx::new(1);
     let id = ctx.add_zeroed(4096);
     for code in 1..KDSP_OP_COUNT {
-        let o = common::op(code, common::rows(id, KDSP_DTYPE_F32, &[4]), &[]);
+        let o = kdsp_op::new(code, common::rows(id, KDSP_DTYPE_F32, &[4]), &[]);
         let (st, _) = ctx.check(&o);
         assert_eq!(
             st, KDSP_STATUS_INVALID_PARAMS,
@@ -146,7 +146,7 @@ fn descriptor_layout_is_fixed() {
         );
     }
     for code in [0, KDSP_OP_COUNT, 1000, u32::MAX] {
-        let o = common::op(code, common::rows(id, KDSP_DTYPE_F32, &[4]), &[]);
+        let o = kdsp_op::new(code, common::rows(id, KDSP_DTYPE_F32, &[4]), &[]);
         assert_eq!(ctx.check(&o).0, KDSP_STATUS_UNSUPPORTED, "op code {code}");
     }
 }

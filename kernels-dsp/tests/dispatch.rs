@@ -13,7 +13,7 @@ fn add_setup(n: usize) -> (Ctx, kdsp_op, u32) {
     let a = ctx.add_f32(&vec![1.0; n]);
     let b = ctx.add_f32(&vec![2.0; n]);
     let d = ctx.add_zeroed(4 * n);
-    let o = op(
+    let o = kdsp_op::new(
         KDSP_OP_ADD,
         rows(d, KDSP_DTYPE_F32, &[n as u32]),
         &[
@@ -43,12 +43,12 @@ fn a_batch_chains_ops_and_stops_at_the_first_failure() {
     let d2 = ctx.add_zeroed(m * n * 4);
     let (ku, mu, nu) = (k as u32, m as u32, n as u32);
     let ops = vec![
-        op(
+        kdsp_op::new(
             KDSP_OP_QUANTIZE_Q8_0,
             rows(q8, KDSP_DTYPE_Q8_0, &[ku, mu]),
             &[rows(ai, KDSP_DTYPE_F32, &[ku, mu])],
         ),
-        op(
+        kdsp_op::new(
             KDSP_OP_MATMUL_Q4_0,
             rows(d1, KDSP_DTYPE_F32, &[nu, mu]),
             &[
@@ -56,12 +56,12 @@ fn a_batch_chains_ops_and_stops_at_the_first_failure() {
                 rows(q8, KDSP_DTYPE_Q8_0, &[ku, mu]),
             ],
         ),
-        op(
+        kdsp_op::new(
             KDSP_OP_PACK_ACT_TILES,
             tiles(at, KDSP_LAYOUT_HMX_ACT_TILES, ku, mu),
             &[rows(ai, KDSP_DTYPE_F32, &[ku, mu])],
         ),
-        op(
+        kdsp_op::new(
             KDSP_OP_MATMUL_F16,
             rows(d2, KDSP_DTYPE_F32, &[nu, mu]),
             &[
@@ -74,7 +74,7 @@ fn a_batch_chains_ops_and_stops_at_the_first_failure() {
     assert_eq!((st, sts), (KDSP_STATUS_OK, vec![KDSP_STATUS_OK; 4]));
     // the chained Q4_0 result equals the direct f32-activation path (same quantization)
     let d3 = ctx.add_zeroed(m * n * 4);
-    let direct = op(
+    let direct = kdsp_op::new(
         KDSP_OP_MATMUL_Q4_0,
         rows(d3, KDSP_DTYPE_F32, &[nu, mu]),
         &[
@@ -86,7 +86,7 @@ fn a_batch_chains_ops_and_stops_at_the_first_failure() {
     assert_eq!(ctx.buf(d1).bytes(), ctx.buf(d3).bytes());
     // and the fp16 chain equals the internal-pack path
     let d4 = ctx.add_zeroed(m * n * 4);
-    let internal = op(
+    let internal = kdsp_op::new(
         KDSP_OP_MATMUL_F16,
         rows(d4, KDSP_DTYPE_F32, &[nu, mu]),
         &[
@@ -291,7 +291,7 @@ fn buffer_registration_rules() {
         assert_eq!(kdsp_buffer_unregister(raw, 0), KDSP_STATUS_OK);
     }
     // an op on an unregistered id is rejected
-    let o = op(
+    let o = kdsp_op::new(
         KDSP_OP_ADD,
         rows(0, KDSP_DTYPE_F32, &[4]),
         &[rows(0, KDSP_DTYPE_F32, &[4]), rows(0, KDSP_DTYPE_F32, &[4])],
@@ -325,7 +325,7 @@ fn check_mode_reports_scratch_and_budgets_are_enforced() {
     let a = big.add_zeroed((m * k * 4) as usize);
     let w = big.add_zeroed((n * k / 32 * 576 / 32) as usize);
     let d = big.add_zeroed((m * n * 4) as usize);
-    let o = op(
+    let o = kdsp_op::new(
         KDSP_OP_MATMUL_Q4_0,
         rows(d, KDSP_DTYPE_F32, &[n, m]),
         &[
@@ -347,7 +347,7 @@ fn check_mode_reports_scratch_and_budgets_are_enforced() {
         small.add_zeroed((n * k / 32 * 576 / 32) as usize),
     );
     let d2 = small.add(Buf::from_bytes(&vec![0x5a; (m * n * 4) as usize]));
-    let o2 = op(
+    let o2 = kdsp_op::new(
         KDSP_OP_MATMUL_Q4_0,
         rows(d2, KDSP_DTYPE_F32, &[n, m]),
         &[
@@ -366,7 +366,7 @@ fn check_mode_reports_scratch_and_budgets_are_enforced() {
     let q = ctx.add_zeroed(300 * 4);
     let kv = ctx.add_zeroed(300 * 2);
     let dst = ctx.add_zeroed(300 * 4);
-    let mut fa = op(
+    let mut fa = kdsp_op::new(
         KDSP_OP_FLASH_ATTN,
         rows(dst, KDSP_DTYPE_F32, &[300]),
         &[
@@ -425,7 +425,7 @@ fn outputs_may_not_overlap_inputs_except_exact_in_place_aliases() {
     assert_eq!(ctx.check(&selfov).0, KDSP_STATUS_INVALID_PARAMS);
     // ops without in-place support reject any overlap; disjoint ranges of one buffer are fine
     let shared = ctx.add_zeroed(4096);
-    let mut pack = op(
+    let mut pack = kdsp_op::new(
         KDSP_OP_PACK_ACT_TILES,
         tiles(shared, KDSP_LAYOUT_HMX_ACT_TILES, 4, 2),
         &[rows(shared, KDSP_DTYPE_F32, &[4, 2])],

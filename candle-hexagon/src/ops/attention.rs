@@ -9,7 +9,7 @@
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use kernels_dsp::*;
 
-use super::{dtype_of, op, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
+use super::{dtype_of, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuffer;
@@ -203,7 +203,7 @@ impl CustomOp3 for FlashAttnCall<'_> {
                 );
                 let kt = rows(id, k_off + i * kv_item * 2, Wire::F16, &[d, hkv, nk]);
                 let vt = rows(id, v_off + i * kv_item * 2, Wire::F16, &[d, hkv, nk]);
-                let mut o = op(KDSP_OP_FLASH_ATTN, ot, &[qt, kt, vt]);
+                let mut o = kdsp_op::new(KDSP_OP_FLASH_ATTN, ot, &[qt, kt, vt]);
                 o.params.attn.scale = self.scale;
                 batch.push("flash_attn", o);
             }

@@ -4,7 +4,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use kernels_dsp::*;
 
-use super::{dtype_of, op, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
+use super::{dtype_of, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuffer;
@@ -106,7 +106,7 @@ impl CustomOp2 for SwigluCall<'_> {
             let g = rows(id, self.g_off, self.wire, &[n]);
             let u = rows(id, self.u_off, self.wire, &[n]);
             let mut batch = Batch::new();
-            batch.push("swiglu", op(KDSP_OP_SWIGLU, g, &[g, u]));
+            batch.push("swiglu", kdsp_op::new(KDSP_OP_SWIGLU, g, &[g, u]));
             self.dev.execute(&batch)?;
             let out = stage_out(shm, self.g_off, n, self.wire, dtype_of(s1))?;
             self.dev.mem().count_staged(bytes_in, n * self.wire.size());
@@ -235,7 +235,7 @@ impl CustomOp3 for RopeCall<'_> {
             bytes_in += b * n * 4;
             let id = self.buf.id();
             let x = rows(id, x_off, self.wire, &[d, h, b * n]);
-            let o = op(
+            let o = kdsp_op::new(
                 KDSP_OP_ROPE_NEOX,
                 x,
                 &[

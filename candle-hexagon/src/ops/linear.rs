@@ -18,7 +18,7 @@ use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, T
 use half::f16;
 use kernels_dsp::*;
 
-use super::{dtype_of, op, rows, stage_in, stage_out, tiled, to_f32_vec, StagePlan, Wire};
+use super::{dtype_of, rows, stage_in, stage_out, tiled, to_f32_vec, StagePlan, Wire};
 use crate::device::{HexagonDevice, PlanKey};
 use crate::error::{Error, Result};
 use crate::layout;
@@ -418,7 +418,7 @@ impl LinearCall<'_> {
                 self.ow,
                 &[n, r],
             );
-            (op(opcode, y, &[w, a]), y)
+            (kdsp_op::new(opcode, y, &[w, a]), y)
         };
         let key = PlanKey {
             opcode,
@@ -436,7 +436,7 @@ impl LinearCall<'_> {
             batch.push("linear matmul", mm);
             if let Some(b) = &inner.bias {
                 let bt = rows(b.buf.id(), b.offset, Wire::F32, &[n, 1]);
-                batch.push("linear bias", op(KDSP_OP_ADD, y, &[y, bt]));
+                batch.push("linear bias", kdsp_op::new(KDSP_OP_ADD, y, &[y, bt]));
             }
             start += r;
         }

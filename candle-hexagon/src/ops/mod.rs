@@ -125,18 +125,6 @@ pub(crate) fn tiled(
     }
 }
 
-/// An op with `dst` and sources.
-pub(crate) fn op(opcode: u32, dst: kdsp_tensor, src: &[kdsp_tensor]) -> kdsp_op {
-    let mut o = kdsp_op {
-        opcode,
-        n_src: src.len() as u32,
-        dst,
-        ..Default::default()
-    };
-    o.src[..src.len()].copy_from_slice(src);
-    o
-}
-
 /// The dtype of a CPU storage.
 pub(crate) fn dtype_of(s: &CpuStorage) -> DType {
     use candle_core::backend::BackendStorage;

@@ -3,7 +3,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor, D};
 use kernels_dsp::*;
 
-use super::{dtype_of, op, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
+use super::{dtype_of, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::DeviceBuffer;
@@ -104,7 +104,7 @@ impl RmsNormCall<'_> {
         let x = rows(id, self.x_off, self.wire, &[self.hidden, n / self.hidden]);
         let w = rows(id, self.w_off, Wire::F32, &[self.hidden]);
         // In place: the kernel allows dst to alias x exactly.
-        let mut o = op(KDSP_OP_RMS_NORM, x, &[x, w]);
+        let mut o = kdsp_op::new(KDSP_OP_RMS_NORM, x, &[x, w]);
         o.params.norm.eps = self.eps;
         let mut batch = Batch::new();
         batch.push("rms_norm", o);

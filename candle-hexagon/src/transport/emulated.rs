@@ -15,7 +15,7 @@ use std::ffi::CStr;
 
 use kernels_dsp::*;
 
-use super::{Batch, Fence, JobQueue, OpCheck, Transport};
+use super::{check_status, Batch, Fence, JobQueue, OpCheck, Transport};
 use crate::error::{Error, KernelStatus, Result};
 use crate::memory::{Mapping, SharedMemory};
 
@@ -64,18 +64,6 @@ impl Drop for Dsp {
     }
 }
 
-fn status(call: &'static str, st: kdsp_status_t) -> Result<()> {
-    if st == KDSP_STATUS_OK {
-        Ok(())
-    } else {
-        Err(Error::Kernel {
-            op: call,
-            index: 0,
-            status: KernelStatus(st),
-        })
-    }
-}
-
 /// The emulated transport.
 pub struct EmulatedTransport {
     queue: JobQueue<Dsp>,
@@ -117,7 +105,7 @@ impl EmulatedTransport {
             // scratch_bytes long; both outlive the context (owned by Dsp).
             let st =
                 unsafe { kdsp_ctx_init(mem.ptr.cast(), bytes, scratch.ptr.cast(), &cfg, &mut ctx) };
-            status("kdsp_ctx_init", st)?;
+            check_status("kdsp_ctx_init", st)?;
             Ok(Dsp {
                 ctx,
                 _mem: mem,
@@ -168,7 +156,7 @@ impl Transport for EmulatedTransport {
             // SAFETY: [addr, addr + len) is a live window mapping until detach() runs, which
             // the queue orders after every batch submitted before it.
             let st = unsafe { kdsp_buffer_register(d.ctx, id, addr as *mut _, len) };
-            status("kdsp_buffer_register", st)
+            check_status("kdsp_buffer_register", st)
         })
     }
 
@@ -176,7 +164,7 @@ impl Transport for EmulatedTransport {
         self.queue.call(move |d: &mut Dsp| {
             // SAFETY: valid context on its own thread.
             let st = unsafe { kdsp_buffer_unregister(d.ctx, id) };
-            status("kdsp_buffer_unregister", st)
+            check_status("kdsp_buffer_unregister", st)
         })
     }
 

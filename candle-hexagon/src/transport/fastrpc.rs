@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use kernels_dsp::*;
 
-use super::{Batch, Fence, JobQueue, OpCheck, Transport};
-use crate::error::{Error, KernelStatus, Result};
+use super::{check_status, Batch, Fence, JobQueue, OpCheck, Transport};
+use crate::error::{Error, Result};
 use crate::memory::{Mapping, SharedMemory};
 
 /// Domain id of the compute DSP.
@@ -264,18 +264,6 @@ impl Drop for Session {
     }
 }
 
-fn kernel(call: &'static str, st: u32) -> Result<()> {
-    if st == KDSP_STATUS_OK {
-        Ok(())
-    } else {
-        Err(Error::Kernel {
-            op: call,
-            index: 0,
-            status: KernelStatus(st),
-        })
-    }
-}
-
 /// The FastRPC transport.
 pub struct FastRpcTransport {
     lib: Arc<Lib>,
@@ -331,7 +319,7 @@ impl FastRpcTransport {
             let bytes = unsafe {
                 std::slice::from_raw_parts((&cfg as *const kdsp_ctx_config).cast::<u8>(), 16)
             };
-            kernel(
+            check_status(
                 "kdsp init",
                 s.status_call(method::INIT, "kdsp init", bytes)?,
             )?;
@@ -432,7 +420,7 @@ impl Transport for FastRpcTransport {
             msg[0..4].copy_from_slice(&id.to_le_bytes());
             msg[4..8].copy_from_slice(&fd.to_le_bytes());
             msg[16..24].copy_from_slice(&(len as u64).to_le_bytes());
-            kernel(
+            check_status(
                 "kdsp register",
                 s.status_call(method::REGISTER, "kdsp register", &msg)?,
             )
@@ -448,7 +436,7 @@ impl Transport for FastRpcTransport {
     fn detach(&self, id: u32, shm: &SharedMemory, _mapping: &Mapping) -> Result<()> {
         // Through the queue: every batch submitted before this has finished when it returns.
         self.queue.call(move |s: &mut Session| {
-            kernel(
+            check_status(
                 "kdsp unregister",
                 s.status_call(method::UNREGISTER, "kdsp unregister", &id.to_le_bytes())?,
             )

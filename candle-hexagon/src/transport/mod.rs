@@ -19,7 +19,7 @@ pub(crate) use queue::JobQueue;
 
 use kernels_dsp::{kdsp_batch_header, kdsp_op, KDSP_ABI_VERSION, KDSP_BATCH_MAGIC};
 
-use crate::error::Result;
+use crate::error::{Error, KernelStatus, Result};
 use crate::memory::{Mapping, SharedMemory};
 
 /// The result of validating one op on the DSP without running it (`kdsp_op_check`).
@@ -174,6 +174,19 @@ pub trait Transport: Send + Sync {
 
     /// Release held work.
     fn resume(&self);
+}
+
+/// A status returned by a kernels-dsp entry point (not by an op of a batch) as a `Result`.
+pub(crate) fn check_status(call: &'static str, st: kernels_dsp::kdsp_status_t) -> Result<()> {
+    if st == kernels_dsp::KDSP_STATUS_OK {
+        Ok(())
+    } else {
+        Err(Error::Kernel {
+            op: call,
+            index: 0,
+            status: KernelStatus(st),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -334,17 +334,6 @@ pub fn tiles(buffer_id: u32, layout: u32, k: u32, rows: u32) -> kdsp_tensor {
     }
 }
 
-pub fn op(opcode: u32, dst: kdsp_tensor, src: &[kdsp_tensor]) -> kdsp_op {
-    let mut o = kdsp_op {
-        opcode,
-        n_src: src.len() as u32,
-        dst,
-        ..Default::default()
-    };
-    o.src[..src.len()].copy_from_slice(src);
-    o
-}
-
 pub fn ceil32(x: usize) -> usize {
     x.div_ceil(32)
 }

@@ -95,7 +95,7 @@ fn run_case(
             &[tk as u32, tq as u32, mask_heads as u32],
         ));
     }
-    let mut o = op(
+    let mut o = kdsp_op::new(
         KDSP_OP_FLASH_ATTN,
         rows(dst, out_dtype, &[d as u32, hq as u32, tq as u32]),
         &srcs,
@@ -218,7 +218,7 @@ fn fully_masked_rows_give_zeros_and_others_are_unaffected() {
         rows(ctx.add_f32(&mask), KDSP_DTYPE_F32, &[tk as u32, tq as u32]),
     ];
     let dst = ctx.add(Buf::from_bytes(&vec![0x7f; tq * h * d * 4])); // garbage that must be overwritten
-    let mut o = op(
+    let mut o = kdsp_op::new(
         KDSP_OP_FLASH_ATTN,
         rows(dst, KDSP_DTYPE_F32, &[d as u32, h as u32, tq as u32]),
         &srcs,

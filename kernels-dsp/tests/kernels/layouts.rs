@@ -45,7 +45,7 @@ fn pack_act_tiles_matches_the_layout() {
         let mut ctx = Ctx::new(1 + case as u32 % 4);
         let src = ctx.add(buf);
         let dst = ctx.add_zeroed(ceil32(m) * ceil32(k) * 2048);
-        let st = ctx.run(&op(
+        let st = ctx.run(&kdsp_op::new(
             KDSP_OP_PACK_ACT_TILES,
             tiles(dst, KDSP_LAYOUT_HMX_ACT_TILES, k as u32, m as u32),
             &[strided_rows(src, dtype, k, m, offset, pad)],
@@ -70,7 +70,7 @@ fn unpack_act_tiles_inverts_pack() {
         let tl = ctx.add_bytes(&act_tiles(&h, m, k));
         for dtype in [KDSP_DTYPE_F16, KDSP_DTYPE_F32] {
             let out = ctx.add_zeroed(m * k * unit_bytes(dtype) as usize);
-            let st = ctx.run(&op(
+            let st = ctx.run(&kdsp_op::new(
                 KDSP_OP_UNPACK_ACT_TILES,
                 rows(out, dtype, &[k as u32, m as u32]),
                 &[tiles(tl, KDSP_LAYOUT_HMX_ACT_TILES, k as u32, m as u32)],
@@ -108,7 +108,7 @@ fn pack_weight_tiles_matches_the_layout() {
             KDSP_DTYPE_F32
         };
         let dst = ctx.add_zeroed(ceil32(n) * ceil32(k) * 2048);
-        let st = ctx.run(&op(
+        let st = ctx.run(&kdsp_op::new(
             KDSP_OP_PACK_WEIGHT_F16,
             tiles(dst, KDSP_LAYOUT_HMX_WEIGHT_TILES, k as u32, n as u32),
             &[rows(src, dtype, &[k as u32, n as u32])],
@@ -159,7 +159,7 @@ fn f32_to_f16_rounding_matches_the_half_crate() {
     let tl = ctx.add_zeroed(ceil32(m) * 2 * 2048);
     let out = ctx.add_zeroed(m * k * 2);
     assert_eq!(
-        ctx.run(&op(
+        ctx.run(&kdsp_op::new(
             KDSP_OP_PACK_ACT_TILES,
             tiles(tl, KDSP_LAYOUT_HMX_ACT_TILES, k as u32, m as u32),
             &[rows(src, KDSP_DTYPE_F32, &[k as u32, m as u32])]
@@ -167,7 +167,7 @@ fn f32_to_f16_rounding_matches_the_half_crate() {
         KDSP_STATUS_OK
     );
     assert_eq!(
-        ctx.run(&op(
+        ctx.run(&kdsp_op::new(
             KDSP_OP_UNPACK_ACT_TILES,
             rows(out, KDSP_DTYPE_F16, &[k as u32, m as u32]),
             &[tiles(tl, KDSP_LAYOUT_HMX_ACT_TILES, k as u32, m as u32)]
@@ -193,7 +193,7 @@ fn f16_to_f32_is_exact_for_every_bit_pattern() {
     let tl = ctx.add_bytes(&act_tiles(&h, m, k));
     let out = ctx.add_zeroed(m * k * 4);
     assert_eq!(
-        ctx.run(&op(
+        ctx.run(&kdsp_op::new(
             KDSP_OP_UNPACK_ACT_TILES,
             rows(out, KDSP_DTYPE_F32, &[k as u32, m as u32]),
             &[tiles(tl, KDSP_LAYOUT_HMX_ACT_TILES, k as u32, m as u32)]

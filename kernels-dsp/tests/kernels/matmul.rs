@@ -49,7 +49,7 @@ fn matmul_f16_matches_f64_reference() {
             KDSP_DTYPE_F32
         };
         let dst = ctx.add_zeroed(m * n * unit_bytes(out_dtype) as usize);
-        let o = op(
+        let o = kdsp_op::new(
             KDSP_OP_MATMUL_F16,
             rows(dst, out_dtype, &[n as u32, m as u32]),
             &[
@@ -136,7 +136,7 @@ fn matmul_q4_0_is_exact_against_the_same_quantization() {
             rows(ctx.add_f32(&c.a), KDSP_DTYPE_F32, &[k as u32, m as u32])
         };
         let dst = ctx.add_zeroed(m * n * 4);
-        let o = op(
+        let o = kdsp_op::new(
             KDSP_OP_MATMUL_Q4_0,
             rows(dst, KDSP_DTYPE_F32, &[n as u32, m as u32]),
             &[tiles(wt, KDSP_LAYOUT_Q4_0_TILES, k as u32, n as u32), src1],
@@ -196,7 +196,7 @@ fn matmul_results_do_not_depend_on_the_worker_count() {
         let d1 = ctx.add_zeroed(m * n * 4);
         let d2 = ctx.add_zeroed(m * n * 4);
         let ops = [
-            op(
+            kdsp_op::new(
                 KDSP_OP_MATMUL_Q4_0,
                 rows(d1, KDSP_DTYPE_F32, &[n as u32, m as u32]),
                 &[
@@ -204,7 +204,7 @@ fn matmul_results_do_not_depend_on_the_worker_count() {
                     rows(a, KDSP_DTYPE_F32, &[k as u32, m as u32]),
                 ],
             ),
-            op(
+            kdsp_op::new(
                 KDSP_OP_MATMUL_F16,
                 rows(d2, KDSP_DTYPE_F32, &[n as u32, m as u32]),
                 &[

@@ -55,7 +55,7 @@ fn rms_norm_matches_f64() {
             ctx.add_zeroed(n * r2 * r3 * unit_bytes(dt(of16)) as usize)
         };
         let dims = [n as u32, r2 as u32, r3 as u32];
-        let mut o = op(
+        let mut o = kdsp_op::new(
             KDSP_OP_RMS_NORM,
             rows(dst, dt(of16), &dims),
             &[rows(x, dt(xf16), &dims), rows(w, dt(wf16), &[n as u32])],
@@ -94,7 +94,7 @@ fn swiglu_matches_f64() {
             ctx.add_zeroed(n * r * unit_bytes(dt(of16)) as usize)
         };
         let dims = [n as u32, r as u32];
-        let o = op(
+        let o = kdsp_op::new(
             KDSP_OP_SWIGLU,
             rows(dst, dt(of16), &dims),
             &[rows(g, dt(gf16), &dims), rows(u, dt(uf16), &dims)],
@@ -137,7 +137,7 @@ fn add_broadcasts_and_is_exact_in_f32() {
         }; // case 0 in place
         let dims = [n as u32, r as u32, s as u32];
         let bd: Vec<u32> = bdims.iter().map(|&x| x as u32).collect();
-        let o = op(
+        let o = kdsp_op::new(
             KDSP_OP_ADD,
             rows(dst, KDSP_DTYPE_F32, &dims),
             &[
@@ -169,7 +169,7 @@ fn add_broadcasts_and_is_exact_in_f32() {
     let dst = ctx.add_zeroed(n * r * s * 2);
     let dims = [n as u32, r as u32, s as u32];
     assert_eq!(
-        ctx.run(&op(
+        ctx.run(&kdsp_op::new(
             KDSP_OP_ADD,
             rows(dst, KDSP_DTYPE_F16, &dims),
             &[
@@ -224,7 +224,11 @@ fn rope_neox_matches_f64() {
             rows(ctx.add_f32(&sin), KDSP_DTYPE_F32, &[half as u32, p as u32]),
         ];
         assert_eq!(
-            ctx.run(&op(KDSP_OP_ROPE_NEOX, rows(dst, dt(of16), &dims), &srcs)),
+            ctx.run(&kdsp_op::new(
+                KDSP_OP_ROPE_NEOX,
+                rows(dst, dt(of16), &dims),
+                &srcs
+            )),
             KDSP_STATUS_OK,
             "case {case}"
         );
@@ -259,7 +263,7 @@ fn rope_rejects_out_of_range_positions_before_writing() {
             rows(cs, KDSP_DTYPE_F32, &[d as u32 / 2, p as u32]),
             rows(sn, KDSP_DTYPE_F32, &[d as u32 / 2, p as u32]),
         ];
-        let o = op(KDSP_OP_ROPE_NEOX, rows(dst, KDSP_DTYPE_F32, &dims), &srcs);
+        let o = kdsp_op::new(KDSP_OP_ROPE_NEOX, rows(dst, KDSP_DTYPE_F32, &dims), &srcs);
         assert_eq!(
             ctx.check(&o).0,
             KDSP_STATUS_OK,

@@ -28,7 +28,7 @@ fn quantize_q8_0_follows_the_integer_rule_exactly() {
         let mut ctx = Ctx::new(1 + (case % 3) as u32);
         let xs = ctx.add_f32(&x);
         let dst = ctx.add_zeroed(r * k / 32 * 34);
-        let st = ctx.run(&op(
+        let st = ctx.run(&kdsp_op::new(
             KDSP_OP_QUANTIZE_Q8_0,
             rows(dst, KDSP_DTYPE_Q8_0, &[k as u32, r as u32]),
             &[rows(xs, KDSP_DTYPE_F32, &[k as u32, r as u32])],
@@ -89,7 +89,7 @@ fn pack_q4_0_then_dequant_matches_ggml() {
         let src = ctx.add_bytes(&blocks);
         let tile_bytes = ceil32(n) * ceil32(k) * 576;
         let tl = ctx.add_zeroed(tile_bytes);
-        let st = ctx.run(&op(
+        let st = ctx.run(&kdsp_op::new(
             KDSP_OP_PACK_Q4_0,
             tiles(tl, KDSP_LAYOUT_Q4_0_TILES, k as u32, n as u32),
             &[rows(src, KDSP_DTYPE_Q4_0, &[k as u32, n as u32])],
@@ -118,7 +118,7 @@ fn pack_q4_0_then_dequant_matches_ggml() {
         let want = ggml_q4_0_dequant(&blocks);
         for dtype in [KDSP_DTYPE_F32, KDSP_DTYPE_F16] {
             let out = ctx.add_zeroed(n * k * unit_bytes(dtype) as usize);
-            let st = ctx.run(&op(
+            let st = ctx.run(&kdsp_op::new(
                 KDSP_OP_DEQUANT_Q4_0,
                 rows(out, dtype, &[k as u32, n as u32]),
                 &[tiles(tl, KDSP_LAYOUT_Q4_0_TILES, k as u32, n as u32)],
@@ -146,7 +146,7 @@ fn dequant_handles_k_that_is_not_a_multiple_of_32() {
     let mut ctx = Ctx::new(2);
     let tl = ctx.add_bytes(&q4_tiles(&codes, &scales, n, k));
     let out = ctx.add_zeroed(n * k * 4);
-    let st = ctx.run(&op(
+    let st = ctx.run(&kdsp_op::new(
         KDSP_OP_DEQUANT_Q4_0,
         rows(out, KDSP_DTYPE_F32, &[k as u32, n as u32]),
         &[tiles(tl, KDSP_LAYOUT_Q4_0_TILES, k as u32, n as u32)],
