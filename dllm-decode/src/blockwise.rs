@@ -21,9 +21,8 @@ use crate::select::{above_threshold, top_n, transfer_counts};
 
 /// Logits rows as `Vec<f32>` per requested position (batch item 0).
 pub(crate) fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
-    let (_, n, v) = logits.dims3()?;
-    let flat: Vec<f32> = logits.narrow(0, 0, 1)?.flatten_all()?.to_vec1()?;
-    Ok((0..n).map(|i| flat[i * v..(i + 1) * v].to_vec()).collect())
+    logits.dims3()?;
+    Ok(logits.get(0)?.to_vec2()?)
 }
 
 pub(crate) fn canvas_tensor(ids: &[u32], model: &dyn DiffusionLm) -> Result<Tensor> {

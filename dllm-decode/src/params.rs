@@ -136,8 +136,8 @@ pub struct DecodeParams {
     pub gen_length: usize,
     /// Positions per block (`gen_length` must be a multiple).
     pub block_length: usize,
-    /// Total denoising steps (a multiple of the number of blocks); with a threshold, the per-block
-    /// count only bounds nothing: threshold decoding runs until the block is filled.
+    /// Total denoising steps (a multiple of the number of blocks). With a threshold the schedule
+    /// is not used: threshold decoding steps until the block is filled.
     pub steps: usize,
     /// Canvas recomputation strategy.
     pub strategy: Strategy,

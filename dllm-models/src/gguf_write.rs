@@ -16,27 +16,10 @@ use crate::weights::Role;
 use crate::{Error, Result};
 
 fn roles(cfg: &TransformerConfig) -> Vec<Role> {
-    let mut r = vec![Role::Embed, Role::FinalNorm];
-    if !cfg.tie_word_embeddings {
-        r.push(Role::Head);
-    }
-    for i in 0..cfg.num_layers {
-        r.extend([
-            Role::AttnNorm(i),
-            Role::Q(i),
-            Role::K(i),
-            Role::V(i),
-            Role::O(i),
-            Role::FfnNorm(i),
-            Role::Gate(i),
-            Role::Up(i),
-            Role::Down(i),
-        ]);
-        if cfg.qkv_bias {
-            r.extend([Role::QBias(i), Role::KBias(i), Role::VBias(i)]);
-        }
-    }
-    r
+    cfg.param_shapes()
+        .into_iter()
+        .map(|(role, _)| role)
+        .collect()
 }
 
 /// Write `tensors` (HF names of `cfg.arch`) as a GGUF with 2-D weights in `dtype` and `extra`

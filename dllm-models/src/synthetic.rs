@@ -95,40 +95,8 @@ impl SplitMix {
 /// with std `1/sqrt(fan_in)`, the embedding with std 1, norms around 1, biases small.
 pub fn random_weights(cfg: &TransformerConfig, seed: u64) -> Result<HashMap<String, Tensor>> {
     let mut rng = SplitMix(seed);
-    let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-    let (nq, nkv, ff, v) = (
-        cfg.num_heads * hd,
-        cfg.num_kv_heads * hd,
-        cfg.intermediate_size,
-        cfg.vocab_size,
-    );
-    let mut roles: Vec<(Role, Vec<usize>)> =
-        vec![(Role::Embed, vec![v, h]), (Role::FinalNorm, vec![h])];
-    if !cfg.tie_word_embeddings {
-        roles.push((Role::Head, vec![v, h]));
-    }
-    for i in 0..cfg.num_layers {
-        roles.extend([
-            (Role::AttnNorm(i), vec![h]),
-            (Role::Q(i), vec![nq, h]),
-            (Role::K(i), vec![nkv, h]),
-            (Role::V(i), vec![nkv, h]),
-            (Role::O(i), vec![h, nq]),
-            (Role::FfnNorm(i), vec![h]),
-            (Role::Gate(i), vec![ff, h]),
-            (Role::Up(i), vec![ff, h]),
-            (Role::Down(i), vec![h, ff]),
-        ]);
-        if cfg.qkv_bias {
-            roles.extend([
-                (Role::QBias(i), vec![nq]),
-                (Role::KBias(i), vec![nkv]),
-                (Role::VBias(i), vec![nkv]),
-            ]);
-        }
-    }
     let mut out = HashMap::new();
-    for (role, shape) in roles {
+    for (role, shape) in cfg.param_shapes() {
         let n: usize = shape.iter().product();
         // uniform [-a, a) has std a / sqrt(3)
         let (center, amp) = match role {

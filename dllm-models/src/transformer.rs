@@ -50,6 +50,44 @@ pub struct TransformerConfig {
 }
 
 impl TransformerConfig {
+    /// Every parameter with its shape (checkpoint `[out, in]` for matrices), in a fixed order.
+    pub fn param_shapes(&self) -> Vec<(Role, Vec<usize>)> {
+        let cfg = self;
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let (nq, nkv, ff, v) = (
+            cfg.num_heads * hd,
+            cfg.num_kv_heads * hd,
+            cfg.intermediate_size,
+            cfg.vocab_size,
+        );
+        let mut roles: Vec<(Role, Vec<usize>)> =
+            vec![(Role::Embed, vec![v, h]), (Role::FinalNorm, vec![h])];
+        if !cfg.tie_word_embeddings {
+            roles.push((Role::Head, vec![v, h]));
+        }
+        for i in 0..cfg.num_layers {
+            roles.extend([
+                (Role::AttnNorm(i), vec![h]),
+                (Role::Q(i), vec![nq, h]),
+                (Role::K(i), vec![nkv, h]),
+                (Role::V(i), vec![nkv, h]),
+                (Role::O(i), vec![h, nq]),
+                (Role::FfnNorm(i), vec![h]),
+                (Role::Gate(i), vec![ff, h]),
+                (Role::Up(i), vec![ff, h]),
+                (Role::Down(i), vec![h, ff]),
+            ]);
+            if cfg.qkv_bias {
+                roles.extend([
+                    (Role::QBias(i), vec![nq]),
+                    (Role::KBias(i), vec![nkv]),
+                    (Role::VBias(i), vec![nkv]),
+                ]);
+            }
+        }
+        roles
+    }
+
     /// Head dimension.
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_heads
@@ -273,14 +311,11 @@ impl DiffusionTransformer {
             dtype,
             &device,
         )?;
-        let num_params = cfg.num_layers * (2 * h + h * nq + 2 * h * nkv + nq * h + 3 * h * ff)
-            + if cfg.qkv_bias {
-                cfg.num_layers * (nq + 2 * nkv)
-            } else {
-                0
-            }
-            + v * h * if cfg.tie_word_embeddings { 1 } else { 2 }
-            + h;
+        let num_params = cfg
+            .param_shapes()
+            .iter()
+            .map(|(_, shape)| shape.iter().product::<usize>())
+            .sum();
         let info = ModelInfo {
             arch: cfg.arch,
             vocab_size: v,

@@ -58,7 +58,7 @@ impl TaskScore {
     }
 }
 
-/// One question's outcome (for `--json` dumps and debugging).
+/// One question's outcome (`eval --dump` writes one per line).
 #[derive(Debug, Clone, Serialize)]
 pub struct Answered {
     /// Task.
@@ -114,8 +114,8 @@ pub fn answer(
     })
 }
 
-/// Run `examples` and aggregate per task (in `TaskKind::ALL` order). `progress(done, total)` is
-/// called after each question.
+/// Run `examples` and aggregate per task (in `TaskKind::ALL` order);
+/// `progress(done, total, answer)` is called after each question.
 pub fn evaluate(
     model: &mut dyn DiffusionLm,
     tok: &Tokenizer,

@@ -84,7 +84,7 @@ pub const MAX_PROMPT_TOKENS: usize = 24;
 
 /// Most tokens of any suite response, without EOS (measured: 16, every math response).
 /// A generation length of at least `MAX_RESPONSE_TOKENS + 1` leaves room for the EOS that
-/// ends the answer; the evaluator's default of 32 leaves plenty.
+/// ends the answer; the evaluator's default of 24 leaves room for it.
 pub const MAX_RESPONSE_TOKENS: usize = 16;
 
 fn single_template() -> Result<TemplateProcessing> {

@@ -24,7 +24,6 @@ pub struct Batcher {
     buckets: BTreeMap<usize, Vec<Vec<u32>>>,
     batch_size: usize,
     gen_len: usize,
-    seen: usize,
 }
 
 impl Batcher {
@@ -35,7 +34,6 @@ impl Batcher {
             buckets: BTreeMap::new(),
             batch_size,
             gen_len,
-            seen: 0,
         }
     }
 
@@ -44,16 +42,10 @@ impl Batcher {
         self.stream.rng_state()
     }
 
-    /// Examples drawn so far.
-    pub fn examples_seen(&self) -> usize {
-        self.seen
-    }
-
     /// The next full batch.
     pub fn next_batch(&mut self, tok: &Tokenizer) -> Result<Batch> {
         loop {
             let ex: Example = self.stream.next().expect("the train stream is infinite");
-            self.seen += 1;
             let (row, pl) = sft_row(tok, &ex.prompt, &ex.response, self.gen_len)?;
             let bucket = self.buckets.entry(pl).or_default();
             bucket.push(row);

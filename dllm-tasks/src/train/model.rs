@@ -78,7 +78,11 @@ fn is_vocab_matrix(name: &str) -> bool {
 /// other matrices N(0, 1/fan_in), the residual outputs (attention out, MLP down) further scaled by
 /// 1/sqrt(2 layers); norms 1, biases 0. Inserts every parameter into `varmap` under its HF name.
 pub fn init_varmap(varmap: &VarMap, cfg: &TransformerConfig, seed: u64) -> Result<()> {
-    let shapes = dllm_models::synthetic::random_weights(cfg, 0)?;
+    let shapes: std::collections::HashMap<String, Vec<usize>> = cfg
+        .param_shapes()
+        .into_iter()
+        .map(|(role, dims)| (role.hf_name(cfg.arch), dims))
+        .collect();
     let mut rng = Rng::new(seed);
     let mut names: Vec<&String> = shapes.keys().collect();
     names.sort();
@@ -87,7 +91,7 @@ pub fn init_varmap(varmap: &VarMap, cfg: &TransformerConfig, seed: u64) -> Resul
         .lock()
         .map_err(|_| Error::Train("variable map lock poisoned".into()))?;
     for name in names {
-        let dims = shapes[name].dims().to_vec();
+        let dims = shapes[name].clone();
         let n: usize = dims.iter().product();
         let values: Vec<f32> = if name.ends_with("norm.weight") || name.ends_with("ln_f.weight") {
             vec![1.0; n]

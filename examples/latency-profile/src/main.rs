@@ -1,6 +1,6 @@
 //! `latency-profile`: how long one forward of an `n`-token window against a cached prefix takes,
-//! for `n` in 1..256, on the CPU or on the Hexagon backend. The speculative-window policy reads
-//! the JSON table this writes (`{"device", "model", "points": [{"tokens", "ms"}, ...]}`).
+//! for `n` in 1..256, on the CPU or on the Hexagon backend. The JSON table it writes is the input
+//! the speculative-window policy (a later issue) will read (`{"device", "model", "points": [{"tokens", "ms"}, ...]}`).
 //!
 //! ```text
 //! latency-profile --device cpu --out cpu.json
