@@ -417,7 +417,7 @@ pub fn attention_on(
     let (b, nq, h, d) = q.dims4()?;
     let out = match (mode, backend) {
         (OpMode::Fused, Backend::Hexagon(dev)) => {
-            // (b, nq, h, d): the NPU kernel keeps candle-nn's bshd layout.
+            // (b, nq, h, d): the NPU kernel returns bshd directly (candle-nn's CPU kernel returns bhsd).
             candle_hexagon::ops::flash_attn(dev, q, k, v, scale)?
         }
         (mode, _) => attention_cpu(q, k, v, scale, mode)?,

@@ -53,7 +53,7 @@ pub fn tiny_dream() -> TransformerConfig {
     }
 }
 
-/// A ~100M-parameter (97.6M) LLaDA-shaped config (for benchmarks): d 768, 12 layers, 12 heads,
+/// A ~100M-parameter (97.5M) LLaDA-shaped config (for benchmarks): d 768, 12 layers, 12 heads,
 /// MLP 2048, vocabulary 8192.
 pub fn bench_llada_100m() -> TransformerConfig {
     TransformerConfig {

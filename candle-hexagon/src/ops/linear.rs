@@ -6,8 +6,8 @@
 //! Q8_0 on the DSP). A bias is added on the DSP in the same batch (`ADD`, broadcast over rows).
 //! Rows are split into as many ops as the DSP scratch arena needs (`kdsp_op_check`).
 //!
-//! The packed copy is the only copy. The CPU fallback rebuilds the weights from it — exactly:
-//! the packings are invertible — so a fallback computes what a CPU model with the same (fp16 or
+//! The packed copy is the only copy at load. The CPU fallback rebuilds the weights from it —
+//! exactly: the packings are invertible — and keeps that unpacked copy once built, so a fallback computes what a CPU model with the same (fp16 or
 //! Q4_0) weights computes.
 
 use std::borrow::Cow;

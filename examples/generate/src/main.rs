@@ -114,7 +114,7 @@ struct Args {
     #[arg(long, default_value = candle_hexagon::device::DEFAULT_FASTRPC_LIBRARY)]
     fastrpc_lib: String,
     /// Hexagon: ops forced onto the CPU, comma-separated (linear, linear_f16, linear_q4_0,
-    /// flash_attn, rms_norm, swiglu, rope).
+    /// linear_quant, flash_attn, rms_norm, swiglu, rope).
     #[arg(long, default_value = "")]
     hexagon_deny: String,
     /// Print exactly one JSON object on stdout (and nothing else).

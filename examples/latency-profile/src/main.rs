@@ -31,7 +31,7 @@ struct Args {
     /// A model directory, .gguf file or hub id [default: a random synthetic model, see --synthetic].
     #[arg(long, visible_alias = "model-id")]
     model: Option<String>,
-    /// Synthetic model when --model is absent: tiny (64-d, 2 layers) or 100m (97.6M parameters).
+    /// Synthetic model when --model is absent: tiny (64-d, 2 layers) or 100m (97.5M parameters).
     #[arg(long, default_value = "100m")]
     synthetic: String,
     /// cpu or hexagon.

@@ -3,7 +3,7 @@
 //! checkpoint in the exact Hugging Face layout the loaders read.
 //!
 //! ```text
-//! cargo run --release -p train-tiny -- --out models/tiny-llada --steps 6000
+//! cargo run --release -p train-tiny -- --out models/tiny-llada
 //! ```
 
 use std::path::{Path, PathBuf};
