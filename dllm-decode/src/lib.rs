@@ -83,10 +83,64 @@ pub fn generate(
     observer: &mut dyn StepObserver,
 ) -> Result<Generation> {
     p.validate()?;
+    let arch = model.info().arch;
+    check_options_apply(arch, p)?;
     let canvas = prepare_canvas(model, prompt, p)?;
-    if model.info().arch == Arch::Dream && p.strategy == Strategy::Vanilla {
+    if uses_dream_algorithm(arch, p) {
         dream::run(model, canvas, prompt.len(), p, observer)
     } else {
         blockwise::run(model, canvas, prompt.len(), p, observer)
     }
+}
+
+/// Whether `generate` runs Dream's own `diffusion_generate` (a Dream model with the vanilla
+/// strategy) rather than the block-wise decoder.
+pub fn uses_dream_algorithm(arch: Arch, p: &DecodeParams) -> bool {
+    arch == Arch::Dream && p.strategy == Strategy::Vanilla
+}
+
+/// Options the chosen decoder would ignore are errors, not silent no-ops.
+fn check_options_apply(arch: Arch, p: &DecodeParams) -> Result<()> {
+    let unused = |name: &'static str, why: &str| Err(DecodeError::param(name, why.to_string()));
+    if uses_dream_algorithm(arch, p) {
+        let why = "Dream's own algorithm (a Dream model with --strategy vanilla) does not use it; \
+                   the block-wise strategies (prefix-cache, dual-cache) do";
+        if p.threshold.is_some() {
+            return unused("threshold", why);
+        }
+        if p.cfg_scale > 0.0 {
+            return unused("cfg-scale", why);
+        }
+        if p.remasking != Remasking::LowConfidence {
+            return unused(
+                "remasking",
+                "Dream's algorithm chooses positions with --alg",
+            );
+        }
+        if p.logits_eos_inf {
+            return unused("logits-eos-inf", why);
+        }
+        if p.confidence_eos_eot_inf {
+            return unused("confidence-eos-eot-inf", why);
+        }
+    } else {
+        let why = "only Dream's own algorithm (a Dream model with --strategy vanilla) uses it";
+        let (d, default) = (p.dream, DreamParams::default());
+        if d.alg != default.alg {
+            return unused("alg", why);
+        }
+        if d.eps != default.eps {
+            return unused("eps", why);
+        }
+        if d.alg_temp.is_some() {
+            return unused("alg-temp", why);
+        }
+        if d.top_p.is_some() {
+            return unused("top-p", why);
+        }
+        if d.top_k.is_some() {
+            return unused("top-k", why);
+        }
+    }
+    Ok(())
 }

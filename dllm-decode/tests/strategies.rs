@@ -349,6 +349,56 @@ fn bad_parameters_are_errors_naming_them() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("outside the vocabulary"), "{e}");
+    // Options the chosen decoder would ignore are errors naming them.
+    let mut dream = model(tiny_dream());
+    let dream_only: Vec<(DecodeParams, &str)> = vec![
+        (
+            DecodeParams {
+                threshold: Some(0.9),
+                ..params(Strategy::Vanilla)
+            },
+            "threshold",
+        ),
+        (
+            DecodeParams {
+                cfg_scale: 1.0,
+                ..params(Strategy::Vanilla)
+            },
+            "cfg-scale",
+        ),
+        (
+            DecodeParams {
+                remasking: Remasking::Random,
+                ..params(Strategy::Vanilla)
+            },
+            "remasking",
+        ),
+        (
+            DecodeParams {
+                logits_eos_inf: true,
+                ..params(Strategy::Vanilla)
+            },
+            "logits-eos-inf",
+        ),
+    ];
+    for (p, word) in dream_only {
+        let e = generate(&mut dream, PROMPT, &p, &mut ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(word), "{e:?} should name {word}");
+    }
+    let mut p = params(Strategy::PrefixCache);
+    p.dream.top_k = Some(5);
+    let e = generate(&mut dream, PROMPT, &p, &mut ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("top-k"), "{e}");
+    let mut p = params(Strategy::Vanilla);
+    p.dream.alg = "origin".parse().unwrap();
+    let e = generate(&mut m, PROMPT, &p, &mut ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("alg"), "{e}");
     assert!("bogus"
         .parse::<Strategy>()
         .unwrap_err()

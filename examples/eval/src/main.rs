@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dllm_decode::{DecodeParams, DreamParams, Strategy};
-use dllm_models::{load, Arch, DiffusionLm, LoadOptions, ModelSource};
+use dllm_decode::{DecodeParams, DreamParams};
+use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
 use dllm_tasks::eval::{evaluate, questions, table};
 use dllm_tasks::TaskKind;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -159,7 +159,7 @@ fn run(a: Args) -> Result<()> {
     }
     let info = loaded.model.info();
     // Dream's own algorithm runs for the vanilla strategy: it has no blocks and no remasking rule.
-    let dream_alg = info.arch == Arch::Dream && params.strategy == Strategy::Vanilla;
+    let dream_alg = dllm_decode::uses_dream_algorithm(info.arch, &params);
     let decoding = if dream_alg {
         format!("{} (Dream {})", a.strategy, a.alg)
     } else if a.remasking != "low_confidence" {
