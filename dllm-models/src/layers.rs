@@ -262,7 +262,7 @@ impl RmsNorm {
     pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
         Ok(match (mode, &self.backend) {
             (OpMode::Fused, Backend::Cpu) => {
-                candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)?
+                candle_hexagon::ops::norm::rms_norm_cpu(x, &self.weight, self.eps)?
             }
             (OpMode::Fused, Backend::Hexagon(d)) => {
                 candle_hexagon::ops::rms_norm(d, x, &self.weight, self.eps)?
@@ -381,11 +381,9 @@ impl Rope {
     ) -> Result<Tensor> {
         match (mode, backend) {
             (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::rope(d, x, cos, sin)?),
-            (OpMode::Fused, Backend::Cpu) => Ok(candle_nn::rotary_emb::rope_thd(
-                &x.contiguous()?,
-                &cos.contiguous()?,
-                &sin.contiguous()?,
-            )?),
+            (OpMode::Fused, Backend::Cpu) => {
+                Ok(candle_hexagon::ops::elementwise::rope_cpu(x, cos, sin)?)
+            }
             (OpMode::Differentiable, _) => {
                 let (_, n, _, d) = x.dims4()?;
                 let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, n, 1, d))?;
@@ -426,22 +424,10 @@ pub fn attention_on(
 }
 
 fn attention_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -> Result<Tensor> {
-    let (b, _, h, _) = q.dims4()?;
+    let h = q.dim(2)?;
     let out = match mode {
-        OpMode::Fused => {
-            // candle's CPU flash attention has a lean B=1 path; run batch items one by one.
-            let mut outs = Vec::with_capacity(b);
-            for i in 0..b {
-                let (qi, ki, vi) = (q.narrow(0, i, 1)?, k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
-                outs.push(flash(&qi, &ki, &vi, scale)?);
-            }
-            let o = if b == 1 {
-                outs.pop().expect("one batch item")
-            } else {
-                Tensor::cat(&outs, 0)?
-            };
-            o.transpose(1, 2)?
-        }
+        // The same CPU path the Hexagon backend falls back to (candle-nn's flash attention).
+        OpMode::Fused => candle_hexagon::ops::attention::flash_attn_cpu(q, k, v, scale)?,
         OpMode::Differentiable => {
             let hkv = k.dim(2)?;
             let rep = h / hkv;
@@ -465,20 +451,4 @@ fn attention_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -
         }
     };
     Ok(out)
-}
-
-fn flash(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
-    use candle_nn::attention::{flash_attn, AttnMask};
-    let o = match q.dtype() {
-        DType::F32 => flash_attn::<f32>(q, k, v, scale, AttnMask::None, None, None)?,
-        DType::F16 => flash_attn::<half::f16>(q, k, v, scale, AttnMask::None, None, None)?,
-        DType::BF16 => flash_attn::<half::bf16>(q, k, v, scale, AttnMask::None, None, None)?,
-        dt => {
-            return Err(crate::Error::InvalidArgument(format!(
-                "attention in {dt:?} is not supported (use f32, f16 or bf16)"
-            )))
-        }
-    };
-    // candle-nn's CPU flash attention accumulates and returns f32 whatever the input dtype.
-    Ok(o.to_dtype(q.dtype())?)
 }

@@ -99,16 +99,16 @@ pub fn flash_attn_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<
                 })
             }
         };
-        // candle-nn accumulates and returns f32 whatever the input dtype.
-        outs.push(o.to_dtype(q.dtype())?);
+        outs.push(o);
     }
     let o = if b == 1 {
         outs.pop().expect("one batch item")
     } else {
         Tensor::cat(&outs, 0)?
     };
-    // (b, h, s, d) -> (b, s, h, d)
-    Ok(o.transpose(1, 2)?)
+    // (b, h, s, d) -> (b, s, h, d). candle-nn accumulates and returns f32 whatever the input
+    // dtype: the cast back reads the transposed view, so it is also the one re-layout copy.
+    Ok(o.transpose(1, 2)?.to_dtype(q.dtype())?)
 }
 
 /// Slow reference in f64: the textbook `softmax(scale q k^T) v` with GQA (query head `i` reads
