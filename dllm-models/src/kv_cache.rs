@@ -102,19 +102,10 @@ impl KvCache {
         Ok((Tensor::cat(&ks, 1)?, Tensor::cat(&vs, 1)?))
     }
 
-    /// Keys/values of all cached positions, with the rows of `positions` (sorted, unique, `< len`)
-    /// replaced by `k`/`v` `(b, positions.len(), h, d)`.
-    pub fn with_rows_replaced(
-        &self,
-        layer: usize,
-        positions: &[usize],
-        k: &Tensor,
-        v: &Tensor,
-        device: &Device,
-    ) -> Result<(Tensor, Tensor)> {
-        let c = self.layers[layer]
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
+    /// The cached positions not in `positions` (sorted, unique, `< len`), as an index tensor for
+    /// [`Self::with_rows_replaced`]; `None` when every cached position is replaced. Build it once
+    /// per refresh: it is the same for every layer.
+    pub fn kept_rows(&self, positions: &[usize], device: &Device) -> Result<Option<Tensor>> {
         let keep: Vec<u32> = {
             let mut it = positions.iter().peekable();
             (0..self.len)
@@ -129,12 +120,30 @@ impl KvCache {
                 .map(|p| p as u32)
                 .collect()
         };
-        if keep.is_empty() {
+        Ok(if keep.is_empty() {
+            None
+        } else {
+            Some(Tensor::new(keep, device)?)
+        })
+    }
+
+    /// Keys/values of the cached rows `kept` (from [`Self::kept_rows`]) followed by the replaced
+    /// rows `k`/`v` `(b, positions.len(), h, d)`.
+    pub fn with_rows_replaced(
+        &self,
+        layer: usize,
+        kept: Option<&Tensor>,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(Tensor, Tensor)> {
+        let c = self.layers[layer]
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
+        let Some(idx) = kept else {
             return Ok((k.clone(), v.clone()));
-        }
-        let idx = Tensor::new(keep, device)?;
-        let kk = c.k.narrow(1, 0, self.len)?.index_select(&idx, 1)?;
-        let vv = c.v.narrow(1, 0, self.len)?.index_select(&idx, 1)?;
+        };
+        let kk = c.k.narrow(1, 0, self.len)?.index_select(idx, 1)?;
+        let vv = c.v.narrow(1, 0, self.len)?.index_select(idx, 1)?;
         Ok((Tensor::cat(&[&kk, k], 1)?, Tensor::cat(&[&vv, v], 1)?))
     }
 

@@ -665,13 +665,14 @@ impl DiffusionLm for DiffusionTransformer {
         let mut x = self.embed.forward(&ids)?;
         let (cos, sin) = self.rope.gather(&pos)?;
         let last_rows = self.idx(hidden_rows)?;
+        let kept = self.cache.kept_rows(&pos, &self.device)?;
         let mut keys = Vec::with_capacity(self.blocks.len());
         let mut values = Vec::with_capacity(self.blocks.len());
         let last = self.blocks.len() - 1;
         for (li, blk) in self.blocks.iter().enumerate() {
             let q_rows = if li == last { Some(&last_rows) } else { None };
             let (nx, k, v) = self.block(blk, &x, (&cos, &sin), q_rows, |k, v| {
-                self.cache.with_rows_replaced(li, &pos, k, v, &self.device)
+                self.cache.with_rows_replaced(li, kept.as_ref(), k, v)
             })?;
             x = nx;
             keys.push(k);
