@@ -166,10 +166,11 @@ pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
     }
 }
 
-/// Which architecture a `config.json` describes.
-pub fn detect_arch(config: &Path) -> Result<Arch> {
-    let f = Fields::from_file(config)?;
-    if let Some(t) = f.opt_str("model_type")? {
+/// Which architecture parsed `config.json` fields describe (`model_type`, else `architectures`);
+/// the error text names the field.
+fn arch_of(f: &Fields) -> std::result::Result<Arch, String> {
+    let model_type = f.opt_str("model_type").map_err(|e| e.to_string())?;
+    if let Some(t) = &model_type {
         match t.to_ascii_lowercase().as_str() {
             "llada" => return Ok(Arch::Llada),
             "dream" => return Ok(Arch::Dream),
@@ -186,21 +187,51 @@ pub fn detect_arch(config: &Path) -> Result<Arch> {
             }
         }
     }
-    Err(Error::file(
-        config,
-        format!(
-            "config: field `model_type`: {} is not a supported diffusion model (expected llada or Dream)",
-            f.opt_str("model_type")?.map(|s| format!("`{s}`")).unwrap_or_else(|| "missing, and `architectures` names no known model,".into())
-        ),
+    Err(format!(
+        "config: field `model_type`: {} is not a supported diffusion model (expected llada or Dream)",
+        model_type
+            .map(|s| format!("`{s}`"))
+            .unwrap_or_else(|| "missing, and `architectures` names no known model,".into())
     ))
 }
 
-/// Parse `config.json` of either architecture.
-pub fn read_config(config: &Path) -> Result<TransformerConfig> {
-    match detect_arch(config)? {
-        Arch::Llada => llada::config_from_file(config),
-        Arch::Dream => dream::config_from_file(config),
+/// The config of parsed `config.json` fields, of whichever architecture they describe.
+fn config_of(f: &Fields, arch: Arch) -> Result<TransformerConfig> {
+    match arch {
+        Arch::Llada => llada::config_from_fields(f),
+        Arch::Dream => dream::config_from_fields(f),
     }
+}
+
+/// Which architecture a `config.json` describes.
+pub fn detect_arch(config: &Path) -> Result<Arch> {
+    arch_of(&Fields::from_file(config)?).map_err(|m| Error::file(config, m))
+}
+
+/// Parse `config.json` of either architecture (the file is read once).
+pub fn read_config(config: &Path) -> Result<TransformerConfig> {
+    Fields::parse_file(config, |f| {
+        config_of(f, arch_of(f).map_err(|m| Error::file(config, m))?)
+    })
+}
+
+/// The distinct shard file names of a `model.safetensors.index.json`, sorted.
+fn shard_names(index: &Path) -> Result<Vec<String>> {
+    let f = Fields::from_file(index)?;
+    let map = f
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::file(index, "missing or malformed `weight_map`"))?;
+    let mut files: Vec<String> = map
+        .values()
+        .filter_map(|v| v.as_str().map(String::from))
+        .collect();
+    if files.len() != map.len() {
+        return Err(Error::file(index, "`weight_map` values must be file names"));
+    }
+    files.sort();
+    files.dedup();
+    Ok(files)
 }
 
 /// The safetensors files of an HF directory: the shards of `model.safetensors.index.json`, or
@@ -208,24 +239,7 @@ pub fn read_config(config: &Path) -> Result<TransformerConfig> {
 pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
-        let f = Fields::from_file(&index)?;
-        let map = f
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| Error::file(&index, "missing or malformed `weight_map`"))?;
-        let mut files: Vec<String> = map
-            .values()
-            .filter_map(|v| v.as_str().map(String::from))
-            .collect();
-        if files.len() != map.len() {
-            return Err(Error::file(
-                &index,
-                "`weight_map` values must be file names",
-            ));
-        }
-        files.sort();
-        files.dedup();
-        let paths: Vec<PathBuf> = files.iter().map(|f| dir.join(f)).collect();
+        let paths: Vec<PathBuf> = shard_names(&index)?.iter().map(|f| dir.join(f)).collect();
         if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
             return Err(Error::file(
                 missing,
@@ -244,12 +258,18 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     })
 }
 
+/// Complete a loaded model: special tokens the config lacks (EoT from the tokenizer, BOS from
+/// `generation_config.json`) and the decoding defaults that file recommends.
 fn finish(
     mut model: DiffusionTransformer,
     tokenizer: Option<TextTokenizer>,
-    bos: Option<u32>,
+    generation_config: Option<&Fields>,
     source: String,
-) -> LoadedModel {
+) -> Result<LoadedModel> {
+    let bos = generation_config
+        .map(|g| g.opt_token_id("bos_token_id"))
+        .transpose()?
+        .flatten();
     let mut special = model.info().special.clone();
     if special.eot.is_none() {
         special.eot = match &tokenizer {
@@ -264,12 +284,15 @@ fn finish(
         special.bos = bos;
     }
     model.set_special_tokens(special);
-    LoadedModel {
+    Ok(LoadedModel {
         model,
         tokenizer,
         source,
-        defaults: DecodeDefaults::default(),
-    }
+        defaults: generation_config
+            .map(DecodeDefaults::from_fields)
+            .transpose()?
+            .unwrap_or_default(),
+    })
 }
 
 fn load_tokenizer(explicit: &Option<PathBuf>, beside: &Path) -> Result<Option<TextTokenizer>> {
@@ -300,16 +323,7 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     } else {
         None
     };
-    let bos = gen
-        .as_ref()
-        .map(|g| g.opt_token_id("bos_token_id"))
-        .transpose()?
-        .flatten();
-    let mut loaded = finish(model, tokenizer, bos, dir.display().to_string());
-    if let Some(g) = &gen {
-        loaded.defaults = DecodeDefaults::from_fields(g)?;
-    }
-    Ok(loaded)
+    finish(model, tokenizer, gen.as_ref(), dir.display().to_string())
 }
 
 /// Load a model whose files are in memory (e.g. embedded in a binary with `include_bytes!`):
@@ -324,15 +338,11 @@ pub fn load_from_memory(
     opts: &LoadOptions,
 ) -> Result<LoadedModel> {
     let f = Fields::parse_str(config_json)?;
-    let is_dream = f
-        .opt_str("model_type")?
-        .map(|t| t.eq_ignore_ascii_case("dream"))
-        .unwrap_or(false);
-    let cfg = if is_dream {
-        dream::config_from_fields(&f)?
-    } else {
-        llada::config_from_fields(&f)?
-    };
+    let arch = arch_of(&f).map_err(|reason| Error::Source {
+        source_desc: name.into(),
+        reason,
+    })?;
+    let cfg = config_of(&f, arch)?;
     let vb = candle_nn::VarBuilder::from_slice_safetensors(safetensors, opts.dtype, &opts.device)
         .map_err(|e| Error::Source {
         source_desc: name.into(),
@@ -343,16 +353,12 @@ pub fn load_from_memory(
     let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json.as_bytes())
         .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?;
     let gen = generation_config_json.map(Fields::parse_str).transpose()?;
-    let bos = gen
-        .as_ref()
-        .map(|g| g.opt_token_id("bos_token_id"))
-        .transpose()?
-        .flatten();
-    let mut loaded = finish(model, Some(TextTokenizer::new(tok)), bos, name.to_string());
-    if let Some(g) = &gen {
-        loaded.defaults = DecodeDefaults::from_fields(g)?;
-    }
-    Ok(loaded)
+    finish(
+        model,
+        Some(TextTokenizer::new(tok)),
+        gen.as_ref(),
+        name.to_string(),
+    )
 }
 
 /// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).
@@ -364,7 +370,7 @@ pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         .unwrap_or(Path::new("."))
         .join("tokenizer.json");
     let tokenizer = load_tokenizer(&opts.tokenizer, &beside)?;
-    Ok(finish(model, tokenizer, None, path.display().to_string()))
+    finish(model, tokenizer, None, path.display().to_string())
 }
 
 /// Resolve a hub repo's files (cache first) and load them.
@@ -376,16 +382,8 @@ pub fn load_hub(repo: &HubRepo, opts: &LoadOptions) -> Result<LoadedModel> {
         .to_path_buf();
     match repo.get_optional("model.safetensors.index.json") {
         Some(index) => {
-            let f = Fields::from_file(&index)?;
-            let map = f
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .ok_or_else(|| Error::file(&index, "missing or malformed `weight_map`"))?;
-            let mut shards: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
-            shards.sort();
-            shards.dedup();
-            for s in shards {
-                repo.get(s)?;
+            for s in shard_names(&index)? {
+                repo.get(&s)?;
             }
         }
         None => {
