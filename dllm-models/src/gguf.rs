@@ -351,10 +351,6 @@ impl WeightSource for GgufWeights {
         }
     }
 
-    fn contains(&self, role: Role) -> bool {
-        self.content.tensor_infos.contains_key(&role.gguf_name())
-    }
-
     fn dtype(&self) -> DType {
         self.dtype
     }

@@ -134,9 +134,6 @@ pub trait WeightSource {
     /// The parameter for `role`, checked against `shape`, in the compute dtype (dense) or quantized.
     fn get(&self, role: Role, shape: &[usize]) -> Result<Param>;
 
-    /// Whether the source has a tensor for `role` (used for optional tensors such as a tied head).
-    fn contains(&self, role: Role) -> bool;
-
     /// Compute dtype of dense parameters.
     fn dtype(&self) -> DType;
 
@@ -243,13 +240,6 @@ impl WeightSource for HfWeights {
             candle_nn::Init::Const(1.0)
         };
         Ok(Param::Dense(self.vb.get_with_hints(shape, &name, init)?))
-    }
-
-    fn contains(&self, role: Role) -> bool {
-        match &self.names {
-            Some(n) => n.contains(&role.hf_name(self.arch)),
-            None => true,
-        }
     }
 
     fn dtype(&self) -> DType {
