@@ -170,7 +170,7 @@ fn have(tool: &str) -> bool {
 fn kernels_on_the_hexagon_isa_under_qemu() {
     const NAME: &str = "kernels_on_the_hexagon_isa_under_qemu";
     const INSTALL: &str =
-        "apt-get install -y -t bookworm-backports qemu-user && apt-get install -y clang-19 lld-19";
+        "apt-get install -y -t bookworm-backports qemu-user && apt-get install -y clang-22 lld-22";
     // KDSP_QEMU_HEXAGON / KDSP_HEXAGON_CLANGS override the tools (e.g. to exercise the skip path).
     let qemu = std::env::var("KDSP_QEMU_HEXAGON").unwrap_or_else(|_| "qemu-hexagon".into());
     if !have(&qemu) {
@@ -210,6 +210,12 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
             .collect()
     };
     let (int_cpus, float_cpus) = (compiled("hvx-int"), compiled("hvx-float"));
+    let driver_compiler = report
+        .lines()
+        .find(|l| l.starts_with("BUILT v73"))
+        .and_then(|l| l.split(' ').nth(2))
+        .unwrap_or("?")
+        .to_owned();
     let skipped: Vec<String> = report
         .lines()
         .filter(|l| l.starts_with("SKIPPED"))
@@ -219,12 +225,30 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
         int_cpus.contains(&"v73".to_owned()) && float_cpus.contains(&"v73".to_owned()),
         "v73 must compile:\n{report}"
     );
+    // The paper's phones: SM8650 (v75), SM8750 (v79), SM8850 (v81). clang-22 compiles them all; CI
+    // installs it, so there a generation that is not compiled (int and float) is a failure.
+    let missing: Vec<&str> = ["v75", "v79", "v81"]
+        .into_iter()
+        .filter(|cpu| {
+            !int_cpus.iter().any(|c| c == cpu) || !float_cpus.iter().any(|c| c == cpu)
+        })
+        .collect();
+    if !missing.is_empty() && common::in_ci() {
+        panic!(
+            "{NAME}: FAILED because CI=true and {} not compiled (int and HVX-float builds); \
+             install clang-22 lld-22 (`.ci/install-test-deps`):\n{report}",
+            missing.join(", ")
+        );
+    }
 
     // The HVX paths really are in the binary (not silently the portable ones).
     // and the executed binary holds no HVX float (qf32) code, while the HVX-float build does.
-    if have("llvm-objdump-19") {
+    let objdump = ["llvm-objdump-22", "llvm-objdump-21", "llvm-objdump-20", "llvm-objdump-19"]
+        .into_iter()
+        .find(|t| have(t));
+    if let Some(objdump) = objdump {
         let disasm = |path: PathBuf| -> String {
-            let out = Command::new("llvm-objdump-19")
+            let out = Command::new(objdump)
                 .args([
                     "-d",
                     "--mcpu=hexagonv73",
@@ -344,9 +368,10 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
          (integer HVX: vand/vlsr nibble unpack, vrmpy dots, vmpyi/vasr/vpack Q8_0 quantize, vshuff/vdeal tiles; \
          pack_weight_f16 and pack_q4_0 are scalar integer repacks); \
          {} of {} scalar-float kernels also bit-exact, tolerance required, {float_exact}/{float_cases} cases bit-exact [{}]; \
-         HVX-float paths compile-checked for {} (not executable under QEMU); HMX instructions are not emitted by any \
-         released clang: HMX semantics run through the portable tile engine on the real tile layout; \
-         not checkable with the installed compiler: {} (clang-19 accepts up to hexagonv73; clang-22 adds v75..v81)",
+         driver built by {}; compiled (integer-HVX build) for {}; HVX-float paths compile-checked for {} (not executable \
+         under QEMU); HMX instructions are not emitted by any released clang: HMX semantics run through the portable \
+         tile engine on the real tile layout; not checkable with the installed compiler: {} (clang-19 accepts up to \
+         hexagonv73; clang-22 adds v75..v81)",
         int_kernels.len() + exact_float.len(),
         seeds.len(),
         int_cases + float_cases,
@@ -355,6 +380,8 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
         exact_float.len(),
         float_kernels.len(),
         names(&mut float_kernels.keys().copied()),
+        driver_compiler,
+        int_cpus.join(","),
         float_cpus.join(","),
         if skipped.is_empty() { "none".to_owned() } else { skipped.join(",") },
     );

@@ -8,12 +8,17 @@ pub mod reference;
 use kernels_dsp::*;
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
+/// Whether the suite runs under `CI=true` (missing tools then fail tests instead of skipping them).
+pub fn in_ci() -> bool {
+    std::env::var("CI").map(|v| v == "true").unwrap_or(false)
+}
+
 /// Skips a test whose external tool is missing, or fails it under `CI=true`.
 /// Returns `true` when the caller should return early.
 pub fn skip_or_fail(test: &str, missing: &str, install: &str) -> bool {
     let why =
         format!("{missing}. Install it with `{install}` (on Debian 12: `.ci/install-test-deps`)");
-    if std::env::var("CI").map(|v| v == "true").unwrap_or(false) {
+    if in_ci() {
         panic!("{test}: FAILED because CI=true and {why}");
     }
     announce(&format!("{test}: SKIPPED: {why}"));
