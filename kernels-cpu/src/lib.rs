@@ -9,3 +9,8 @@
 //! rayon pool (so results do not depend on the number of threads).
 
 #![warn(missing_docs)]
+
+pub mod attention;
+mod error;
+
+pub use error::{Error, Result};
