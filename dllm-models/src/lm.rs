@@ -15,8 +15,11 @@
 //!   into the cache (prefix cache: commit the finished prefix; dual cache: commit everything).
 //! * [`DiffusionLm::compute_refresh`] recomputes the K/V of an arbitrary sparse set of cached positions
 //!   (attending to the cache, with those positions' own entries replaced layer by layer) without
-//!   touching the cache; [`DiffusionLm::apply_refresh`] merges the result. The split lets a later CPU
-//!   path compute refreshes while the NPU runs the window and merge at a step boundary.
+//!   touching the cache; [`DiffusionLm::apply_refresh`] merges the result.
+//!   [`DiffusionLm::forward_with_refresh`] computes a refresh beside a window forward (on two threads
+//!   in this crate's model) and returns it for a merge at the step boundary. Every change of the
+//!   cache bumps the [epoch](DiffusionLm::epoch); a refresh computed against an older epoch is
+//!   rejected, never merged silently.
 //! * [`DiffusionLm::cache_len`] / [`DiffusionLm::truncate_cache`] snapshot and roll back.
 //!
 //! ## Logits
@@ -122,9 +125,22 @@ pub struct ModelInfo {
     pub num_params: usize,
 }
 
+/// What a sparse refresh should recompute: cached `positions`, and the subset of them whose logits
+/// to return.
+#[derive(Debug, Clone, Copy)]
+pub struct RefreshRequest<'a> {
+    /// Cached canvas positions whose K/V to recompute from their current ids.
+    pub positions: &'a [usize],
+    /// Positions (a subset of `positions`) whose logits to return.
+    pub logits: Option<&'a [usize]>,
+}
+
 /// The result of [`DiffusionLm::compute_refresh`]: new K/V rows for some cached positions.
 #[derive(Debug, Clone)]
 pub struct Refresh {
+    /// The cache epoch ([`DiffusionLm::epoch`]) the refresh was computed against; it can only be
+    /// merged into a cache still at that epoch.
+    pub epoch: u64,
     /// Sorted, unique canvas positions whose K/V were recomputed.
     pub positions: Vec<usize>,
     /// Per layer, `(batch, positions, kv_heads, head_dim)` keys (RoPE applied).
@@ -139,6 +155,11 @@ pub struct Refresh {
 ///
 /// See the [module docs](self) for the exact semantics.
 pub trait DiffusionLm: Send {
+    /// The cache's epoch: a counter bumped by every change of the KV cache (`commit`,
+    /// `apply_refresh`, `truncate_cache`); forwards do not change it. A [`Refresh`] records the epoch
+    /// it was computed against, and `apply_refresh` rejects one from another epoch.
+    fn epoch(&self) -> u64;
+
     /// Static facts about the model.
     fn info(&self) -> &ModelInfo;
 
@@ -169,8 +190,24 @@ pub trait DiffusionLm: Send {
         logits: Option<&[usize]>,
     ) -> Result<Refresh>;
 
-    /// Overwrite cached K/V with a [`Refresh`] (its positions must still be cached).
+    /// Overwrite cached K/V with a [`Refresh`] (its positions must still be cached, and the cache must
+    /// still be at the refresh's epoch: otherwise `Error::StaleRefresh`).
     fn apply_refresh(&mut self, refresh: &Refresh) -> Result<()>;
+
+    /// A window forward and a sparse refresh of cached positions, computed against the same cache
+    /// state; the refresh is returned, not merged (merge it with [`apply_refresh`](Self::apply_refresh)
+    /// at the step boundary). Implementations may run the two at the same time on two threads (the
+    /// model of this crate does); the results are the same as running them one after the other.
+    fn forward_with_refresh(
+        &mut self,
+        canvas: &Tensor,
+        window: Range<usize>,
+        rows: Rows<'_>,
+        refresh: RefreshRequest<'_>,
+    ) -> Result<(Tensor, Refresh)> {
+        let r = self.compute_refresh(canvas, refresh.positions, refresh.logits)?;
+        Ok((self.forward(canvas, window, rows)?, r))
+    }
 
     /// Full-canvas forward: `forward(canvas, 0..L, rows)` (the cache is attended to only where it
     /// extends past `L`, which a decoder never does).

@@ -131,7 +131,12 @@ pub struct AttnShape {
 }
 
 fn check<T>(q: &[T], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) -> Result<()> {
-    let bad = |what: String| Err(Error::Shape { op: "attention", what });
+    let bad = |what: String| {
+        Err(Error::Shape {
+            op: "attention",
+            what,
+        })
+    };
     if s.heads == 0 || s.kv_heads == 0 || s.head_dim == 0 || s.heads % s.kv_heads != 0 {
         return bad(format!(
             "{} query heads over {} key/value heads of dim {}",
@@ -165,7 +170,9 @@ fn check<T>(q: &[T], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) ->
         }
         if let Skip::Sorted(p) = g.skip {
             if p.windows(2).any(|w| w[0] >= w[1]) {
-                return bad(format!("segment {i}: skipped rows are not sorted and unique"));
+                return bad(format!(
+                    "segment {i}: skipped rows are not sorted and unique"
+                ));
             }
         }
     }
@@ -275,7 +282,17 @@ fn task<T: Element>(
                 r += 1;
             }
             if nk > 0 {
-                block(&qf, &kb[..nk * d], &vb[..nk * d], d, nk, &mut sc, &mut m, &mut l, &mut acc);
+                block(
+                    &qf,
+                    &kb[..nk * d],
+                    &vb[..nk * d],
+                    d,
+                    nk,
+                    &mut sc,
+                    &mut m,
+                    &mut l,
+                    &mut acc,
+                );
             }
         }
     }
@@ -284,6 +301,31 @@ fn task<T: Element>(
         acc[i * d..(i + 1) * d].iter_mut().for_each(|x| *x *= inv);
     }
     acc
+}
+
+/// `e^x` for `x <= 0` (scores minus their running maximum), branch-free so that a loop over a block
+/// vectorises: Cody-Waite range reduction `x = n ln2 + r` and Cephes' degree-6 polynomial for
+/// `e^r` (relative error about 1e-7), scaled by `2^n` through the exponent bits. Inputs below -87
+/// are clamped (their weight is below 2^-125 of the maximum's, i.e. 0 in f32 sums).
+#[inline(always)]
+pub fn exp_neg(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let x = x.clamp(-87.0, 0.0);
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    let ni = t.to_bits() as i32 - ROUND.to_bits() as i32;
+    e * f32::from_bits(((ni + 127) as u32) << 23)
 }
 
 /// Dot product with explicit lanes (vectorisable; the result does not depend on the SIMD width).
@@ -335,10 +377,12 @@ fn block(
         if mx == f32::NEG_INFINITY {
             continue;
         }
-        let corr = (m[i] - mx).exp();
-        let mut sum = 0f32;
+        let corr = exp_neg(m[i] - mx);
         for x in s.iter_mut() {
-            *x = (*x - mx).exp();
+            *x = exp_neg(*x - mx);
+        }
+        let mut sum = 0f32;
+        for x in s.iter() {
             sum += *x;
         }
         l[i] = l[i] * corr + sum;
@@ -419,4 +463,25 @@ pub fn attention_reference<T: Element>(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_neg;
+
+    #[test]
+    fn exp_neg_is_accurate_and_total() {
+        let mut worst = 0f64;
+        let mut x = 0f32;
+        while x > -87.0 {
+            let got = exp_neg(x) as f64;
+            let want = (x as f64).exp();
+            worst = worst.max(((got - want) / want).abs());
+            x -= 0.0137;
+        }
+        assert!(worst < 3e-7, "relative error {worst}");
+        assert_eq!(exp_neg(0.0), 1.0);
+        assert!(exp_neg(-1e30) >= 0.0 && exp_neg(-1e30) < 1e-37);
+        assert_eq!(exp_neg(f32::NEG_INFINITY), exp_neg(-87.0));
+    }
 }

@@ -27,7 +27,10 @@ fn to_f64<T: Element>(x: &[T]) -> Vec<f64> {
 }
 
 fn max_err(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }
 
 /// A cache of `rows` rows with `stride` elements per row (batch-interleaved layouts have stride >
@@ -51,8 +54,20 @@ fn case<T: Element>(seed: u64, s: AttnShape, cached: usize, stride_mult: usize, 
         Skip::None
     };
     let segs = [
-        KvSegment { k: &kc, v: &vc, rows: cached, row_stride: stride, skip },
-        KvSegment { k: &kw, v: &vw, rows: nw, row_stride: row, skip: Skip::None },
+        KvSegment {
+            k: &kc,
+            v: &vc,
+            rows: cached,
+            row_stride: stride,
+            skip,
+        },
+        KvSegment {
+            k: &kw,
+            v: &vw,
+            rows: nw,
+            row_stride: row,
+            skip: Skip::None,
+        },
     ];
     let scale = 1.0 / (s.head_dim as f32).sqrt();
     let mut out = vec![T::ZERO; q.len()];
@@ -71,11 +86,33 @@ fn case<T: Element>(seed: u64, s: AttnShape, cached: usize, stride_mult: usize, 
         _ => vec![],
     };
     let s1: Vec<usize> = skip_rows.iter().copied().filter(|&r| r < half).collect();
-    let s2: Vec<usize> = skip_rows.iter().filter(|&&r| r >= half).map(|r| r - half).collect();
+    let s2: Vec<usize> = skip_rows
+        .iter()
+        .filter(|&&r| r >= half)
+        .map(|r| r - half)
+        .collect();
     let segs2 = [
-        KvSegment { k: &kw, v: &vw, rows: nw, row_stride: row, skip: Skip::None },
-        KvSegment { k: k2, v: v2, rows: cached - half, row_stride: stride, skip: Skip::Sorted(&s2) },
-        KvSegment { k: k1, v: v1, rows: half, row_stride: stride, skip: Skip::Sorted(&s1) },
+        KvSegment {
+            k: &kw,
+            v: &vw,
+            rows: nw,
+            row_stride: row,
+            skip: Skip::None,
+        },
+        KvSegment {
+            k: k2,
+            v: v2,
+            rows: cached - half,
+            row_stride: stride,
+            skip: Skip::Sorted(&s2),
+        },
+        KvSegment {
+            k: k1,
+            v: v1,
+            rows: half,
+            row_stride: stride,
+            skip: Skip::Sorted(&s1),
+        },
     ];
     let mut out2 = vec![T::ZERO; q.len()];
     attention(&q, &segs2, s, scale, &mut out2).unwrap();
@@ -86,16 +123,47 @@ fn case<T: Element>(seed: u64, s: AttnShape, cached: usize, stride_mult: usize, 
 #[test]
 fn matches_the_reference_f32() {
     let shapes = [
-        AttnShape { q_rows: 1, heads: 1, kv_heads: 1, head_dim: 8 },
-        AttnShape { q_rows: 32, heads: 4, kv_heads: 4, head_dim: 32 },
-        AttnShape { q_rows: 17, heads: 8, kv_heads: 2, head_dim: 64 },
-        AttnShape { q_rows: 33, heads: 6, kv_heads: 3, head_dim: 20 },
-        AttnShape { q_rows: 5, heads: 2, kv_heads: 1, head_dim: 128 },
+        AttnShape {
+            q_rows: 1,
+            heads: 1,
+            kv_heads: 1,
+            head_dim: 8,
+        },
+        AttnShape {
+            q_rows: 32,
+            heads: 4,
+            kv_heads: 4,
+            head_dim: 32,
+        },
+        AttnShape {
+            q_rows: 17,
+            heads: 8,
+            kv_heads: 2,
+            head_dim: 64,
+        },
+        AttnShape {
+            q_rows: 33,
+            heads: 6,
+            kv_heads: 3,
+            head_dim: 20,
+        },
+        AttnShape {
+            q_rows: 5,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 128,
+        },
     ];
     for (i, s) in shapes.iter().enumerate() {
         for cached in [0usize, 1, 63, 64, 65, 200] {
             for stride_mult in [1, 2] {
-                case::<f32>(i as u64 * 7919 + cached as u64, *s, cached, stride_mult, 2e-5);
+                case::<f32>(
+                    i as u64 * 7919 + cached as u64,
+                    *s,
+                    cached,
+                    stride_mult,
+                    2e-5,
+                );
             }
         }
     }
@@ -103,7 +171,12 @@ fn matches_the_reference_f32() {
 
 #[test]
 fn matches_the_reference_half() {
-    let s = AttnShape { q_rows: 19, heads: 8, kv_heads: 4, head_dim: 64 };
+    let s = AttnShape {
+        q_rows: 19,
+        heads: 8,
+        kv_heads: 4,
+        head_dim: 64,
+    };
     for cached in [0usize, 70, 150] {
         // Inputs are exactly representable; the error is the rounding of the output.
         case::<f16>(cached as u64 + 3, s, cached, 2, 2e-3);
@@ -113,41 +186,90 @@ fn matches_the_reference_half() {
 
 #[test]
 fn fully_skipped_rows_give_zeros_and_bad_shapes_are_errors() {
-    let s = AttnShape { q_rows: 2, heads: 2, kv_heads: 1, head_dim: 4 };
+    let s = AttnShape {
+        q_rows: 2,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+    };
     let q = vec![1f32; 16];
     let k = vec![1f32; 12];
-    let segs = [KvSegment { k: &k, v: &k, rows: 3, row_stride: 4, skip: Skip::Range { start: 0, end: 3 } }];
+    let segs = [KvSegment {
+        k: &k,
+        v: &k,
+        rows: 3,
+        row_stride: 4,
+        skip: Skip::Range { start: 0, end: 3 },
+    }];
     let mut out = vec![7f32; 16];
     attention(&q, &segs, s, 1.0, &mut out).unwrap();
     assert!(out.iter().all(|&x| x == 0.0), "{out:?}");
 
-    let short = [KvSegment { k: &k[..10], v: &k, rows: 3, row_stride: 4, skip: Skip::None }];
-    let e = attention(&q, &short, s, 1.0, &mut out).unwrap_err().to_string();
+    let short = [KvSegment {
+        k: &k[..10],
+        v: &k,
+        rows: 3,
+        row_stride: 4,
+        skip: Skip::None,
+    }];
+    let e = attention(&q, &short, s, 1.0, &mut out)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("segment 0"), "{e}");
-    let bad_gqa = AttnShape { heads: 3, kv_heads: 2, ..s };
+    let bad_gqa = AttnShape {
+        heads: 3,
+        kv_heads: 2,
+        ..s
+    };
     assert!(attention(&q, &segs, bad_gqa, 1.0, &mut out).is_err());
-    let unsorted = [KvSegment { k: &k, v: &k, rows: 3, row_stride: 4, skip: Skip::Sorted(&[2, 1]) }];
+    let unsorted = [KvSegment {
+        k: &k,
+        v: &k,
+        rows: 3,
+        row_stride: 4,
+        skip: Skip::Sorted(&[2, 1]),
+    }];
     assert!(attention(&q, &unsorted, s, 1.0, &mut out).is_err());
     assert!(attention(&q, &segs, s, f32::NAN, &mut out).is_err());
 }
 
 #[test]
 fn bit_identical_for_any_thread_count() {
-    let s = AttnShape { q_rows: 40, heads: 8, kv_heads: 2, head_dim: 64 };
+    let s = AttnShape {
+        q_rows: 40,
+        heads: 8,
+        kv_heads: 2,
+        head_dim: 64,
+    };
     let mut rng = Rng(99);
     let row = s.kv_heads * s.head_dim;
     let k: Vec<f32> = rng.vec(300 * row);
     let v: Vec<f32> = rng.vec(300 * row);
     let q: Vec<f32> = rng.vec(s.q_rows * s.heads * s.head_dim);
-    let segs = [KvSegment { k: &k, v: &v, rows: 300, row_stride: row, skip: Skip::Sorted(&[3, 77, 299]) }];
+    let segs = [KvSegment {
+        k: &k,
+        v: &v,
+        rows: 300,
+        row_stride: row,
+        skip: Skip::Sorted(&[3, 77, 299]),
+    }];
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         let mut out = vec![0f32; q.len()];
         pool.install(|| attention(&q, &segs, s, 0.125, &mut out).unwrap());
         out
     };
     let one = run(1);
     for t in [2, 3, 7] {
-        assert!(run(t).iter().zip(&one).all(|(a, b)| a.to_bits() == b.to_bits()), "{t} threads");
+        assert!(
+            run(t)
+                .iter()
+                .zip(&one)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{t} threads"
+        );
     }
 }

@@ -110,9 +110,8 @@ fn main() -> Result<()> {
                 Ok(())
             })?;
             // QK^T and PV over (cached + window) keys, 2 flops per multiply-add.
-            let gflop = |n: usize| {
-                (cfg.num_layers * h * a.window * (n + a.window) * hd * 4) as f64 / 1e9
-            };
+            let gflop =
+                |n: usize| (cfg.num_layers * h * a.window * (n + a.window) * hd * 4) as f64 / 1e9;
             let (b_ms, b_gf) = *base.get_or_insert((ms, gflop(len)));
             let (dms, dgf) = (ms - b_ms, gflop(len) - b_gf);
             let slope = if dgf > 0.0 {
