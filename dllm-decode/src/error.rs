@@ -14,6 +14,9 @@ pub enum DecodeError {
     /// The prompt cannot be decoded with this model.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
+    /// A latency table that cannot be read or used; the message names the file and the problem.
+    #[error("latency table: {0}")]
+    LatencyTable(String),
     /// The model failed.
     #[error(transparent)]
     Model(#[from] dllm_models::Error),

@@ -23,6 +23,7 @@ pub mod confidence;
 mod dream;
 mod error;
 pub mod generation;
+pub mod latency;
 pub mod observer;
 pub mod params;
 pub mod rng;
@@ -32,6 +33,7 @@ use dllm_models::{Arch, DiffusionLm};
 
 pub use error::{DecodeError, Result};
 pub use generation::{Generation, StopReason};
+pub use latency::{LatencyTable, LatencyPoint};
 pub use observer::{Control, StepEvent, StepObserver};
 pub use params::{DecodeParams, DreamAlg, DreamParams, Remasking, Strategy};
 
