@@ -44,6 +44,7 @@ pub(crate) fn run(
         let logits =
             model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(&masked))?;
         gen.forwards += 1;
+        gen.active_positions += masked.len();
         let mut rows = rows_of(&logits)?;
         let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
             let p_transfer = if i + 1 < p.steps {

@@ -11,6 +11,14 @@ pub enum DecodeError {
         /// What is wrong.
         reason: String,
     },
+    /// A decoding role (window policy or selector) produced an impossible plan.
+    #[error("decoding policy `{policy}`: {reason}")]
+    Policy {
+        /// The role's name.
+        policy: String,
+        /// What is wrong with its plan.
+        reason: String,
+    },
     /// The prompt cannot be decoded with this model.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),

@@ -24,6 +24,17 @@ pub struct Generation {
     pub steps: usize,
     /// Positions unmasked by the decoder (excludes EOS filled in after an early stop).
     pub tokens_decoded: usize,
+    /// Sum over forwards of the undecided generated positions in the forward's window (the useful
+    /// work of each forward); see [`Generation::mean_active_per_forward`].
+    pub active_positions: usize,
+    /// Draft predictions made (undecided positions beyond the current block that a forward scored).
+    pub draft_predictions: usize,
+    /// Positions that held a draft when their block became current (accepted + rejected).
+    pub drafts: usize,
+    /// Drafts accepted (decided without a forward of their own block) when their block became current.
+    pub drafts_accepted: usize,
+    /// Drafts that did not meet the commit criterion when their block became current.
+    pub drafts_rejected: usize,
     /// Why decoding ended.
     pub stop: StopReason,
 }
@@ -37,6 +48,11 @@ impl Generation {
             forwards: 0,
             steps: 0,
             tokens_decoded: 0,
+            active_positions: 0,
+            draft_predictions: 0,
+            drafts: 0,
+            drafts_accepted: 0,
+            drafts_rejected: 0,
             stop: StopReason::Completed,
         }
     }
@@ -54,6 +70,15 @@ impl Generation {
             .position(|t| stop_ids.contains(t))
             .unwrap_or(g.len());
         &g[..end]
+    }
+
+    /// Mean undecided generated positions per forward window.
+    pub fn mean_active_per_forward(&self) -> f64 {
+        if self.forwards == 0 {
+            0.0
+        } else {
+            self.active_positions as f64 / self.forwards as f64
+        }
     }
 
     /// Decoded tokens per forward call.

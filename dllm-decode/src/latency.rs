@@ -91,6 +91,21 @@ pub struct LatencyTable {
     pub points: Vec<LatencyPoint>,
 }
 
+/// LLaDA-8B Q4_0 on the SM8750 Hexagon NPU, **derived from the paper's Table 2, not measured**:
+/// 478.1 / 861.6 / 1531.6 ms for 32 / 64 / 128 tokens in stepwise 32-token buckets (the file
+/// `profiles/sm8750-npu-llada-8b-q4_0.json`). The default price list of the adaptive lookahead.
+pub fn sm8750_npu() -> LatencyTable {
+    serde_json::from_str(include_str!("../profiles/sm8750-npu-llada-8b-q4_0.json"))
+        .expect("the embedded SM8750 NPU profile parses (tested)")
+}
+
+/// LLaDA-8B Q4_0 on the SM8750 CPU, derived from the paper's Table 2 (4239.6 / 7728.4 / 14758.7 ms
+/// for 32 / 64 / 128 tokens), not measured (`profiles/sm8750-cpu-llada-8b-q4_0.json`).
+pub fn sm8750_cpu() -> LatencyTable {
+    serde_json::from_str(include_str!("../profiles/sm8750-cpu-llada-8b-q4_0.json"))
+        .expect("the embedded SM8750 CPU profile parses (tested)")
+}
+
 fn bad(reason: impl Into<String>) -> DecodeError {
     DecodeError::LatencyTable(reason.into())
 }
@@ -113,8 +128,9 @@ fn interp(pts: &[(usize, f64)], x: usize, mode: Interpolation) -> f64 {
     } else {
         (pts[i - 1], pts[i])
     };
-    if mode == Interpolation::Step && i > 0 && i < pts.len() {
-        return b.1;
+    if mode == Interpolation::Step && i < pts.len() {
+        // Inside (or below) a bucket: the cost of the bucket's upper edge.
+        return if i == 0 { pts[0].1 } else { b.1 };
     }
     let t = (x as f64 - a.0 as f64) / (b.0 as f64 - a.0 as f64);
     (a.1 + t * (b.1 - a.1)).max(0.0)
@@ -130,10 +146,10 @@ fn uniq(v: impl Iterator<Item = usize>) -> Vec<usize> {
 impl LatencyTable {
     /// Read and validate a table (errors name the file and what is wrong).
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| bad(format!("{}: {e}", path.display())))?;
-        let t: LatencyTable = serde_json::from_str(&text)
-            .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        let t: LatencyTable =
+            serde_json::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?;
         t.validate()
             .map_err(|e| bad(format!("{}: {e}", path.display())))?;
         Ok(t)
@@ -274,15 +290,42 @@ mod tests {
         ];
         for &(w, r, c, want) in cases {
             let got = t.cost_ms(w, r, c);
-            assert!((got - want).abs() < 1e-9, "({w}, {r}, {c}): {got} != {want}");
+            assert!(
+                (got - want).abs() < 1e-9,
+                "({w}, {r}, {c}): {got} != {want}"
+            );
         }
         assert!((t.marginal_ms(32, 32, 32, true, 0) - 20.0).abs() < 1e-9);
     }
 
     #[test]
+    fn shipped_phone_profiles_are_valid_and_say_they_are_derived() {
+        for t in [sm8750_npu(), sm8750_cpu()] {
+            t.validate().unwrap();
+            assert!(t
+                .provenance
+                .starts_with("derived from published numbers, not measured"));
+            assert!(t.device.contains("derived, not measured"));
+        }
+        let npu = sm8750_npu();
+        assert_eq!(npu.interpolation, Interpolation::Step);
+        assert_eq!(npu.cost_ms(32, 32, 0), 478.1);
+        assert_eq!(npu.cost_ms(10, 10, 0), 478.1); // a small window costs a whole tile
+        assert_eq!(npu.cost_ms(64, 64, 0), 861.6);
+        assert_eq!(npu.cost_ms(128, 128, 0), 1531.6);
+        let cpu = sm8750_cpu();
+        assert_eq!(cpu.cost_ms(128, 128, 0), 14758.7);
+        assert!(cpu.cost_ms(48, 48, 0) > cpu.cost_ms(32, 32, 0));
+    }
+
+    #[test]
     fn step_interpolation_is_flat_inside_a_bucket() {
         let t = table(
-            &[(32, 32, 0, 478.1), (64, 64, 0, 861.6), (128, 128, 0, 1531.6)],
+            &[
+                (32, 32, 0, 478.1),
+                (64, 64, 0, 861.6),
+                (128, 128, 0, 1531.6),
+            ],
             Interpolation::Step,
         );
         assert_eq!(t.cost_ms(33, 33, 0), 861.6);
@@ -297,7 +340,10 @@ mod tests {
             (table(&[], Interpolation::Linear), "no points"),
             (table(&[(0, 0, 0, 1.0)], Interpolation::Linear), "window"),
             (table(&[(8, 9, 0, 1.0)], Interpolation::Linear), "rows"),
-            (table(&[(8, 8, 0, f64::NAN)], Interpolation::Linear), "finite"),
+            (
+                table(&[(8, 8, 0, f64::NAN)], Interpolation::Linear),
+                "finite",
+            ),
             (
                 table(&[(8, 8, 0, 1.0), (8, 8, 0, 2.0)], Interpolation::Linear),
                 "duplicate",

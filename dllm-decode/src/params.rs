@@ -14,6 +14,14 @@ pub const DEFAULT_THRESHOLD: f32 = 0.9;
 pub const DEFAULT_DREAM_EPS: f64 = 1e-3;
 /// Default seed for sampled decoding.
 pub const DEFAULT_SEED: u64 = 0;
+/// Multi-block speculative decoding: look ahead once the current block has at most this many
+/// undecided positions (the paper's operating point, §5.5).
+pub const DEFAULT_LOOKAHEAD_TRIGGER: usize = 4;
+/// Multi-block speculative decoding: lookahead may add at most this fraction of the window's own
+/// latency (per the latency table).
+pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
+/// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
+pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
 
 /// How the canvas is recomputed between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +35,53 @@ pub enum Strategy {
     /// Fast-dLLM dual cache: the full forward at block start caches prefix *and* suffix; later steps
     /// forward only the current block.
     DualCache,
+    /// Multi-block speculative decoding (paper §3.2): the dual cache with a decoding window that
+    /// slides along the commit frontier into future blocks and looks ahead when the block is
+    /// nearly done (see [`MbsdParams`] and `window::MbsdWindow`).
+    Mbsd,
+}
+
+impl Strategy {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Vanilla => "vanilla",
+            Strategy::PrefixCache => "prefix-cache",
+            Strategy::DualCache => "dual-cache",
+            Strategy::Mbsd => "mbsd",
+        }
+    }
+}
+
+/// Multi-block speculative decoding switches (used with [`Strategy::Mbsd`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MbsdParams {
+    /// Slide the window along the commit frontier into future blocks.
+    pub sliding: bool,
+    /// Extend the window late in a block while the latency table says it is nearly free.
+    pub lookahead: bool,
+    /// Look ahead once the current block has at most this many undecided positions.
+    pub trigger: usize,
+    /// The extra latency lookahead may add, as a fraction of the window's own latency.
+    pub allowance: f64,
+    /// The extra memory lookahead may add (K/V and activations of the added positions), MiB.
+    pub budget_mib: f64,
+    /// Show drafts at least this confident to later forwards instead of the mask (`None`: drafts
+    /// stay masked until their block decides them).
+    pub draft_context: Option<f32>,
+}
+
+impl Default for MbsdParams {
+    fn default() -> Self {
+        Self {
+            sliding: true,
+            lookahead: true,
+            trigger: DEFAULT_LOOKAHEAD_TRIGGER,
+            allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
+            budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
+            draft_context: None,
+        }
+    }
 }
 
 impl std::str::FromStr for Strategy {
@@ -36,9 +91,10 @@ impl std::str::FromStr for Strategy {
             "vanilla" => Ok(Strategy::Vanilla),
             "prefix-cache" => Ok(Strategy::PrefixCache),
             "dual-cache" => Ok(Strategy::DualCache),
+            "mbsd" => Ok(Strategy::Mbsd),
             _ => Err(DecodeError::param(
                 "strategy",
-                format!("`{s}` (expected vanilla, prefix-cache or dual-cache)"),
+                format!("`{s}` (expected vanilla, prefix-cache, dual-cache or mbsd)"),
             )),
         }
     }
@@ -160,6 +216,8 @@ pub struct DecodeParams {
     pub early_stop: bool,
     /// Dream's algorithm parameters.
     pub dream: DreamParams,
+    /// Multi-block speculative decoding switches ([`Strategy::Mbsd`]).
+    pub mbsd: MbsdParams,
 }
 
 impl Default for DecodeParams {
@@ -178,6 +236,7 @@ impl Default for DecodeParams {
             confidence_eos_eot_inf: false,
             early_stop: true,
             dream: DreamParams::default(),
+            mbsd: MbsdParams::default(),
         }
     }
 }
@@ -263,6 +322,46 @@ impl DecodeParams {
         }
         if d.top_k == Some(0) {
             return Err(p("top-k", "must be positive".into()));
+        }
+        let m = &self.mbsd;
+        if !(m.allowance.is_finite() && m.allowance >= 0.0) {
+            return Err(p(
+                "lookahead-allowance",
+                format!("{} must be a finite fraction >= 0", m.allowance),
+            ));
+        }
+        if !(m.budget_mib.is_finite() && m.budget_mib >= 0.0) {
+            return Err(p(
+                "lookahead-budget",
+                format!("{} MiB must be a finite value >= 0", m.budget_mib),
+            ));
+        }
+        if let Some(t) = m.draft_context {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p("draft-context", format!("{t} is not in (0, 1]")));
+            }
+        }
+        if self.strategy != Strategy::Mbsd {
+            let d = MbsdParams::default();
+            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            if m.sliding != d.sliding {
+                return why("no-sliding");
+            }
+            if m.lookahead != d.lookahead {
+                return why("no-lookahead");
+            }
+            if m.trigger != d.trigger {
+                return why("lookahead-trigger");
+            }
+            if m.allowance != d.allowance {
+                return why("lookahead-allowance");
+            }
+            if m.budget_mib != d.budget_mib {
+                return why("lookahead-budget");
+            }
+            if m.draft_context.is_some() {
+                return why("draft-context");
+            }
         }
         Ok(())
     }

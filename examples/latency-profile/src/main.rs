@@ -60,7 +60,12 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,all")]
     rows: Vec<String>,
     /// Cached lengths the window attends to (ascending).
-    #[arg(long, visible_alias = "prefix", value_delimiter = ',', default_value = "64,512")]
+    #[arg(
+        long,
+        visible_alias = "prefix",
+        value_delimiter = ',',
+        default_value = "64,512"
+    )]
     cached: Vec<usize>,
     /// Timed runs per point (the median is reported; one warm-up run is not timed).
     #[arg(long, default_value_t = 5)]

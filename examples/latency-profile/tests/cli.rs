@@ -14,8 +14,23 @@ fn writes_a_typed_table_over_window_rows_and_cached_length() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("cpu.json");
     let o = bin()
-        .args(["--synthetic", "tiny", "--tokens", "1,8,32", "--rows", "4,all"])
-        .args(["--cached", "16,64", "--runs", "1", "--threads", "1", "--out"])
+        .args([
+            "--synthetic",
+            "tiny",
+            "--tokens",
+            "1,8,32",
+            "--rows",
+            "4,all",
+        ])
+        .args([
+            "--cached",
+            "16,64",
+            "--runs",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -27,7 +42,10 @@ fn writes_a_typed_table_over_window_rows_and_cached_length() {
     assert_eq!(t.threads, Some(1));
     assert!(t.points.iter().all(|p| p.rows <= p.window && p.ms > 0.0));
     for (w, r, c) in [(1, 1, 16), (8, 4, 64), (32, 32, 16)] {
-        assert!(t.points.iter().any(|p| (p.window, p.rows, p.cached) == (w, r, c)));
+        assert!(t
+            .points
+            .iter()
+            .any(|p| (p.window, p.rows, p.cached) == (w, r, c)));
     }
     assert!(t.cost_ms(16, 8, 40) > 0.0);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -41,7 +59,11 @@ fn impossible_grids_are_named_errors() {
         (vec!["--cached", "100000"], "exceeds"),
         (vec!["--tokens", "0"], "--tokens"),
     ] {
-        let o = bin().args(["--synthetic", "tiny"]).args(&args).output().unwrap();
+        let o = bin()
+            .args(["--synthetic", "tiny"])
+            .args(&args)
+            .output()
+            .unwrap();
         assert!(!o.status.success());
         let e = String::from_utf8_lossy(&o.stderr);
         assert!(e.contains(want), "{args:?}: {e}");
