@@ -232,7 +232,7 @@ fn drafts_never_enter_the_cache_and_blocks_commit_left_to_right() {
             if !sliding && !lookahead {
                 assert!(inner
                     .iter()
-                    .all(|w| (w.start - plen) % 8 == 0 && w.len() == 8));
+                    .all(|w| (w.start - plen).is_multiple_of(8) && w.len() == 8));
             }
         }
     }
