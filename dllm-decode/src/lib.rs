@@ -36,6 +36,7 @@ pub mod params;
 pub mod rng;
 pub mod roles;
 pub mod select;
+pub mod states;
 pub mod window;
 
 use std::sync::Arc;
