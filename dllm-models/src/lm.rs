@@ -133,6 +133,42 @@ pub struct RefreshRequest<'a> {
     pub positions: &'a [usize],
     /// Positions (a subset of `positions`) whose logits to return.
     pub logits: Option<&'a [usize]>,
+    /// Compute the logits with the `logits` positions masked (the model's mask id), i.e. re-score
+    /// those tokens as a masked-diffusion model scores a prediction, instead of from the tokens
+    /// themselves. The K/V are still computed from the current ids (a second sparse pass).
+    pub score_masked: bool,
+}
+
+impl RefreshRequest<'_> {
+    /// Run this request through `refresh(canvas, logits)` (a `compute_refresh` against one cache
+    /// state): one pass, or with `score_masked` a scoring pass over the canvas with the scored
+    /// positions masked followed by the K/V pass over the real canvas.
+    pub fn run_with(
+        &self,
+        canvas: &Tensor,
+        mask: u32,
+        refresh: impl Fn(&Tensor, Option<&[usize]>) -> Result<Refresh>,
+    ) -> Result<Refresh> {
+        match (self.score_masked, self.logits) {
+            (true, Some(want)) if !want.is_empty() => {
+                let (b, l) = canvas.dims2()?;
+                let mut ids: Vec<u32> = canvas.flatten_all()?.to_vec1()?;
+                for bi in 0..b {
+                    for &p in want {
+                        if p < l {
+                            ids[bi * l + p] = mask;
+                        }
+                    }
+                }
+                let masked = Tensor::from_vec(ids, (b, l), canvas.device())?;
+                let scored = refresh(&masked, Some(want))?;
+                let mut kv = refresh(canvas, None)?;
+                kv.logits = scored.logits;
+                Ok(kv)
+            }
+            _ => refresh(canvas, self.logits),
+        }
+    }
 }
 
 /// The result of [`DiffusionLm::compute_refresh`]: new K/V rows for some cached positions.
@@ -205,7 +241,10 @@ pub trait DiffusionLm: Send {
         rows: Rows<'_>,
         refresh: RefreshRequest<'_>,
     ) -> Result<(Tensor, Refresh)> {
-        let r = self.compute_refresh(canvas, refresh.positions, refresh.logits)?;
+        let mask = self.info().special.mask;
+        let r = refresh.run_with(canvas, mask, |c, l| {
+            self.compute_refresh(c, refresh.positions, l)
+        })?;
         Ok((self.forward(canvas, window, rows)?, r))
     }
 

@@ -233,11 +233,18 @@ impl DiffusionTransformer {
                 // thread runs the window (which reads the same rows and writes only free rows).
                 let cached_ref = &cached;
                 std::thread::scope(|s| -> Result<_> {
+                    let (started, is_running) = std::sync::mpsc::channel();
                     let h = s.spawn(move || {
                         let t0 = Instant::now();
-                        let r = w.refresh(cached_ref, len, epoch, canvas, r.positions, r.logits);
+                        let _ = started.send(());
+                        let mask = w.info.special.mask;
+                        let r = r.run_with(canvas, mask, |c, l| {
+                            w.refresh(cached_ref, len, epoch, c, r.positions, l)
+                        });
                         (r, (t0, Instant::now()))
                     });
+                    // Start the forward once the refresh is running, so the two really overlap.
+                    let _ = is_running.recv();
                     let t0 = Instant::now();
                     let f = fwd(&mut free);
                     let forward = (t0, Instant::now());

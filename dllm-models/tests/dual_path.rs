@@ -37,17 +37,24 @@ fn primed(w: &Arc<TransformerWeights>, ids: &mut [u32]) -> DiffusionTransformer 
     let mut m = DiffusionTransformer::from_weights(w.clone()).unwrap();
     m.forward(&canvas(ids), 0..48, Rows::None).unwrap();
     m.commit(0..48).unwrap();
-    for p in [5usize, 6, 20, 41] {
+    for p in [6usize, 21, 42] {
         ids[p] = (ids[p] + 17) % 200;
     }
     m
 }
 
 fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
+    // Wide enough that each path takes milliseconds (so the overlap is not a scheduling accident).
+    let cfg = TransformerConfig {
+        hidden_size: 256,
+        intermediate_size: 768,
+        num_layers: 4,
+        ..cfg
+    };
     let w = weights(cfg, dtype);
     let base: Vec<u32> = (0..64u32).map(|i| (i * 31 + 7) % 200).collect();
-    let refresh = [5usize, 6, 20, 41];
-    let want_logits = [6usize, 41];
+    let refresh: Vec<usize> = (0..48).filter(|p| p % 3 == 0).collect();
+    let want_logits = [6usize, 21, 42];
     let rows: Vec<usize> = (48..64).collect();
 
     // Sequential: compute the refresh, forward the window, merge, commit, forward again.
@@ -71,6 +78,7 @@ fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
             RefreshRequest {
                 positions: &refresh,
                 logits: Some(&want_logits),
+                score_masked: false,
             },
         )
         .unwrap();
@@ -139,7 +147,7 @@ fn stale_refresh_is_rejected() {
     let mut ids: Vec<u32> = (0..64u32).map(|i| i % 200).collect();
     let mut m = primed(&w, &mut ids);
     let c = canvas(&ids);
-    let r = m.compute_refresh(&c, &[3, 4], None).unwrap();
+    let r = m.compute_refresh(&c, &[3, 6], None).unwrap();
     assert_eq!(r.epoch, m.epoch());
     // The cache changes (a commit) before the merge: the refresh is stale.
     m.forward(&c, 48..56, Rows::None).unwrap();
@@ -238,4 +246,46 @@ fn commits_in_place_and_moved() {
     assert_eq!(m.cache_len(), 40);
     let l = m.forward(&c, 32..40, Rows::All).unwrap();
     assert!(close(&l, &want.narrow(1, 32, 8).unwrap()));
+}
+
+#[test]
+fn masked_scoring_refresh_scores_masked_positions_and_keeps_real_kv() {
+    let w = weights(tiny_llada(), DType::F32);
+    let mut ids: Vec<u32> = (0..64u32).map(|i| (i * 5 + 2) % 200).collect();
+    let mut m = primed(&w, &mut ids);
+    let c = canvas(&ids);
+    let pos = [5usize, 20, 41];
+    let (_, r) = m
+        .forward_with_refresh(
+            &c,
+            48..64,
+            Rows::None,
+            RefreshRequest {
+                positions: &pos,
+                logits: Some(&pos),
+                score_masked: true,
+            },
+        )
+        .unwrap();
+    let mask = m.info().special.mask;
+    let mut masked = ids.clone();
+    pos.iter().for_each(|&p| masked[p] = mask);
+    let want_logits = m
+        .compute_refresh(&canvas(&masked), &pos, Some(&pos))
+        .unwrap();
+    let want_kv = m.compute_refresh(&c, &pos, None).unwrap();
+    assert_eq!(
+        bits(r.logits.as_ref().unwrap()),
+        bits(want_logits.logits.as_ref().unwrap())
+    );
+    for l in 0..r.keys.len() {
+        assert_eq!(bits(&r.keys[l]), bits(&want_kv.keys[l]));
+        assert_eq!(bits(&r.values[l]), bits(&want_kv.values[l]));
+    }
+    // And it differs from scoring the tokens unmasked.
+    let plain = m.compute_refresh(&c, &pos, Some(&pos)).unwrap();
+    assert_ne!(
+        bits(r.logits.as_ref().unwrap()),
+        bits(plain.logits.as_ref().unwrap())
+    );
 }
