@@ -8,15 +8,16 @@
 //! beyond the block, whose predictions are kept as drafts.
 
 use candle_core::Tensor;
-use dllm_models::{DiffusionLm, Rows};
+use dllm_models::{DiffusionLm, RefreshRequest, Rows};
 
 use crate::confidence::{LladaScorer, Scored};
 use crate::error::{DecodeError, Result};
 use crate::generation::{Generation, StopReason};
 use crate::observer::{Control, StepEvent, StepObserver};
-use crate::params::DecodeParams;
+use crate::params::{DecodeParams, Strategy};
 use crate::rng::Rng;
 use crate::roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
+use crate::states::{transition, TokenEvent, TokenState};
 
 /// Logits rows as `Vec<f32>` per requested position (batch item 0).
 pub(crate) fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
@@ -95,6 +96,30 @@ fn check_plan(
     Ok(())
 }
 
+/// The Visible positions the sparse refresh recomputes this step: cached, outside the window.
+fn refresh_set(states: &[TokenState], prompt_len: usize, plan: &WindowPlan) -> Vec<usize> {
+    if plan.fresh_cache {
+        return Vec::new();
+    }
+    (prompt_len..plan.start)
+        .filter(|&p| states[p] == TokenState::Visible)
+        .collect()
+}
+
+/// The state a decision puts a position in: through the state machine under staged stabilization,
+/// final at once otherwise.
+fn decided_state(selector: &dyn Selector, confidence: f64) -> Result<TokenState> {
+    let Some(t) = selector.thresholds() else {
+        return Ok(TokenState::Stable);
+    };
+    let event = if confidence >= t.visible {
+        TokenEvent::Predicted(confidence)
+    } else {
+        TokenEvent::Promoted
+    };
+    Ok(transition(TokenState::Invisible, event, t)?)
+}
+
 /// Run block decoding from a prepared canvas (`prompt ++ [MASK] * gen_length`) with the given roles.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
@@ -123,7 +148,20 @@ pub(crate) fn run(
     let mut gen = Generation::start(prompt_len);
     // Drafts: predictions for undecided positions beyond the current block.
     let mut drafts: Vec<Option<Scored>> = vec![None; len];
+    let mut states: Vec<TokenState> = (0..len)
+        .map(|k| {
+            if k < prompt_len || canvas[k] != mask {
+                TokenState::Stable
+            } else {
+                TokenState::Invisible
+            }
+        })
+        .collect();
     let draft_context = policy.draft_context();
+    let revising = p.strategy == Strategy::Mbsd && selector.thresholds().is_some();
+    let scr = revising && p.revision.scr;
+    // Without selective logits skipping, every window row goes through the LM head.
+    let sls = !(p.strategy == Strategy::Mbsd && !p.revision.sls);
     model.clear_cache()?;
     for b in 0..num_blocks {
         let block = prompt_len + b * p.block_length..prompt_len + (b + 1) * p.block_length;
@@ -140,7 +178,9 @@ pub(crate) fn run(
             accepted = selector.accept_drafts(&pending);
             accepted.sort_unstable();
             for &pos in &accepted {
-                canvas[pos] = drafts[pos].expect("accepted among drafts").token;
+                let d = drafts[pos].expect("accepted among drafts");
+                canvas[pos] = d.token;
+                states[pos] = decided_state(selector, d.confidence)?;
             }
             gen.drafts += pending.len();
             gen.drafts_accepted += accepted.len();
@@ -159,6 +199,7 @@ pub(crate) fn run(
                 canvas: &canvas,
                 prompt_len,
                 unmasked: &accepted,
+                revised: &[],
                 window: block.start..block.start,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
                 mask_id: mask,
@@ -207,12 +248,53 @@ pub(crate) fn run(
             } else {
                 Vec::new()
             };
-            let rows: Vec<usize> = cands.iter().chain(&draft_rows).copied().collect();
-            let logits = forward(model, p, &seen, prompt_len, &plan, &rows)?;
+            let wanted: Vec<usize> = cands.iter().chain(&draft_rows).copied().collect();
+            let rows: Vec<usize> = if sls {
+                wanted.clone()
+            } else {
+                (plan.start..plan.end).collect()
+            };
+            gen.logits_rows_skipped += plan.end - plan.start - rows.len();
+            let refresh = if scr {
+                refresh_set(&states, prompt_len, &plan)
+            } else {
+                Vec::new()
+            };
+            let (logits, refreshed) = if refresh.is_empty() {
+                (forward(model, p, &seen, prompt_len, &plan, &rows)?, None)
+            } else {
+                if plan.fresh_cache || p.cfg_scale > 0.0 {
+                    return Err(DecodeError::Policy {
+                        policy: policy.name().to_string(),
+                        reason: "a sparse refresh needs a cached window forward".into(),
+                    });
+                }
+                let (l, r) = model.forward_with_refresh(
+                    &canvas_tensor(&seen, model)?,
+                    plan.start..plan.end,
+                    Rows::Positions(&rows),
+                    RefreshRequest {
+                        positions: &refresh,
+                        logits: Some(&refresh),
+                        score_masked: true,
+                    },
+                )?;
+                (l, Some(r))
+            };
             gen.forwards += 1;
             gen.active_positions += (plan.start..plan.end)
                 .filter(|&k| k >= prompt_len && canvas[k] == mask)
                 .count();
+            // Step boundary: merge the refreshed K/V first (they were computed against the cache
+            // this forward read), then let the policy commit the window's fresh rows.
+            if let Some(r) = &refreshed {
+                model.apply_refresh(r)?;
+                gen.refreshes += r.positions.len();
+                if let Some(t) = &r.timing {
+                    gen.refresh_ms += 1e3 * t.refresh_secs();
+                    gen.merge_wait_ms += 1e3 * t.wait_secs();
+                }
+            }
             let view = DecodeView {
                 cache_len: model.cache_len(),
                 ..view
@@ -220,15 +302,43 @@ pub(crate) fn run(
             if let Some((a, e)) = policy.commit(&view, &plan) {
                 model.commit(a..e)?;
             }
-            let mut scored: Vec<Scored> = rows_of(&logits)?
-                .iter_mut()
-                .map(|row| scorer.score(row, &mut rng))
-                .collect();
+            let mut all_rows = rows_of(&logits)?;
+            let index: std::collections::HashMap<usize, usize> =
+                rows.iter().enumerate().map(|(k, &pos)| (pos, k)).collect();
+            let mut scored: Vec<Scored> = Vec::with_capacity(wanted.len());
+            for pos in &wanted {
+                let row = &mut all_rows[index[pos]];
+                scored.push(scorer.score(row, &mut rng));
+            }
             let draft_scores = scored.split_off(cands.len());
             for (&pos, s) in draft_rows.iter().zip(&draft_scores) {
                 drafts[pos] = Some(*s);
             }
             gen.draft_predictions += draft_rows.len();
+            // Revisions from the refresh's masked re-scoring.
+            let mut revised = Vec::new();
+            if let (Some(r), Some(t)) = (&refreshed, selector.thresholds()) {
+                let rl = r
+                    .logits
+                    .as_ref()
+                    .map(rows_of)
+                    .transpose()?
+                    .unwrap_or_default();
+                for (&pos, row) in r.positions.iter().zip(rl) {
+                    let mut row = row;
+                    let s = scorer.score(&mut row, &mut rng);
+                    if s.token != canvas[pos] {
+                        // A new identity: it stays Visible until a refresh confirms it with its
+                        // own K/V.
+                        canvas[pos] = s.token;
+                        revised.push(pos);
+                    } else {
+                        states[pos] =
+                            transition(states[pos], TokenEvent::Rescored(s.confidence), t)?;
+                    }
+                }
+                gen.revised += revised.len();
+            }
             let conf: Vec<(usize, f64)> = cands
                 .iter()
                 .zip(&scored)
@@ -251,6 +361,7 @@ pub(crate) fn run(
                     reason: format!("chose position {pos}, which is not a candidate"),
                 })?;
                 canvas[pos] = scored[k].token;
+                states[pos] = decided_state(selector, scored[k].confidence)?;
                 unmasked.push(pos);
             }
             gen.tokens_decoded += chosen.len();
@@ -264,6 +375,7 @@ pub(crate) fn run(
                 canvas: &canvas,
                 prompt_len,
                 unmasked: &unmasked,
+                revised: &revised,
                 window: plan.start..plan.end,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
                 mask_id: mask,
@@ -274,6 +386,10 @@ pub(crate) fn run(
                 return Ok(gen);
             }
         }
+        gen.unstable_at_block_end += block
+            .clone()
+            .filter(|&k| states[k] == TokenState::Visible)
+            .count();
         if p.early_stop && b + 1 < num_blocks && stop_ids.contains(&canvas[block.end - 1]) {
             canvas[block.end..]
                 .iter_mut()

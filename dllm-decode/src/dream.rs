@@ -91,6 +91,7 @@ pub(crate) fn run(
             canvas: &canvas,
             prompt_len,
             unmasked: &chosen,
+            revised: &[],
             window: 0..len,
             masked_left: masked.len() - chosen.len(),
             mask_id: mask,

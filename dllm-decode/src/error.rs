@@ -19,6 +19,9 @@ pub enum DecodeError {
         /// What is wrong with its plan.
         reason: String,
     },
+    /// A token-state transition the state machine does not admit (a decoder bug, reported).
+    #[error(transparent)]
+    State(#[from] crate::states::InvalidTransition),
     /// The prompt cannot be decoded with this model.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),

@@ -35,6 +35,18 @@ pub struct Generation {
     pub drafts_accepted: usize,
     /// Drafts that did not meet the commit criterion when their block became current.
     pub drafts_rejected: usize,
+    /// Visible tokens whose identity a refresh changed.
+    pub revised: usize,
+    /// Positions refreshed (K/V recomputed and re-scored) on the second path, summed over steps.
+    pub refreshes: usize,
+    /// Wall time of the refreshes, ms (on their own thread).
+    pub refresh_ms: f64,
+    /// Time the main path waited for a refresh after its own forward was done, ms.
+    pub merge_wait_ms: f64,
+    /// Window rows whose logits were not computed because no decision needed them.
+    pub logits_rows_skipped: usize,
+    /// Positions still Visible (below the stable threshold) when their block completed.
+    pub unstable_at_block_end: usize,
     /// Why decoding ended.
     pub stop: StopReason,
 }
@@ -53,6 +65,12 @@ impl Generation {
             drafts: 0,
             drafts_accepted: 0,
             drafts_rejected: 0,
+            revised: 0,
+            refreshes: 0,
+            refresh_ms: 0.0,
+            merge_wait_ms: 0.0,
+            logits_rows_skipped: 0,
+            unstable_at_block_end: 0,
             stop: StopReason::Completed,
         }
     }

@@ -47,7 +47,9 @@ pub use error::{DecodeError, Result};
 pub use generation::{Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{Control, StepEvent, StepObserver};
-pub use params::{DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Strategy};
+pub use params::{
+    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, RevisionParams, Strategy,
+};
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 
 /// Check the prompt against the model and build `prompt ++ [MASK] * gen_length`.
@@ -168,8 +170,15 @@ impl<'a> Decoder<'a> {
                 )),
             },
         };
+        let sts = p.strategy == Strategy::Mbsd && p.revision.sts;
         let mut selector: Box<dyn Selector + 'a> = match self.selector {
             Some(s) => s,
+            None if sts => Box::new(select::StsSelector {
+                thresholds: states::Thresholds {
+                    visible: p.revision.theta_visible as f64,
+                    stable: p.revision.theta_stable as f64,
+                },
+            }),
             None => match p.threshold {
                 Some(t) => Box::new(select::ThresholdSelector {
                     threshold: t as f64,

@@ -53,6 +53,42 @@ impl Strategy {
     }
 }
 
+/// Staged token stabilization: the confidence at which a prediction becomes visible context.
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
+/// Staged token stabilization: the confidence at which a token becomes final.
+pub const DEFAULT_THETA_STABLE: f32 = 0.9;
+
+/// Dual-path progressive revision switches (paper §3.3; used with [`Strategy::Mbsd`], all on by
+/// default there).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RevisionParams {
+    /// Staged token stabilization: decisions are Visible (context, revisable) at `theta_visible` and
+    /// Stable (final) at `theta_stable`, instead of final at once.
+    pub sts: bool,
+    /// Sparse cache refresh: Visible tokens in the cached prefix are re-scored and their K/V
+    /// recomputed on a second (CPU) path beside each window forward, merged at the step boundary.
+    pub scr: bool,
+    /// Selective logits skipping: no logits for positions whose decisions are final (off: every
+    /// window row goes through the LM head, as a naive NPU graph would).
+    pub sls: bool,
+    /// Confidence at which a prediction becomes Visible.
+    pub theta_visible: f32,
+    /// Confidence at which a token becomes Stable.
+    pub theta_stable: f32,
+}
+
+impl Default for RevisionParams {
+    fn default() -> Self {
+        Self {
+            sts: true,
+            scr: true,
+            sls: true,
+            theta_visible: DEFAULT_THETA_VISIBLE,
+            theta_stable: DEFAULT_THETA_STABLE,
+        }
+    }
+}
+
 /// Multi-block speculative decoding switches (used with [`Strategy::Mbsd`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MbsdParams {
@@ -218,6 +254,8 @@ pub struct DecodeParams {
     pub dream: DreamParams,
     /// Multi-block speculative decoding switches ([`Strategy::Mbsd`]).
     pub mbsd: MbsdParams,
+    /// Dual-path progressive revision switches ([`Strategy::Mbsd`]).
+    pub revision: RevisionParams,
 }
 
 impl Default for DecodeParams {
@@ -237,6 +275,7 @@ impl Default for DecodeParams {
             early_stop: true,
             dream: DreamParams::default(),
             mbsd: MbsdParams::default(),
+            revision: RevisionParams::default(),
         }
     }
 }
@@ -339,6 +378,51 @@ impl DecodeParams {
         if let Some(t) = m.draft_context {
             if !(t > 0.0 && t <= 1.0) {
                 return Err(p("draft-context", format!("{t} is not in (0, 1]")));
+            }
+        }
+        let r = &self.revision;
+        for (name, t) in [
+            ("theta-visible", r.theta_visible),
+            ("theta-stable", r.theta_stable),
+        ] {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p(name, format!("{t} is not in (0, 1]")));
+            }
+        }
+        if r.theta_visible > r.theta_stable {
+            return Err(p(
+                "theta-visible",
+                format!(
+                    "{} is above theta-stable {}: a token cannot be final before it is visible",
+                    r.theta_visible, r.theta_stable
+                ),
+            ));
+        }
+        if self.strategy == Strategy::Mbsd && r.sts && self.threshold.is_some() {
+            return Err(p(
+                "threshold",
+                "with staged stabilization (--strategy mbsd) decisions follow --theta-visible and \
+                 --theta-stable; add --no-sts to decide by --threshold"
+                    .into(),
+            ));
+        }
+        if self.strategy != Strategy::Mbsd {
+            let d = RevisionParams::default();
+            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            if r.sts != d.sts {
+                return why("no-sts");
+            }
+            if r.scr != d.scr {
+                return why("no-scr");
+            }
+            if r.sls != d.sls {
+                return why("no-sls");
+            }
+            if r.theta_visible != d.theta_visible {
+                return why("theta-visible");
+            }
+            if r.theta_stable != d.theta_stable {
+                return why("theta-stable");
             }
         }
         if self.strategy != Strategy::Mbsd {

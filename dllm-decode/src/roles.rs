@@ -55,6 +55,7 @@ use std::ops::Range;
 use dllm_models::ModelInfo;
 
 use crate::error::Result;
+use crate::states::Thresholds;
 
 /// What a role sees of the decoding state.
 #[derive(Debug, Clone, Copy)]
@@ -150,5 +151,11 @@ pub trait Selector {
     fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
         let _ = drafts;
         Vec::new()
+    }
+
+    /// Staged stabilization: decisions start Visible (context, revisable) and become Stable at these
+    /// thresholds (see [`crate::states`]). `None` (the default): every decision is final at once.
+    fn thresholds(&self) -> Option<Thresholds> {
+        None
     }
 }

@@ -137,6 +137,33 @@ impl crate::roles::Selector for ThresholdSelector {
     }
 }
 
+/// Staged token stabilization's rule (paper §3.3): every candidate at `theta_visible` or above
+/// becomes Visible (Stable at `theta_stable`), and if none does, the most confident one becomes
+/// Visible; drafts are accepted at `theta_visible`.
+#[derive(Debug, Clone, Copy)]
+pub struct StsSelector {
+    /// The two thresholds.
+    pub thresholds: crate::states::Thresholds,
+}
+
+impl crate::roles::Selector for StsSelector {
+    fn select(&mut self, candidates: &[(usize, f64)], _step: usize) -> Vec<usize> {
+        above_threshold(candidates, self.thresholds.visible)
+    }
+
+    fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
+        ranked(drafts)
+            .into_iter()
+            .filter(|c| c.1 >= self.thresholds.visible)
+            .map(|c| c.0)
+            .collect()
+    }
+
+    fn thresholds(&self) -> Option<crate::states::Thresholds> {
+        Some(self.thresholds)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

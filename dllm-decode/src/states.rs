@@ -51,7 +51,11 @@ pub struct InvalidTransition {
 
 impl fmt::Display for InvalidTransition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "token state {:?} does not admit {:?}", self.from, self.event)
+        write!(
+            f,
+            "token state {:?} does not admit {:?}",
+            self.from, self.event
+        )
     }
 }
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use dllm_decode::latency::{Interpolation, LatencyPoint, LatencyTable, ModelDesc};
 use dllm_decode::{
-    generate, Control, DecodeParams, Decoder, Generation, MbsdParams, StepEvent, Strategy,
+    generate, Control, DecodeParams, Decoder, Generation, MbsdParams, RevisionParams, StepEvent,
+    Strategy,
 };
 use dllm_models::synthetic::{random_weights, tiny_llada};
 use dllm_models::weights::HfWeights;
@@ -41,7 +42,18 @@ fn synthetic() -> DiffusionTransformer {
 /// suite tokenizer is not needed: any in-vocabulary prompt exercises the policies.
 const PROMPT: &[u32] = &[2, 40, 41, 42, 43, 44, 45, 46, 4];
 
+/// Multi-block speculative decoding alone (the revision of the next issue off).
 fn params(strategy: Strategy, threshold: Option<f32>, mbsd: MbsdParams) -> DecodeParams {
+    let revision = if strategy == Strategy::Mbsd {
+        RevisionParams {
+            sts: false,
+            scr: false,
+            sls: false,
+            ..Default::default()
+        }
+    } else {
+        RevisionParams::default()
+    };
     DecodeParams {
         gen_length: 24,
         block_length: 8,
@@ -50,6 +62,7 @@ fn params(strategy: Strategy, threshold: Option<f32>, mbsd: MbsdParams) -> Decod
         threshold,
         early_stop: false,
         mbsd,
+        revision,
         ..Default::default()
     }
 }

@@ -34,9 +34,9 @@ mod weights_model;
 
 pub use error::{Error, Result};
 pub use layers::{Backend, OpMode};
-pub use lm::{Arch, DiffusionLm, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens};
+pub use lm::{
+    Arch, DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
+};
 pub use source::{load, LoadOptions, LoadedModel, ModelSource};
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};
-pub use transformer::{
-    DiffusionTransformer, DualPathTiming, TransformerConfig, TransformerWeights,
-};
+pub use transformer::{DiffusionTransformer, TransformerConfig, TransformerWeights};

@@ -32,6 +32,7 @@
 //! always see "the distribution for the token at position `i`".
 
 use std::ops::Range;
+use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -125,6 +126,39 @@ pub struct ModelInfo {
     pub num_params: usize,
 }
 
+/// Wall-clock intervals of a [`DiffusionLm::forward_with_refresh`]: what the refresh cost and
+/// how much of it overlapped the forward.
+#[derive(Debug, Clone, Copy)]
+pub struct DualPathTiming {
+    /// When the forward (this thread) started and ended.
+    pub forward: (Instant, Instant),
+    /// When the refresh (its own thread) started and ended.
+    pub refresh: (Instant, Instant),
+}
+
+impl DualPathTiming {
+    /// Seconds both were running.
+    pub fn overlap_secs(&self) -> f64 {
+        let start = self.forward.0.max(self.refresh.0);
+        let end = self.forward.1.min(self.refresh.1);
+        end.saturating_duration_since(start).as_secs_f64()
+    }
+
+    /// Seconds the forward's caller waited for the refresh after the forward was done (the time the
+    /// refresh added to the critical path).
+    pub fn wait_secs(&self) -> f64 {
+        self.refresh
+            .1
+            .saturating_duration_since(self.forward.1)
+            .as_secs_f64()
+    }
+
+    /// Seconds the refresh ran.
+    pub fn refresh_secs(&self) -> f64 {
+        (self.refresh.1 - self.refresh.0).as_secs_f64()
+    }
+}
+
 /// What a sparse refresh should recompute: cached `positions`, and the subset of them whose logits
 /// to return.
 #[derive(Debug, Clone, Copy)]
@@ -185,6 +219,8 @@ pub struct Refresh {
     pub values: Vec<Tensor>,
     /// Logits `(batch, requested, vocab)` for the requested positions, when asked for.
     pub logits: Option<Tensor>,
+    /// When computed beside a forward ([`DiffusionLm::forward_with_refresh`]): both intervals.
+    pub timing: Option<DualPathTiming>,
 }
 
 /// A masked-diffusion language model with a windowed forward and an explicit KV cache.
@@ -242,10 +278,17 @@ pub trait DiffusionLm: Send {
         refresh: RefreshRequest<'_>,
     ) -> Result<(Tensor, Refresh)> {
         let mask = self.info().special.mask;
-        let r = refresh.run_with(canvas, mask, |c, l| {
+        let t0 = Instant::now();
+        let mut r = refresh.run_with(canvas, mask, |c, l| {
             self.compute_refresh(c, refresh.positions, l)
         })?;
-        Ok((self.forward(canvas, window, rows)?, r))
+        let t1 = Instant::now();
+        let out = self.forward(canvas, window, rows)?;
+        r.timing = Some(DualPathTiming {
+            forward: (t1, Instant::now()),
+            refresh: (t0, t1),
+        });
+        Ok((out, r))
     }
 
     /// Full-canvas forward: `forward(canvas, 0..L, rows)` (the cache is attended to only where it

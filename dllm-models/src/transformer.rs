@@ -24,7 +24,9 @@ use half::{bf16, f16};
 pub use crate::config::{ConfigNames, TransformerConfig};
 use crate::kv_cache::{KvCache, KvElem, Pending};
 use crate::layers::{Backend, OpMode};
-use crate::lm::{DiffusionLm, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens};
+use crate::lm::{
+    DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
+};
 use crate::weights::WeightSource;
 pub use crate::weights_model::TransformerWeights;
 use crate::{Error, Result};
@@ -37,39 +39,6 @@ pub struct DiffusionTransformer {
     pending: Option<Pending>,
     epoch: u64,
     last_dual: Option<DualPathTiming>,
-}
-
-/// Wall-clock intervals of the last [`DiffusionLm::forward_with_refresh`]: what the refresh cost and
-/// how much of it overlapped the forward.
-#[derive(Debug, Clone, Copy)]
-pub struct DualPathTiming {
-    /// When the forward (this thread) started and ended.
-    pub forward: (Instant, Instant),
-    /// When the refresh (its own thread) started and ended.
-    pub refresh: (Instant, Instant),
-}
-
-impl DualPathTiming {
-    /// Seconds both were running.
-    pub fn overlap_secs(&self) -> f64 {
-        let start = self.forward.0.max(self.refresh.0);
-        let end = self.forward.1.min(self.refresh.1);
-        end.saturating_duration_since(start).as_secs_f64()
-    }
-
-    /// Seconds the forward's caller waited for the refresh after the forward was done (the time the
-    /// refresh added to the critical path).
-    pub fn wait_secs(&self) -> f64 {
-        self.refresh
-            .1
-            .saturating_duration_since(self.forward.1)
-            .as_secs_f64()
-    }
-
-    /// Seconds the refresh ran.
-    pub fn refresh_secs(&self) -> f64 {
-        (self.refresh.1 - self.refresh.0).as_secs_f64()
-    }
 }
 
 impl DiffusionTransformer {
@@ -253,7 +222,9 @@ impl DiffusionTransformer {
                     })?;
                     timing = Some(DualPathTiming { forward, refresh });
                     let (l, p) = f?;
-                    Ok((l, p, Some(rf?)))
+                    let mut rf = rf?;
+                    rf.timing = timing;
+                    Ok((l, p, Some(rf)))
                 })?
             }
         };

@@ -487,6 +487,7 @@ impl TransformerWeights {
             values,
             logits,
             epoch,
+            timing: None,
         })
     }
 }
