@@ -161,7 +161,7 @@ pub(crate) fn run(
     let revising = p.strategy == Strategy::Mbsd && selector.thresholds().is_some();
     let scr = revising && p.revision.scr;
     // Without selective logits skipping, every window row goes through the LM head.
-    let sls = !(p.strategy == Strategy::Mbsd && !p.revision.sls);
+    let sls = p.strategy != Strategy::Mbsd || p.revision.sls;
     model.clear_cache()?;
     for b in 0..num_blocks {
         let block = prompt_len + b * p.block_length..prompt_len + (b + 1) * p.block_length;
