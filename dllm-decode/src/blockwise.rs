@@ -141,6 +141,7 @@ pub(crate) fn run(
         confidence_eos_eot_inf: p.confidence_eos_eot_inf,
         eos: special.eos,
         eot: special.eot,
+        mask,
     };
     let mut rng = Rng::new(p.seed);
     let num_blocks = p.num_blocks();
@@ -212,6 +213,7 @@ pub(crate) fn run(
             accepted.clear();
         }
         selector.begin_block(masked_in(&canvas).len());
+        let step_bound = p.steps_per_block().max(p.block_length) + 1;
         let mut i = 0;
         loop {
             let cands = masked_in(&canvas);
@@ -345,11 +347,15 @@ pub(crate) fn run(
                 .map(|(&pos, s)| (pos, s.confidence))
                 .collect();
             let chosen = selector.select(&conf, i);
-            if chosen.is_empty() {
+            // A step may decide nothing (LLaDA's schedule with more steps than positions runs such
+            // forwards), but a block cannot take more steps than this: every step after the
+            // schedule decides something, so only a broken selector gets here.
+            if chosen.is_empty() && i >= step_bound {
                 return Err(DecodeError::Policy {
                     policy: "selector".into(),
                     reason: format!(
-                        "step {i} of block {b} decided nothing among {} candidates",
+                        "block {b} made no progress in {} steps ({} positions undecided)",
+                        i + 1,
                         cands.len()
                     ),
                 });

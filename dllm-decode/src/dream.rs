@@ -30,6 +30,7 @@ pub(crate) fn run(
         temperature: p.temperature,
         top_p: d.top_p,
         top_k: d.top_k,
+        mask,
     };
     let ts = dream_timesteps(p.steps, d.eps);
     let mut rng = Rng::new(p.seed);

@@ -75,7 +75,7 @@ pub fn prepare_canvas(
             info.vocab_size
         )));
     }
-    let total = prompt.len() + p.gen_length;
+    let total = prompt.len().saturating_add(p.gen_length);
     if total > info.max_seq_len {
         return Err(DecodeError::param(
             "gen-length",

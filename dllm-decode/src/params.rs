@@ -312,6 +312,15 @@ impl DecodeParams {
         if self.steps == 0 {
             return Err(p("steps", "must be positive".into()));
         }
+        if self.steps > self.gen_length {
+            return Err(p(
+                "steps",
+                format!(
+                    "{} exceeds gen-length {}: a step that decides no position is a wasted forward",
+                    self.steps, self.gen_length
+                ),
+            ));
+        }
         if !self.steps.is_multiple_of(self.num_blocks()) {
             return Err(p(
                 "steps",
