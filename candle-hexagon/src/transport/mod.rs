@@ -207,7 +207,7 @@ mod tests {
         let bytes = w.as_bytes();
         assert_eq!(bytes.len(), 16 + 2 * 440);
         assert_eq!(&bytes[0..4], &KDSP_BATCH_MAGIC.to_le_bytes());
-        assert_eq!(&bytes[4..8], &1u32.to_le_bytes());
+        assert_eq!(&bytes[4..8], &KDSP_ABI_VERSION.to_le_bytes());
         assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
         assert_eq!(&bytes[16..20], &4u32.to_le_bytes());
         assert_eq!(&bytes[456..460], &4u32.to_le_bytes());
