@@ -104,7 +104,11 @@ fn fastrpc_transport_end_to_end_against_the_shim() {
         assert_eq!(dev.transport_name(), "fastrpc");
         let d = dev.description();
         assert!(
-            d.contains("FastRPC via") && d.contains(&format!("kernels-dsp abi={}", candle_hexagon::abi::KDSP_ABI_VERSION)),
+            d.contains("FastRPC via")
+                && d.contains(&format!(
+                    "kernels-dsp abi={}",
+                    candle_hexagon::abi::KDSP_ABI_VERSION
+                )),
             "{d}"
         );
         let s = shim_stats(&lib).unwrap();
