@@ -141,6 +141,15 @@ pub enum Error {
         /// One past the last byte the batch may touch.
         dsp_end: u64,
     },
+    /// A batch of a block-level forward failed.
+    #[error("transformer block {block}: {source}")]
+    InBlock {
+        /// Index of the block whose batch failed.
+        block: usize,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// The DSP queue or session is gone.
     #[error("DSP transport: {0}")]
     Transport(String),

@@ -32,6 +32,7 @@
 //! [candle]: https://github.com/huggingface/candle
 #![warn(missing_docs)]
 
+pub mod block;
 pub mod device;
 pub mod error;
 pub mod layout;
@@ -43,7 +44,11 @@ pub mod transport;
 /// The host <-> DSP ABI (`kdsp_ops.h` bindings): op descriptors for [`transport::Batch`].
 pub use kernels_dsp as abi;
 
-pub use device::{HexagonConfig, HexagonDevice, TransportConfig};
+pub use block::{
+    BlockWeights, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
+    TransformerWeights, WeightRef,
+};
+pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{Error, Result};
 pub use ops::linear::{PackedFormat, Placed};
 pub use ops::HexLinear;

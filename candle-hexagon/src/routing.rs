@@ -32,11 +32,13 @@ pub enum OpKind {
     Swiglu,
     /// NeoX rotary embedding.
     Rope,
+    /// A whole transformer block as one DSP batch ([`crate::block::HexTransformer`]).
+    Block,
 }
 
 impl OpKind {
     /// Every op kind.
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::LinearF16,
         OpKind::LinearQ4_0,
         OpKind::LinearQuant,
@@ -44,6 +46,7 @@ impl OpKind {
         OpKind::RmsNorm,
         OpKind::Swiglu,
         OpKind::Rope,
+        OpKind::Block,
     ];
 
     /// The name used in deny-lists and reports.
@@ -56,6 +59,7 @@ impl OpKind {
             OpKind::RmsNorm => "rms_norm",
             OpKind::Swiglu => "swiglu",
             OpKind::Rope => "rope",
+            OpKind::Block => "block",
         }
     }
 
