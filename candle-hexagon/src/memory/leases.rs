@@ -186,12 +186,12 @@ pub(crate) fn tensor_runs(t: &kdsp_tensor) -> Vec<(u64, u64)> {
     // Merge leading dims that continue the run; the first one that does not ends the merging.
     let mut span = row;
     let mut first_outer = 4;
-    for i in 1..4 {
-        if ne[i] == 1 {
+    for (i, (&n, &nb)) in ne.iter().zip(&t.nb).enumerate().skip(1) {
+        if n == 1 {
             continue;
         }
-        if t.nb[i] == span {
-            span = match span.checked_mul(ne[i]) {
+        if nb == span {
+            span = match span.checked_mul(n) {
                 Some(s) => s,
                 None => return everything,
             };
@@ -204,8 +204,8 @@ pub(crate) fn tensor_runs(t: &kdsp_tensor) -> Vec<(u64, u64)> {
     let count: u64 = outer.iter().map(|&i| ne[i]).product();
     if count > MAX_RUNS_PER_TENSOR {
         let mut hull = row;
-        for i in 1..4 {
-            let step = (ne[i] - 1).checked_mul(t.nb[i]);
+        for (&n, &nb) in ne.iter().zip(&t.nb).skip(1) {
+            let step = (n - 1).checked_mul(nb);
             match step.and_then(|s| hull.checked_add(s)) {
                 Some(h) => hull = h,
                 None => return everything,

@@ -196,6 +196,9 @@ impl Model {
     }
 }
 
+/// `[layer][batch][row][value]`.
+type Rows4 = Vec<Vec<Vec<Vec<f64>>>>;
+
 /// The reference cache: `[layer][batch]` rows of `kv_heads * head_dim` values, positions
 /// `[0, len)`, keys with RoPE applied.
 #[derive(Clone)]
@@ -203,7 +206,7 @@ pub struct RefKv {
     pub k: Vec<Vec<Vec<Vec<f64>>>>,
     pub v: Vec<Vec<Vec<Vec<f64>>>>,
     /// The last forward's window K/V `[layer][batch][row]` and its start.
-    pending: Option<(usize, Vec<Vec<Vec<Vec<f64>>>>, Vec<Vec<Vec<Vec<f64>>>>)>,
+    pending: Option<(usize, Rows4, Rows4)>,
 }
 
 impl RefKv {
@@ -298,8 +301,8 @@ pub fn forward(
         let last = li + 1 == s.layers;
         for bi in 0..b {
             let mut qs = Vec::new();
-            for j in 0..n {
-                let hn = rms(&xs[bi][j], &l.attn_norm.vals);
+            for (j, xj) in xs[bi].iter().enumerate() {
+                let hn = rms(xj, &l.attn_norm.vals);
                 let mut q = linear(&hn, &l.q.vals, l.qb.as_ref().map(|v| &v.vals[..]), nq);
                 let mut k = linear(&hn, &l.k.vals, l.kb.as_ref().map(|v| &v.vals[..]), nkv);
                 let v = linear(&hn, &l.v.vals, l.vb.as_ref().map(|v| &v.vals[..]), nkv);
