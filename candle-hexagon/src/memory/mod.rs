@@ -9,7 +9,7 @@
 //! - the weight arena (weights packed once at load, many per mapping so a model needs few mapper
 //!   entries) and the buffer pool (staging and activation buffers taken per call and returned,
 //!   so concurrent calls never wait for each other's buffer).
-//! - leases ([`leases`]): the byte ranges submitted batches may still touch; every safe host
+//! - leases (`leases.rs`): the byte ranges submitted batches may still touch; every safe host
 //!   access to a [`DeviceBuffer`] is checked against them.
 
 pub(crate) mod leases;
