@@ -406,6 +406,25 @@ impl HexagonDevice {
                 }
                 Support::Yes(Tier::Hvx)
             }
+            OpDesc::Block {
+                heads,
+                kv_heads,
+                head_dim,
+                widest,
+            } => {
+                if head_dim % 2 != 0 || *head_dim == 0 || *head_dim > MAX_HEAD_DIM {
+                    return Support::No(Reason::Shape(format!(
+                        "head dim {head_dim} (RoPE needs it even, FlashAttention at most \
+                         {MAX_HEAD_DIM})"
+                    )));
+                }
+                if *kv_heads == 0 || heads % kv_heads != 0 {
+                    return Support::No(Reason::Shape(format!(
+                        "{heads} query heads are not a multiple of {kv_heads} key/value heads"
+                    )));
+                }
+                too_big("a dimension", *widest).unwrap_or(Support::Yes(Tier::Hmx))
+            }
             OpDesc::Rope {
                 rows,
                 heads,

@@ -157,6 +157,19 @@ pub enum OpDesc {
         /// Dtype.
         dtype: DType,
     },
+    /// A stack of transformer blocks as one batch per block ([`crate::block::HexTransformer`]);
+    /// weight formats are checked per fused group by the module.
+    Block {
+        /// Query heads.
+        heads: usize,
+        /// Key/value heads.
+        kv_heads: usize,
+        /// Head dimension.
+        head_dim: usize,
+        /// The widest dimension any of its ops sees (hidden, fused QKV, fused gate/up, vocab,
+        /// RoPE positions).
+        widest: usize,
+    },
     /// NeoX RoPE of `x (b, n, heads, head_dim)` with per-row tables.
     Rope {
         /// `b * n`.
@@ -183,6 +196,7 @@ impl OpDesc {
             OpDesc::RmsNorm { .. } => OpKind::RmsNorm,
             OpDesc::Swiglu { .. } => OpKind::Swiglu,
             OpDesc::Rope { .. } => OpKind::Rope,
+            OpDesc::Block { .. } => OpKind::Block,
         }
     }
 
@@ -194,6 +208,8 @@ impl OpDesc {
             | OpDesc::RmsNorm { dtype, .. }
             | OpDesc::Swiglu { dtype, .. }
             | OpDesc::Rope { dtype, .. } => *dtype,
+            // activations stay f32 between the block's ops
+            OpDesc::Block { .. } => DType::F32,
         }
     }
 }

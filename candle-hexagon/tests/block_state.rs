@@ -184,6 +184,18 @@ fn host_access_beside_a_forward_in_flight_follows_the_leases() {
         &v0.narrow(1, 0, 2).unwrap(),
     )
     .unwrap();
+    assert_eq!(
+        kv.pending(),
+        Some(4..12),
+        "a write of cached rows keeps the window"
+    );
+    // A new window appends at [12, 20); a host write over those rows ends it.
+    t.forward(&mut kv, &x(3), 12, None).unwrap();
+    let (k8, v8) = kv.read_rows(0, 4..12).unwrap();
+    kv.write_rows(0, 12, &k8, &v8).unwrap();
+    assert_eq!((kv.pending(), kv.len()), (None, 20));
+    let e = kv.commit(12..20).unwrap_err().to_string();
+    assert!(e.contains("without a preceding forward"), "{e}");
 }
 
 #[test]

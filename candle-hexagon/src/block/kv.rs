@@ -416,7 +416,7 @@ impl DeviceKv {
     /// Write `k`, `v` (`(batch, m, kv_heads, head_dim)`, any float dtype, stored as f16) at rows
     /// `[start, start + m)` of `layer` (growing the buffers if needed) and extend `len` to
     /// `start + m`. `start <= len` (no holes). Fails with [`Error::Busy`] while a forward in
-    /// flight reads or writes those rows.
+    /// flight reads or writes those rows. Writing over the pending window's rows ends it.
     pub fn write_rows(&mut self, layer: usize, start: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         self.check_layer(layer)?;
         let m = self.check_rows(k, v)?;
@@ -428,8 +428,19 @@ impl DeviceKv {
         }
         self.reserve(start + m)?;
         self.scatter(layer, &[(start, 0, m)], k, v)?;
+        self.forget_pending_over(start, start + m);
         self.len = self.len.max(start + m);
         Ok(())
+    }
+
+    /// A host write over rows that hold the pending window's K/V ends that window: it can no
+    /// longer be committed.
+    fn forget_pending_over(&mut self, a: usize, b: usize) {
+        if let Some(p) = &self.pending {
+            if a < p.base + p.n && p.base < b {
+                self.pending = None;
+            }
+        }
     }
 
     /// Write `k`, `v` (`(batch, positions.len(), ..)`) at cached `positions` of `layer` (a sparse
@@ -463,7 +474,11 @@ impl DeviceKv {
                 _ => spans.push((p, i, 1)),
             }
         }
-        self.scatter(layer, &spans, k, v)
+        self.scatter(layer, &spans, k, v)?;
+        for &(row, _, cnt) in &spans {
+            self.forget_pending_over(row, row + cnt);
+        }
+        Ok(())
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {

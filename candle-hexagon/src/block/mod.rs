@@ -46,7 +46,7 @@ use candle_core::Tensor;
 pub use handle::{ForwardHandle, ForwardOutput};
 pub use kv::{DeviceKv, KvStats};
 
-use crate::device::{HexagonDevice, MAX_DIM, MAX_HEAD_DIM};
+use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::WeightSlot;
 use crate::ops::linear::{PackedFormat, Placed};
@@ -197,9 +197,9 @@ fn check_vec(what: &str, t: &Tensor, n: usize) -> Result<()> {
 
 impl HexTransformerConfig {
     /// Bad values (zero sizes, non-finite eps/theta) are errors; shapes the kernels do not take
-    /// (odd or too large head dim, a non-integer GQA ratio, dims past the kernels' limit) are
-    /// a routing reason.
-    fn check(&self) -> Result<std::result::Result<(), Reason>> {
+    /// are the routing entry point's business ([`HexagonDevice::supports`] on
+    /// [`OpDesc::Block`]).
+    fn check(&self) -> Result<()> {
         let c = self;
         for (name, v) in [
             ("hidden", c.hidden),
@@ -226,31 +226,25 @@ impl HexTransformerConfig {
                 c.rope_theta
             )));
         }
-        if c.head_dim % 2 != 0 || c.head_dim > MAX_HEAD_DIM {
-            return Ok(Err(Reason::Shape(format!(
-                "head dim {} (RoPE needs it even, FlashAttention at most {MAX_HEAD_DIM})",
-                c.head_dim
-            ))));
-        }
-        if c.heads % c.kv_heads != 0 {
-            return Ok(Err(Reason::Shape(format!(
-                "{} query heads are not a multiple of {} key/value heads",
-                c.heads, c.kv_heads
-            ))));
-        }
+        Ok(())
+    }
+
+    /// The block stack as the routing entry point sees it.
+    fn desc(&self) -> OpDesc {
+        let c = self;
         let widest = [
             c.hidden,
-            (c.heads + 2 * c.kv_heads) * c.head_dim,
-            2 * c.ffn,
+            (c.heads + 2 * c.kv_heads).saturating_mul(c.head_dim),
+            c.ffn.saturating_mul(2),
             c.vocab,
             c.max_positions,
         ];
-        if let Some(&w) = widest.iter().find(|&&w| w > MAX_DIM) {
-            return Ok(Err(Reason::Shape(format!(
-                "a dimension of {w} exceeds the kernels' {MAX_DIM}"
-            ))));
+        OpDesc::Block {
+            heads: c.heads,
+            kv_heads: c.kv_heads,
+            head_dim: c.head_dim,
+            widest: widest.into_iter().max().unwrap_or(0),
         }
-        Ok(Ok(()))
     }
 }
 
@@ -267,7 +261,7 @@ impl HexTransformer {
     ) -> Result<Placed<Self>> {
         let (h, hd) = (cfg.hidden, cfg.head_dim);
         let (nq, nkv, ff) = (cfg.heads * hd, cfg.kv_heads * hd, cfg.ffn);
-        let shape_reason = cfg.check()?;
+        cfg.check()?;
         if w.blocks.is_empty() {
             return Err(invalid("no blocks".into()));
         }
@@ -308,10 +302,8 @@ impl HexTransformer {
             stats.record_placement(OpKind::Block, Decision::Cpu(r.key()), 0);
             Ok(Placed::Cpu(r))
         };
-        if dev.config().deny.contains(&OpKind::Block) {
-            return refuse(Reason::Denied);
-        }
-        if let Err(r) = shape_reason {
+        // Deny-list and shapes: the one routing entry point.
+        if let Support::No(r) = dev.supports(&cfg.desc()) {
             return refuse(r);
         }
         let mut chosen = Vec::with_capacity(formats.len());
