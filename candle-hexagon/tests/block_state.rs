@@ -306,3 +306,12 @@ fn one_stack_serves_two_sequences_on_two_threads() {
         );
     }
 }
+
+#[test]
+fn the_shared_and_per_sequence_types_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<HexTransformer>();
+    send_sync::<candle_hexagon::DeviceKv>();
+    send::<candle_hexagon::ForwardHandle>();
+}
