@@ -25,6 +25,7 @@ pub mod kv_cache;
 pub mod layers;
 pub mod llada;
 pub mod lm;
+mod npu_seq;
 pub mod source;
 pub mod synthetic;
 pub mod tokenizer;
