@@ -21,6 +21,7 @@ use crate::memory::{
 use crate::routing::{
     Decision, OpDesc, OpKind, Reason, RoutingReport, RoutingStats, Support, Tier, WeightFormat,
 };
+use crate::runtime::{MemoryPolicy, SwapSnapshot, SwapStats};
 use crate::transport::emulated::EmulatedTransport;
 use crate::transport::{Batch, Completion, Fence, OpCheck, Transport};
 
@@ -36,6 +37,13 @@ pub const DEFAULT_MAPPER_ENTRIES: usize = 256;
 pub const DEFAULT_SCRATCH_BYTES: u64 = 8 << 20;
 /// Default size of one weight chunk (packed weights share chunks to save mapper entries).
 pub const DEFAULT_WEIGHT_CHUNK_BYTES: u64 = 32 << 20;
+/// Default memory policy of weight-owning modules: the swap-optimized memory runtime.
+pub const DEFAULT_MEMORY_POLICY: MemoryPolicy = MemoryPolicy::Somr;
+/// Default staging budget of the `somr` policy: two slots of up to half of it each (the paper's
+/// 256 MB).
+pub const DEFAULT_STAGING_BYTES: u64 = 256 << 20;
+/// The default window in MiB (`--hexagon-window`).
+pub const DEFAULT_VA_WINDOW_MIB: u64 = DEFAULT_VA_WINDOW_BYTES >> 20;
 /// The FastRPC library of the compute DSP.
 pub const DEFAULT_FASTRPC_LIBRARY: &str = "libcdsprpc.so";
 /// Largest head dimension of the FlashAttention kernel.
@@ -99,6 +107,14 @@ pub struct HexagonConfig {
     pub deny: Vec<OpKind>,
     /// Transport.
     pub transport: TransportConfig,
+    /// How weight-owning modules share the window (`naive`, `paging`, `somr`; see
+    /// [`crate::runtime`]).
+    pub memory_policy: MemoryPolicy,
+    /// `somr`: bytes for the two staging slots (each at most half).
+    pub staging_bytes: u64,
+    /// `somr`: at most this many bytes of weights stay resident (`None`: as many as the window
+    /// holds). For measuring staging against the resident budget.
+    pub resident_weight_bytes: Option<u64>,
 }
 
 impl Default for HexagonConfig {
@@ -111,8 +127,25 @@ impl Default for HexagonConfig {
             weight_chunk_bytes: DEFAULT_WEIGHT_CHUNK_BYTES,
             deny: Vec::new(),
             transport: TransportConfig::Emulated,
+            memory_policy: DEFAULT_MEMORY_POLICY,
+            staging_bytes: DEFAULT_STAGING_BYTES,
+            resident_weight_bytes: None,
         }
     }
+}
+
+/// The window size in bytes for `--hexagon-window MIB`: 1..=4096 MiB.
+pub fn window_bytes_from_mib(mib: u64) -> Result<u64> {
+    if !(1..=(MAX_VA_WINDOW_BYTES >> 20)).contains(&mib) {
+        return Err(Error::Config {
+            field: "hexagon window",
+            reason: format!(
+                "{mib} MiB is not in 1..={} MiB (the DSP has a 32-bit address space)",
+                MAX_VA_WINDOW_BYTES >> 20
+            ),
+        });
+    }
+    Ok(mib << 20)
 }
 
 impl HexagonConfig {
@@ -159,6 +192,12 @@ impl HexagonConfig {
                 ),
             );
         }
+        if self.staging_bytes < 2 * crate::memory::page_size() {
+            return bad(
+                "staging_bytes",
+                format!("{} is below two pages", self.staging_bytes),
+            );
+        }
         if self.weight_chunk_bytes < (64 << 10) {
             return bad(
                 "weight_chunk_bytes",
@@ -190,6 +229,7 @@ struct Inner {
     pool: Arc<BufferPool>,
     arena: Mutex<WeightArena>,
     stats: RoutingStats,
+    swap: SwapStats,
     plans: Mutex<HashMap<PlanKey, Plan>>,
 }
 
@@ -250,6 +290,7 @@ impl HexagonDevice {
                 mem,
                 pool: Arc::new(BufferPool::default()),
                 stats: RoutingStats::default(),
+                swap: SwapStats::default(),
                 plans: Mutex::new(HashMap::new()),
             }),
         })
@@ -280,6 +321,15 @@ impl HexagonDevice {
         &self.inner.stats
     }
 
+    /// Swap counters of the memory runtime (bytes streamed, stall, overlap).
+    pub fn swap_counters(&self) -> SwapSnapshot {
+        self.inner.swap.snapshot()
+    }
+
+    pub(crate) fn swap_stats(&self) -> &SwapStats {
+        &self.inner.swap
+    }
+
     /// Memory counters (maps, unmaps, peak VA, bytes staged).
     pub fn memory_stats(&self) -> MemoryStats {
         self.inner.mem.stats()
@@ -289,11 +339,18 @@ impl HexagonDevice {
     /// [`DeviceCounters::since`] for one run).
     pub fn counters(&self) -> DeviceCounters {
         let m = self.inner.mem.stats();
+        let s = self.inner.swap.snapshot();
         DeviceCounters {
             dsp_batches: self.inner.stats.batches(),
             dsp_ops: self.inner.stats.dsp_ops(),
             bytes_staged_in: m.staged_in,
             bytes_staged_out: m.staged_out,
+            maps: m.va.maps,
+            unmaps: m.va.unmaps,
+            forwards: s.forwards,
+            bytes_streamed: s.bytes_streamed,
+            stall_ns: s.stall_ns,
+            overlapped_ns: s.overlapped_ns,
         }
     }
 
@@ -303,6 +360,7 @@ impl HexagonDevice {
             format!("Hexagon routing report — {}", self.description()),
             &self.inner.stats,
             self.memory_stats(),
+            (self.inner.cfg.memory_policy, self.swap_counters()),
         )
     }
 
@@ -495,6 +553,12 @@ impl HexagonDevice {
         self.inner.pool.take(&self.inner.mem, bytes)
     }
 
+    /// [`Self::take_buffer`], mapping exactly `bytes` (page-rounded) when `exact` and no idle
+    /// buffer fits.
+    pub(crate) fn take_buffer_exact(&self, bytes: usize, exact: bool) -> Result<PooledBuffer> {
+        self.inner.pool.take_with(&self.inner.mem, bytes, exact)
+    }
+
     /// Idle buffers in the staging/activation pool.
     pub fn pooled_buffers(&self) -> usize {
         self.inner.pool.idle_count()
@@ -629,6 +693,18 @@ pub struct DeviceCounters {
     pub bytes_staged_in: u64,
     /// Bytes the host copied out of shared buffers.
     pub bytes_staged_out: u64,
+    /// Mappings made in the NPU window.
+    pub maps: u64,
+    /// Mappings removed from the NPU window.
+    pub unmaps: u64,
+    /// Forwards of weight-owning modules (the block module) under the memory runtime.
+    pub forwards: u64,
+    /// Weight bytes the memory runtime copied into staging slots or on-demand mappings.
+    pub bytes_streamed: u64,
+    /// Synchronous stall: time the DSP had nothing to run while weights were being staged.
+    pub stall_ns: u64,
+    /// Staging time hidden behind DSP work.
+    pub overlapped_ns: u64,
 }
 
 impl DeviceCounters {
@@ -637,15 +713,25 @@ impl DeviceCounters {
         self.bytes_staged_in + self.bytes_staged_out
     }
 
+    /// [`Self::stall_ns`] in milliseconds.
+    pub fn stall_ms(&self) -> f64 {
+        self.stall_ns as f64 / 1e6
+    }
+
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &DeviceCounters) -> DeviceCounters {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
         DeviceCounters {
-            dsp_batches: self.dsp_batches.saturating_sub(earlier.dsp_batches),
-            dsp_ops: self.dsp_ops.saturating_sub(earlier.dsp_ops),
-            bytes_staged_in: self.bytes_staged_in.saturating_sub(earlier.bytes_staged_in),
-            bytes_staged_out: self
-                .bytes_staged_out
-                .saturating_sub(earlier.bytes_staged_out),
+            dsp_batches: d(self.dsp_batches, earlier.dsp_batches),
+            dsp_ops: d(self.dsp_ops, earlier.dsp_ops),
+            bytes_staged_in: d(self.bytes_staged_in, earlier.bytes_staged_in),
+            bytes_staged_out: d(self.bytes_staged_out, earlier.bytes_staged_out),
+            maps: d(self.maps, earlier.maps),
+            unmaps: d(self.unmaps, earlier.unmaps),
+            forwards: d(self.forwards, earlier.forwards),
+            bytes_streamed: d(self.bytes_streamed, earlier.bytes_streamed),
+            stall_ns: d(self.stall_ns, earlier.stall_ns),
+            overlapped_ns: d(self.overlapped_ns, earlier.overlapped_ns),
         }
     }
 }
