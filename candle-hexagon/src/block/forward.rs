@@ -199,7 +199,7 @@ pub(crate) fn submit(
     let stages: Vec<(usize, usize, Batch)> = if somr {
         let ctx = Context {
             kv_bytes: kv.mapped_bytes() as u64,
-            act_bytes: act.len() as u64,
+            act_bytes: plan.total as u64,
             act_unpacked_bytes: shape.separate.total as u64,
             pinned_bytes: i.pinned.first().map_or(0, |p| p.buf.len()) as u64,
         };

@@ -198,7 +198,47 @@ pub fn simulate(stages: &[Stage]) -> (u64, u64) {
 /// Place `weights` for the forward `segments`: at most `total` bytes of window for resident
 /// weights plus the two slots (each at most `slot_max`), at most `cap` resident bytes, tensors
 /// aligned to `align`. Deterministic.
+///
+/// Smaller slots leave room for more residents (at the price of more, smaller stages), and a
+/// greedy fill at one slot size can stall on a plateau (no single weight frees a slot's worth),
+/// so the slot sizes tried are `slot_max` and every distinct weight size below it; the plan
+/// that fits with the least expected stall, then the fewest bytes streamed, then the fewest
+/// stages wins.
 pub fn place(
+    weights: &[WeightInfo],
+    segments: &[Segment],
+    total: u64,
+    slot_max: u64,
+    cap: Option<u64>,
+    align: u64,
+) -> Placement {
+    let mut sizes: Vec<u64> = weights
+        .iter()
+        .map(|w| align_up(w.bytes, align))
+        .filter(|&b| b < slot_max)
+        .collect();
+    sizes.push(slot_max);
+    sizes.sort_unstable();
+    sizes.dedup();
+    let fits = |p: &Placement| {
+        p.resident_bytes + 2 * p.slot_bytes <= total && cap.is_none_or(|c| p.resident_bytes <= c)
+    };
+    let mut best: Option<Placement> = None;
+    for &slot in sizes.iter().rev() {
+        let p = place_with_slot(weights, segments, total, slot, cap, align);
+        if !fits(&p) {
+            continue;
+        }
+        let key = |p: &Placement| (p.expected_stall_ns, p.expected_streamed_bytes, p.stages.len());
+        if best.as_ref().is_none_or(|b| key(&p) < key(b)) {
+            best = Some(p);
+        }
+    }
+    best.unwrap_or_else(|| place_with_slot(weights, segments, total, slot_max, cap, align))
+}
+
+/// [`place`] at one slot size.
+fn place_with_slot(
     weights: &[WeightInfo],
     segments: &[Segment],
     total: u64,
@@ -338,14 +378,20 @@ mod tests {
     #[test]
     fn slots_alternate_and_offsets_are_consumption_order() {
         let (w, s) = model(3, 3, 1000, 10, 10);
-        let p = place(&w, &s, 1_000_000, 2000, Some(0), 1);
+        let st = stages(&w, &s, &[false; 9], 2000, 1);
         // A block of 3 weights over slots of 2: [w0 w1] [w2] per block.
-        let slots: Vec<Option<usize>> = p.stages.iter().map(|st| st.slot).collect();
+        let slots: Vec<Option<usize>> = st.iter().map(|st| st.slot).collect();
         assert_eq!(slots, vec![Some(0), Some(1), Some(0), Some(1), Some(0), Some(1)]);
-        assert_eq!(p.stages[0].streamed, vec![(0, 0), (1, 1000)]);
-        assert_eq!(p.stages[1].streamed, vec![(2, 0)]);
-        assert_eq!(p.stages[0].segments, 0..3, "the weight-free segment goes first");
-        assert!(!alternates(&p.stages));
+        assert_eq!(st[0].streamed, vec![(0, 0), (1, 1000)]);
+        assert_eq!(st[1].streamed, vec![(2, 0)]);
+        assert_eq!(st[0].segments, 0..3, "the weight-free segment goes first");
+        assert!(!alternates(&st));
+        // Resident weights leave their stage's slot.
+        let mut res = [false; 9];
+        res[1] = true;
+        let st = stages(&w, &s, &res, 2000, 1);
+        assert_eq!(st[0].streamed, vec![(0, 0), (2, 1000)]);
+        assert_eq!(st.len(), 5);
         // An odd number of streamed stages swaps parity every forward.
         let (w, s) = model(3, 1, 1000, 10, 10);
         let p = place(&w, &s, 1_000_000, 2000, Some(0), 1);
@@ -419,6 +465,17 @@ mod tests {
         let w = vec![WeightInfo { bytes: 100, stage_ns: 0 }; 4];
         let p = place(&w, &s, 10_000, 100, Some(100), 1);
         assert_eq!(p.resident, vec![true, false, false, false]);
+    }
+
+    #[test]
+    fn smaller_slots_make_room_for_residents() {
+        // Blocks of 3 x 1000: all streamed needs slots of 3000 (6000 of a 6500 budget); no single
+        // resident frees a slot's worth at that size, but slots of 1000 leave 4500 for residents.
+        let (w, s) = model(3, 3, 1000, 0, 10);
+        let p = place(&w, &s, 6500, 3250, None, 1);
+        assert_eq!(p.slot_bytes, 1000, "{p:?}");
+        assert_eq!(p.resident_bytes, 4000);
+        assert!(p.resident_bytes + 2 * p.slot_bytes <= 6500);
     }
 
     #[test]
