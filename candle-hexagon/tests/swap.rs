@@ -97,10 +97,30 @@ fn every_policy_computes_the_same_bits_and_the_reference() {
     let (err, _) = compare(&want[0], &r);
     assert!(err < 1e-4, "NMSE {err:.2e} against the f64 reference");
     for (what, policy, window, cap) in [
-        ("paging, large window", MemoryPolicy::Paging, 256 * MIB, None),
-        ("somr, large window: all resident", MemoryPolicy::Somr, 256 * MIB, None),
-        ("somr, no resident weights", MemoryPolicy::Somr, 256 * MIB, Some(0)),
-        ("somr, 1 MiB of resident weights", MemoryPolicy::Somr, 256 * MIB, Some(MIB)),
+        (
+            "paging, large window",
+            MemoryPolicy::Paging,
+            256 * MIB,
+            None,
+        ),
+        (
+            "somr, large window: all resident",
+            MemoryPolicy::Somr,
+            256 * MIB,
+            None,
+        ),
+        (
+            "somr, no resident weights",
+            MemoryPolicy::Somr,
+            256 * MIB,
+            Some(0),
+        ),
+        (
+            "somr, 1 MiB of resident weights",
+            MemoryPolicy::Somr,
+            256 * MIB,
+            Some(MIB),
+        ),
         ("somr, 2 MiB window", MemoryPolicy::Somr, 2 * MIB, None),
         ("paging, 3 MiB window", MemoryPolicy::Paging, 3 * MIB, None),
     ] {
@@ -140,9 +160,16 @@ fn naive_fails_with_the_window_error_where_paging_and_somr_complete() {
     let plan = plan.expect("somr made a plan");
     eprintln!("{plan}");
     assert!(!plan.profiling && plan.streamed() > 0 && plan.slot_bytes > 0);
-    assert!(plan.act_bytes < plan.act_unpacked_bytes, "activations share offsets");
+    assert!(
+        plan.act_bytes < plan.act_unpacked_bytes,
+        "activations share offsets"
+    );
     for c in &somr[1..] {
-        assert_eq!((c.maps, c.unmaps), (0, 0), "steady somr forwards map nothing: {c:?}");
+        assert_eq!(
+            (c.maps, c.unmaps),
+            (0, 0),
+            "steady somr forwards map nothing: {c:?}"
+        );
         assert!(c.bytes_streamed > 0 && c.forwards == 1, "{c:?}");
         assert!(c.dsp_batches as usize >= t_blocks(&plan), "{c:?}");
     }
@@ -223,5 +250,8 @@ fn a_larger_activation_buffer_demotes_residents_and_replans() {
     let s = dev.swap_counters();
     assert!(s.plans >= 2 && s.evictions > 0, "{s:?}");
     assert!(second.act_bytes > first.act_bytes);
-    assert!(second.resident_bytes < first.resident_bytes, "{first}\n{second}");
+    assert!(
+        second.resident_bytes < first.resident_bytes,
+        "{first}\n{second}"
+    );
 }

@@ -50,8 +50,18 @@ fn split_rows(dev: &HexagonDevice, batch: Batch) -> Result<Batch> {
         };
         let part = |s: usize, r: usize| {
             let mut o = *op;
-            o.dst = rows(y.buffer_id, y.offset as usize + s * n * 4, Wire::F32, &[n, r]);
-            o.src[1] = rows(a.buffer_id, a.offset as usize + s * k * 4, Wire::F32, &[k, r]);
+            o.dst = rows(
+                y.buffer_id,
+                y.offset as usize + s * n * 4,
+                Wire::F32,
+                &[n, r],
+            );
+            o.src[1] = rows(
+                a.buffer_id,
+                a.offset as usize + s * k * 4,
+                Wire::F32,
+                &[k, r],
+            );
             o.src[0] = w;
             o
         };
@@ -155,10 +165,15 @@ pub(crate) fn submit(
     // Host writes: input rows (as f32), positions, selection.
     let m = b * n;
     let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    act.with_host_bytes(plan.x(), m * c.hidden * 4, Access::Write, |d| -> Result<()> {
-        typed_mut::<f32>(d)?.copy_from_slice(&xs);
-        Ok(())
-    })??;
+    act.with_host_bytes(
+        plan.x(),
+        m * c.hidden * 4,
+        Access::Write,
+        |d| -> Result<()> {
+            typed_mut::<f32>(d)?.copy_from_slice(&xs);
+            Ok(())
+        },
+    )??;
     let pos: Vec<u8> = (0..m)
         .flat_map(|k| ((ws + k % n) as i32).to_le_bytes())
         .collect();
@@ -214,7 +229,11 @@ pub(crate) fn submit(
             })
             .collect()
     } else {
-        batches.into_iter().enumerate().map(|(li, b)| (li, li, b)).collect()
+        batches
+            .into_iter()
+            .enumerate()
+            .map(|(li, b)| (li, li, b))
+            .collect()
     };
     let mut fences = Vec::with_capacity(stages.len());
     for (li, j, mut batch) in stages {

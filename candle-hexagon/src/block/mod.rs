@@ -366,7 +366,15 @@ impl HexTransformer {
                 &mut host,
                 &mut pinned,
             )?;
-            let o = PackedLinear::pack(format!("block {i} o"), &[b.o], &[], f[1], nq, &mut host, &mut pinned)?;
+            let o = PackedLinear::pack(
+                format!("block {i} o"),
+                &[b.o],
+                &[],
+                f[1],
+                nq,
+                &mut host,
+                &mut pinned,
+            )?;
             let ffn_norm = pinned.push(crate::ops::to_f32_vec(b.ffn_norm)?);
             let gate_up = PackedLinear::pack(
                 format!("block {i} gate/up"),
@@ -377,8 +385,15 @@ impl HexTransformer {
                 &mut host,
                 &mut pinned,
             )?;
-            let down =
-                PackedLinear::pack(format!("block {i} down"), &[b.down], &[], f[3], ff, &mut host, &mut pinned)?;
+            let down = PackedLinear::pack(
+                format!("block {i} down"),
+                &[b.down],
+                &[],
+                f[3],
+                ff,
+                &mut host,
+                &mut pinned,
+            )?;
             blocks.push(PackedBlock {
                 attn_norm,
                 qkv,
@@ -442,9 +457,18 @@ impl HexTransformer {
         match dev.supports(&desc) {
             Support::Yes(tier) => {
                 let format = packed::format_of(hw).map_err(|r| invalid(r.to_string()))?;
-                let p = PackedLinear::pack("lm head".into(), &[*hw], &[], format, cfg.hidden, host, pinned)?;
+                let p = PackedLinear::pack(
+                    "lm head".into(),
+                    &[*hw],
+                    &[],
+                    format,
+                    cfg.hidden,
+                    host,
+                    pinned,
+                )?;
                 let bytes = host[p.w].bytes.len() as u64;
-                dev.stats().record_placement(kind, Decision::Npu(tier), bytes);
+                dev.stats()
+                    .record_placement(kind, Decision::Npu(tier), bytes);
                 Ok((Some(p), None))
             }
             Support::No(reason) => {

@@ -14,9 +14,9 @@ use crate::error::{Error, Result};
 use crate::layout;
 use crate::memory::{align_tensor, WeightSlot};
 use crate::ops::linear::PackedFormat;
-use crate::runtime::{virtual_id, HostWeight};
 use crate::ops::{tiled, to_f32_vec};
 use crate::routing::Reason;
+use crate::runtime::{virtual_id, HostWeight};
 
 /// The packed format a checkpoint weight gets, or why it cannot be packed.
 pub(crate) fn format_of(w: &WeightRef<'_>) -> std::result::Result<PackedFormat, Reason> {

@@ -11,7 +11,7 @@ use kernels_dsp::*;
 use super::kv::DeviceKv;
 use super::packed::PackedLinear;
 use super::{HexTransformer, PackedBlock};
-use crate::memory::{TENSOR_ALIGN, WeightSlot};
+use crate::memory::{WeightSlot, TENSOR_ALIGN};
 use crate::ops::{rows, StagePlan, Wire};
 use crate::runtime::graph::{Graph, TensorClass, TensorDecl};
 use crate::runtime::packing::pack_by_lifetime;
@@ -22,8 +22,9 @@ use crate::transport::Batch;
 pub(crate) type ShapeKey = (usize, usize, Option<usize>);
 
 /// The activation regions, in this order.
-pub(crate) const REGIONS: [&str; 11] =
-    ["x", "h", "qkv", "att", "gu", "act", "pos", "idx", "xs", "qs", "out"];
+pub(crate) const REGIONS: [&str; 11] = [
+    "x", "h", "qkv", "att", "gu", "act", "pos", "idx", "xs", "qs", "out",
+];
 const X: usize = 0;
 const H: usize = 1;
 const QKV: usize = 2;
@@ -223,7 +224,15 @@ pub(crate) struct Fwd<'a> {
 impl Fwd<'_> {
     /// `y (m, n_out) = a (m, k) W^T (+ bias)`, one op (split by rows once the weight has a
     /// place, see `forward::split_rows`).
-    fn matmul(&self, batch: &mut Batch, kind: u8, lin: &PackedLinear, a: usize, y: usize, m: usize) {
+    fn matmul(
+        &self,
+        batch: &mut Batch,
+        kind: u8,
+        lin: &PackedLinear,
+        a: usize,
+        y: usize,
+        m: usize,
+    ) {
         let op = kdsp_op::new(
             lin.opcode(),
             mat(self.act, y, lin.n, m),
@@ -399,7 +408,14 @@ impl Fwd<'_> {
         self.matmul(&mut batch, MM_O, &blk.o, p.off[ATT], p.off[H], mq);
         self.add(&mut batch, xr, p.off[H], mq);
         self.norm(&mut batch, blk.ffn_norm, xr, p.off[H], mq);
-        self.matmul(&mut batch, MM_GATE_UP, &blk.gate_up, p.off[H], p.off[GU], mq);
+        self.matmul(
+            &mut batch,
+            MM_GATE_UP,
+            &blk.gate_up,
+            p.off[H],
+            p.off[GU],
+            mq,
+        );
         // silu(gate) * up over the two halves of each fused row (strided views, no copy).
         let gate = view(
             act,
@@ -441,4 +457,3 @@ fn label(kind: u8) -> &'static str {
         _ => "lm head matmul",
     }
 }
-

@@ -248,7 +248,11 @@ impl Graph {
         let mut producer = vec![None; decls.len()];
         let mut consumers = vec![Vec::new(); decls.len()];
         for (i, a) in accesses.iter().enumerate() {
-            let mut reads: Vec<usize> = a.reads.iter().flat_map(|&(b, s, e)| hits(b, s, e)).collect();
+            let mut reads: Vec<usize> = a
+                .reads
+                .iter()
+                .flat_map(|&(b, s, e)| hits(b, s, e))
+                .collect();
             let mut writes: Vec<usize> = a
                 .writes
                 .iter()
@@ -508,7 +512,11 @@ mod tests {
         let w = g.tensor("w").unwrap();
         assert_eq!(g.tensors[w].consumers, vec![0]);
         assert_eq!(g.tensors[w].producer, None);
-        assert_eq!(g.tensors[w].live, vec![(0, 3)], "long-lived: the whole forward");
+        assert_eq!(
+            g.tensors[w].live,
+            vec![(0, 3)],
+            "long-lived: the whole forward"
+        );
         assert_eq!(g.tensors[1].producer, Some(0));
         assert_eq!(g.tensors[1].consumers, vec![1]);
         assert_eq!(g.ops[1].writes, vec![0]);

@@ -58,7 +58,11 @@ pub enum MemoryPolicy {
 
 impl MemoryPolicy {
     /// Every policy.
-    pub const ALL: [MemoryPolicy; 3] = [MemoryPolicy::Naive, MemoryPolicy::Paging, MemoryPolicy::Somr];
+    pub const ALL: [MemoryPolicy; 3] = [
+        MemoryPolicy::Naive,
+        MemoryPolicy::Paging,
+        MemoryPolicy::Somr,
+    ];
 
     /// The command-line spelling.
     pub fn name(self) -> &'static str {
@@ -139,7 +143,13 @@ impl SwapStats {
     /// Count staging of `bytes` over `[start, end)`; `last` is the last batch queued before it
     /// (`None`: nothing was queued, the DSP idled throughout). The part of the staging after the
     /// DSP finished `last` is stall, the rest was overlapped.
-    pub(crate) fn staged(&self, bytes: u64, start: Instant, end: Instant, last: Option<&Completion>) {
+    pub(crate) fn staged(
+        &self,
+        bytes: u64,
+        start: Instant,
+        end: Instant,
+        last: Option<&Completion>,
+    ) {
         let total = end.saturating_duration_since(start).as_nanos() as u64;
         let stall = match last {
             None => total,
@@ -158,7 +168,14 @@ impl SwapStats {
     }
 
     pub(crate) fn count_plan(&self, profiled: bool) {
-        Self::add(if profiled { &self.profiled } else { &self.plans }, 1);
+        Self::add(
+            if profiled {
+                &self.profiled
+            } else {
+                &self.plans
+            },
+            1,
+        );
     }
 
     pub(crate) fn count_evictions(&self, n: u64) {
@@ -289,7 +306,11 @@ impl Runtime {
 
     /// Run `f`; when it fails for lack of window or mapper entries, give back what the policy
     /// can (evict weight mappings, demote residents) and try again while that freed something.
-    pub(crate) fn reclaiming<T>(&self, st: &mut State, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    pub(crate) fn reclaiming<T>(
+        &self,
+        st: &mut State,
+        mut f: impl FnMut() -> Result<T>,
+    ) -> Result<T> {
         loop {
             match f() {
                 Err(e) if e.is_resource_exhausted() => {
@@ -305,5 +326,4 @@ impl Runtime {
             }
         }
     }
-
 }

@@ -130,11 +130,13 @@ mod tests {
             let (off, total) = pack_by_lifetime(&refs, 1);
             assert_eq!(total, want_total, "{what}: {off:?}");
             for i in 0..items.len() {
-                assert!(off[i] + items[i].0 <= total, "{what}: {i} inside the region");
+                assert!(
+                    off[i] + items[i].0 <= total,
+                    "{what}: {i} inside the region"
+                );
                 for j in 0..i {
                     let live = intervals_overlap(&items[i].1, &items[j].1);
-                    let disjoint =
-                        off[i] + items[i].0 <= off[j] || off[j] + items[j].0 <= off[i];
+                    let disjoint = off[i] + items[i].0 <= off[j] || off[j] + items[j].0 <= off[i];
                     assert!(
                         !live || disjoint || items[i].0 == 0 || items[j].0 == 0,
                         "{what}: {i} and {j} overlap while both live: {off:?}"

@@ -41,7 +41,13 @@ impl Pager {
         for &w in needed {
             if let Some((buf, used)) = p.mapped.get_mut(&w) {
                 *used = p.tick;
-                out.push((w, Loc { buffer: buf.id(), offset: 0 }));
+                out.push((
+                    w,
+                    Loc {
+                        buffer: buf.id(),
+                        offset: 0,
+                    },
+                ));
                 continue;
             }
             let start = Instant::now();
@@ -60,7 +66,13 @@ impl Pager {
             buf.write(0, bytes)?;
             rt.stats()
                 .staged(bytes.len() as u64, start, Instant::now(), st.last.as_ref());
-            out.push((w, Loc { buffer: buf.id(), offset: 0 }));
+            out.push((
+                w,
+                Loc {
+                    buffer: buf.id(),
+                    offset: 0,
+                },
+            ));
             p.mapped.insert(w, (buf, p.tick));
         }
         Ok(out)

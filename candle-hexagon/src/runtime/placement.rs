@@ -116,10 +116,8 @@ pub fn stages(
             s.stage_ns += weights[w].stage_ns;
         }
     }
-    let mut k = 0;
-    for s in out.iter_mut().filter(|s| s.streamed_bytes > 0) {
+    for (k, s) in out.iter_mut().filter(|s| s.streamed_bytes > 0).enumerate() {
         s.slot = Some(k % 2);
-        k += 1;
     }
     out
 }
@@ -229,7 +227,13 @@ pub fn place(
         if !fits(&p) {
             continue;
         }
-        let key = |p: &Placement| (p.expected_stall_ns, p.expected_streamed_bytes, p.stages.len());
+        let key = |p: &Placement| {
+            (
+                p.expected_stall_ns,
+                p.expected_streamed_bytes,
+                p.stages.len(),
+            )
+        };
         if best.as_ref().is_none_or(|b| key(&p) < key(b)) {
             best = Some(p);
         }
@@ -247,13 +251,8 @@ fn place_with_slot(
     align: u64,
 ) -> Placement {
     let size = |w: usize| align_up(weights[w].bytes, align);
-    let mut resident = vec![false; weights.len()];
     // Weights larger than a slot cannot stream.
-    for w in 0..weights.len() {
-        if size(w) > slot_max {
-            resident[w] = true;
-        }
-    }
+    let mut resident: Vec<bool> = (0..weights.len()).map(|w| size(w) > slot_max).collect();
     let first_use: Vec<usize> = (0..weights.len())
         .map(|w| {
             segments
@@ -265,13 +264,14 @@ fn place_with_slot(
     let evaluate = |res: &[bool]| {
         let st = stages(weights, segments, res, slot_max, align);
         let slot = st.iter().map(|s| s.streamed_bytes).max().unwrap_or(0);
-        let used: u64 = (0..weights.len()).filter(|&w| res[w]).map(size).sum::<u64>();
+        let used: u64 = (0..weights.len())
+            .filter(|&w| res[w])
+            .map(size)
+            .sum::<u64>();
         let (stall, bytes) = simulate(&st);
         (used, slot, stall, bytes)
     };
-    let fits = |used: u64, slot: u64| {
-        used + 2 * slot <= total && cap.is_none_or(|c| used <= c)
-    };
+    let fits = |used: u64, slot: u64| used + 2 * slot <= total && cap.is_none_or(|c| used <= c);
     loop {
         let mut best: Option<((u64, u64, usize), usize)> = None;
         for w in 0..weights.len() {
@@ -298,10 +298,7 @@ fn place_with_slot(
     let (stall, bytes) = simulate(&st);
     Placement {
         slot_bytes: st.iter().map(|s| s.streamed_bytes).max().unwrap_or(0),
-        resident_bytes: (0..weights.len())
-            .filter(|&w| resident[w])
-            .map(size)
-            .sum(),
+        resident_bytes: (0..weights.len()).filter(|&w| resident[w]).map(size).sum(),
         resident,
         stages: st,
         expected_stall_ns: stall,
@@ -315,7 +312,13 @@ mod tests {
 
     /// `blocks` blocks of `per` weights each (`bytes`, staged in `stage_ns`), every segment
     /// computing `compute_ns`.
-    fn model(blocks: usize, per: usize, bytes: u64, stage_ns: u64, compute_ns: u64) -> (Vec<WeightInfo>, Vec<Segment>) {
+    fn model(
+        blocks: usize,
+        per: usize,
+        bytes: u64,
+        stage_ns: u64,
+        compute_ns: u64,
+    ) -> (Vec<WeightInfo>, Vec<Segment>) {
         let weights = vec![WeightInfo { bytes, stage_ns }; blocks * per];
         let mut segments = Vec::new();
         for b in 0..blocks {
@@ -343,11 +346,35 @@ mod tests {
         type Case = (&'static str, u64, Option<u64>, u64, Option<u64>);
         // (what, total, cap, slot max, resident bytes expected when fixed by the budget)
         let cases: Vec<Case> = vec![
-            ("everything fits: all resident, no slots", 100_000, None, 4000, Some(12_000)),
+            (
+                "everything fits: all resident, no slots",
+                100_000,
+                None,
+                4000,
+                Some(12_000),
+            ),
             ("a cap of 0: all streamed", 100_000, Some(0), 4000, Some(0)),
-            ("a cap of 5000: five weights", 100_000, Some(5000), 4000, Some(5000)),
-            ("a window for 2 slots of 3 and some weights", 10_000, None, 3000, None),
-            ("slots of one weight: room for one resident", 3000, None, 1000, Some(1000)),
+            (
+                "a cap of 5000: five weights",
+                100_000,
+                Some(5000),
+                4000,
+                Some(5000),
+            ),
+            (
+                "a window for 2 slots of 3 and some weights",
+                10_000,
+                None,
+                3000,
+                None,
+            ),
+            (
+                "slots of one weight: room for one resident",
+                3000,
+                None,
+                1000,
+                Some(1000),
+            ),
         ];
         for (what, total, cap, slot_max, want) in cases {
             let p = place(&w, &s, total, slot_max, cap, 1);
@@ -381,7 +408,10 @@ mod tests {
         let st = stages(&w, &s, &[false; 9], 2000, 1);
         // A block of 3 weights over slots of 2: [w0 w1] [w2] per block.
         let slots: Vec<Option<usize>> = st.iter().map(|st| st.slot).collect();
-        assert_eq!(slots, vec![Some(0), Some(1), Some(0), Some(1), Some(0), Some(1)]);
+        assert_eq!(
+            slots,
+            vec![Some(0), Some(1), Some(0), Some(1), Some(0), Some(1)]
+        );
         assert_eq!(st[0].streamed, vec![(0, 0), (1, 1000)]);
         assert_eq!(st[1].streamed, vec![(2, 0)]);
         assert_eq!(st[0].segments, 0..3, "the weight-free segment goes first");
@@ -396,7 +426,14 @@ mod tests {
         let (w, s) = model(3, 1, 1000, 10, 10);
         let p = place(&w, &s, 1_000_000, 2000, Some(0), 1);
         assert!(alternates(&p.stages));
-        assert_eq!((slot_of(0, 0, true), slot_of(0, 1, true), slot_of(1, 1, true)), (0, 1, 0));
+        assert_eq!(
+            (
+                slot_of(0, 0, true),
+                slot_of(0, 1, true),
+                slot_of(1, 1, true)
+            ),
+            (0, 1, 0)
+        );
     }
 
     #[test]
@@ -412,7 +449,11 @@ mod tests {
         };
         type Case = (&'static str, Vec<Stage>, (u64, u64));
         let cases: Vec<Case> = vec![
-            ("nothing streams", vec![stage(None, 50, 0), stage(None, 50, 0)], (0, 0)),
+            (
+                "nothing streams",
+                vec![stage(None, 50, 0), stage(None, 50, 0)],
+                (0, 0),
+            ),
             (
                 "two streamed stages keep their slots: nothing copied in steady state",
                 vec![stage(Some(0), 10, 50), stage(Some(1), 10, 50)],
@@ -430,7 +471,11 @@ mod tests {
             ),
             (
                 "copies longer than the compute before them: the excess stalls",
-                vec![stage(Some(0), 10, 50), stage(Some(1), 10, 50), stage(Some(0), 10, 50)],
+                vec![
+                    stage(Some(0), 10, 50),
+                    stage(Some(1), 10, 50),
+                    stage(Some(0), 10, 50),
+                ],
                 // each 50 ns copy overlaps the 10 ns stage before it
                 (120, 300),
             ),
@@ -445,11 +490,21 @@ mod tests {
         // Four one-weight blocks, long and short compute alternating; one resident allowed.
         // Each streamed copy hides behind the compute of the block before it: the weights of
         // blocks 0 and 2 follow short blocks, so only their residency removes stall.
-        let w = vec![WeightInfo { bytes: 100, stage_ns: 100 }; 4];
+        let w = vec![
+            WeightInfo {
+                bytes: 100,
+                stage_ns: 100
+            };
+            4
+        ];
         let s: Vec<Segment> = [1000, 1, 1000, 1]
             .iter()
             .enumerate()
-            .map(|(b, &c)| Segment { block: b, weight: Some(b), compute_ns: c })
+            .map(|(b, &c)| Segment {
+                block: b,
+                weight: Some(b),
+                compute_ns: c,
+            })
             .collect();
         let p = place(&w, &s, 10_000, 100, Some(100), 1);
         let chosen = p.resident.iter().position(|&r| r).unwrap();
@@ -459,10 +514,21 @@ mod tests {
             simulate(&stages(&w, &s, &res, 100, 1)).0
         };
         assert!(chosen == 0 || chosen == 2, "{:?}", p.resident);
-        assert!(stall_with(chosen) < stall_with(1), "{} vs {}", stall_with(chosen), stall_with(1));
+        assert!(
+            stall_with(chosen) < stall_with(1),
+            "{} vs {}",
+            stall_with(chosen),
+            stall_with(1)
+        );
         assert_eq!(p.expected_stall_ns, stall_with(chosen));
         // Ties (nothing to gain) go to the earliest consumed weight.
-        let w = vec![WeightInfo { bytes: 100, stage_ns: 0 }; 4];
+        let w = vec![
+            WeightInfo {
+                bytes: 100,
+                stage_ns: 0
+            };
+            4
+        ];
         let p = place(&w, &s, 10_000, 100, Some(100), 1);
         assert_eq!(p.resident, vec![true, false, false, false]);
     }

@@ -86,11 +86,17 @@ impl MemoryPlan {
                 }
             }
         }
-        let unseen: Vec<usize> = (0..rt.weights.len()).filter(|w| !order.contains(w)).collect();
+        let unseen: Vec<usize> = (0..rt.weights.len())
+            .filter(|w| !order.contains(w))
+            .collect();
         order.extend(unseen);
-        let stage_of = |w: usize| p.stages.iter().position(|st| {
-            segments[st.segments.clone()].iter().any(|s| s.weight == Some(w))
-        });
+        let stage_of = |w: usize| {
+            p.stages.iter().position(|st| {
+                segments[st.segments.clone()]
+                    .iter()
+                    .any(|s| s.weight == Some(w))
+            })
+        };
         let rows = order
             .into_iter()
             .map(|w| {
@@ -98,14 +104,20 @@ impl MemoryPlan {
                 let stage = stage_of(w);
                 let place = match resident[w] {
                     Some(l) => {
-                        let m = mappings.iter().position(|b| b.id() == l.buffer).unwrap_or(0);
+                        let m = mappings
+                            .iter()
+                            .position(|b| b.id() == l.buffer)
+                            .unwrap_or(0);
                         format!("mapping {m} +{}", fmt_bytes(l.offset as u64))
                     }
                     None => {
                         let (slot, off) = stage
                             .and_then(|j| {
                                 let st = &p.stages[j];
-                                st.streamed.iter().find(|x| x.0 == w).map(|x| (st.slot, x.1))
+                                st.streamed
+                                    .iter()
+                                    .find(|x| x.0 == w)
+                                    .map(|x| (st.slot, x.1))
                             })
                             .unwrap_or((None, 0));
                         match slot {

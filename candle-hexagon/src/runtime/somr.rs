@@ -121,12 +121,19 @@ fn somr(st: &mut State) -> &mut Somr {
 
 impl Somr {
     /// Make sure a plan is in force for the forward whose per-block batches are `blocks`.
-    pub(crate) fn begin(rt: &Runtime, st: &mut State, blocks: &[Batch], ctx: Context) -> Result<()> {
+    pub(crate) fn begin(
+        rt: &Runtime,
+        st: &mut State,
+        blocks: &[Batch],
+        ctx: Context,
+    ) -> Result<()> {
         let s = somr(st);
         let known = |a: &Active| {
-            blocks.iter().flat_map(|b| b.ops()).filter_map(op_weight).all(|w| {
-                a.stage_of[w].is_some() || a.resident[w].is_some()
-            })
+            blocks
+                .iter()
+                .flat_map(|b| b.ops())
+                .filter_map(op_weight)
+                .all(|w| a.stage_of[w].is_some() || a.resident[w].is_some())
         };
         match &s.active {
             Some(a) if !a.profiling && known(a) => return Ok(()),
@@ -167,7 +174,9 @@ impl Somr {
             )
         };
         rt.stats().count_plan(profiling);
-        let active = Self::map(rt, s.epoch, profiling, placement, segments, ctx, total, headroom)?;
+        let active = Self::map(
+            rt, s.epoch, profiling, placement, segments, ctx, total, headroom,
+        )?;
         somr(st).active = Some(active);
         Ok(())
     }
@@ -187,14 +196,21 @@ impl Somr {
         }
         if let Some(p) = profile {
             let same = p.segments.len() == out.len()
-                && p.segments.iter().zip(&out).all(|(a, b)| (a.block, a.weight) == (b.block, b.weight));
+                && p.segments
+                    .iter()
+                    .zip(&out)
+                    .all(|(a, b)| (a.block, a.weight) == (b.block, b.weight));
             if same {
                 return p.segments.clone();
             }
             // A different structure (e.g. no rows selected in the last block): profiled times
             // by (block, weight) where known.
             for s in out.iter_mut() {
-                if let Some(q) = p.segments.iter().find(|q| (q.block, q.weight) == (s.block, s.weight)) {
+                if let Some(q) = p
+                    .segments
+                    .iter()
+                    .find(|q| (q.block, q.weight) == (s.block, s.weight))
+                {
                     s.compute_ns = q.compute_ns;
                 }
             }
@@ -255,7 +271,8 @@ impl Somr {
                         .iter()
                         .map(|&(w, _)| (w, rt.weights[w].bytes.len() as u64))
                         .collect();
-                    let mut parts = pack_in_order(&sub, have.min(m.bytes / 2).max(1), TENSOR_ALIGN as u64);
+                    let mut parts =
+                        pack_in_order(&sub, have.min(m.bytes / 2).max(1), TENSOR_ALIGN as u64);
                     parts.reverse();
                     pending.extend(parts);
                     continue;
@@ -269,7 +286,12 @@ impl Somr {
                     offset: off as usize,
                 });
             }
-            rt.dev.mem().count_weights(m.members.iter().map(|&(w, _)| rt.weights[w].bytes.len() as u64).sum());
+            rt.dev.mem().count_weights(
+                m.members
+                    .iter()
+                    .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
+                    .sum(),
+            );
             mappings.push(buf);
         }
         let mut slots = Vec::new();
@@ -282,7 +304,9 @@ impl Somr {
                 });
             }
         }
-        let report = MemoryPlan::new(rt, &placement, &segments, &resident, &mappings, ctx, total, headroom, profiling);
+        let report = MemoryPlan::new(
+            rt, &placement, &segments, &resident, &mappings, ctx, total, headroom, profiling,
+        );
         Ok(Active {
             epoch,
             profiling,
@@ -329,13 +353,20 @@ impl Somr {
 
     /// Where the weights of `batch` (stage `j`) are, staging the streamed ones into the stage's
     /// slot (after the stage that last read the slot has finished).
-    pub(crate) fn prepare(rt: &Runtime, st: &mut State, j: usize, batch: &Batch) -> Result<Vec<(usize, Loc)>> {
+    pub(crate) fn prepare(
+        rt: &Runtime,
+        st: &mut State,
+        j: usize,
+        batch: &Batch,
+    ) -> Result<Vec<(usize, Loc)>> {
         let forward = st.forwards;
         let last = st.last.clone();
         let a = somr(st).active.as_mut().expect("begin() made a plan");
         let stage = &a.placement.stages[j];
         let mut locs: Vec<(usize, Loc)> = Vec::new();
-        let slot = stage.slot.map(|b| placement::slot_of(b, forward, a.alternates));
+        let slot = stage
+            .slot
+            .map(|b| placement::slot_of(b, forward, a.alternates));
         if let Some(k) = slot {
             let s = &mut a.slots[k];
             if s.tag != Some(j) {
@@ -349,14 +380,19 @@ impl Somr {
                     a.copy_ns[w] = t.elapsed().as_nanos() as u64;
                 }
                 s.tag = Some(j);
-                rt.stats().staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
+                rt.stats()
+                    .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
             }
         }
         for w in batch.ops().iter().filter_map(op_weight) {
             if locs.iter().any(|(x, _)| *x == w) {
                 continue;
             }
-            let loc = match (a.resident[w], stage.streamed.iter().find(|(x, _)| *x == w), slot) {
+            let loc = match (
+                a.resident[w],
+                stage.streamed.iter().find(|(x, _)| *x == w),
+                slot,
+            ) {
                 (Some(l), _, _) => l,
                 (None, Some(&(_, off)), Some(k)) => Loc {
                     buffer: a.slots[k].buf.id(),
@@ -388,7 +424,9 @@ impl Somr {
         a.submitted.push((j, slot));
         if a.profiling {
             done.wait();
-            let ns = done.done_at().map_or(0, |t| t.saturating_duration_since(at).as_nanos() as u64);
+            let ns = done
+                .done_at()
+                .map_or(0, |t| t.saturating_duration_since(at).as_nanos() as u64);
             let seg = a.placement.stages[j].segments.start;
             a.seg_ns[seg] += ns;
         }
@@ -455,7 +493,11 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
     let Policy::Somr(s) = &mut st.policy else {
         return Ok(());
     };
-    let Some(a) = s.active.as_mut().filter(|a| a.epoch == p.epoch && !a.profiling) else {
+    let Some(a) = s
+        .active
+        .as_mut()
+        .filter(|a| a.epoch == p.epoch && !a.profiling)
+    else {
         return Ok(());
     };
     let Some(j0) = a.placement.stages.iter().position(|s| s.slot.is_some()) else {
@@ -475,7 +517,8 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
         slot.buf.write(off as usize, &rt.weights[w].bytes)?;
     }
     slot.tag = Some(j0);
-    rt.stats().staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
+    rt.stats()
+        .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
     Ok(())
 }
 
@@ -503,7 +546,10 @@ fn profiling_placement(w: &[WeightInfo], segments: &[Segment], slot_max: u64) ->
     }
     Placement {
         slot_bytes: stages.iter().map(|s| s.streamed_bytes).max().unwrap_or(0),
-        resident_bytes: (0..w.len()).filter(|&i| resident[i]).map(|i| w[i].bytes).sum(),
+        resident_bytes: (0..w.len())
+            .filter(|&i| resident[i])
+            .map(|i| w[i].bytes)
+            .sum(),
         resident,
         stages,
         expected_stall_ns: 0,
