@@ -149,6 +149,16 @@ pub fn window_bytes_from_mib(mib: u64) -> Result<u64> {
 }
 
 impl HexagonConfig {
+    /// The memory settings from their command-line spellings: `--memory-policy`
+    /// (`naive|paging|somr`) and `--hexagon-window` (MiB).
+    pub fn with_memory_names(self, policy: &str, window_mib: u64) -> Result<Self> {
+        Ok(HexagonConfig {
+            memory_policy: MemoryPolicy::from_name(policy)?,
+            va_window_bytes: window_bytes_from_mib(window_mib)?,
+            ..self
+        })
+    }
+
     /// Check every field; errors name the field.
     pub fn validate(&self) -> Result<()> {
         let bad = |field, reason: String| Err(Error::Config { field, reason });
@@ -782,6 +792,30 @@ mod tests {
     }
 
     #[test]
+    fn memory_settings_from_their_command_line_names() {
+        let c = HexagonConfig::default()
+            .with_memory_names("paging", 96)
+            .unwrap();
+        assert_eq!((c.memory_policy, c.va_window_bytes), (MemoryPolicy::Paging, 96 << 20));
+        for p in MemoryPolicy::ALL {
+            assert_eq!(MemoryPolicy::from_name(p.name()).unwrap(), p);
+        }
+        assert_eq!(HexagonConfig::default().memory_policy, MemoryPolicy::Somr);
+        let e = HexagonConfig::default()
+            .with_memory_names("lru", 96)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`lru`") && e.contains("naive, paging or somr"), "{e}");
+        for mib in [0, 4097] {
+            let e = HexagonConfig::default()
+                .with_memory_names("somr", mib)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("hexagon window") && e.contains(&format!("{mib} MiB")), "{e}");
+        }
+    }
+
+    #[test]
     fn config_errors_name_the_field() {
         let cases: Vec<(HexagonConfig, &str)> = vec![
             (
@@ -818,6 +852,13 @@ mod tests {
                     ..Default::default()
                 },
                 "weight_chunk_bytes",
+            ),
+            (
+                HexagonConfig {
+                    staging_bytes: 0,
+                    ..Default::default()
+                },
+                "staging_bytes",
             ),
         ];
         for (cfg, field) in cases {

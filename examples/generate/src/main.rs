@@ -117,6 +117,12 @@ struct Args {
     /// linear_quant, flash_attn, rms_norm, swiglu, rope).
     #[arg(long, default_value = "")]
     hexagon_deny: String,
+    /// Hexagon: how the model's weights share the NPU window: naive, paging or somr.
+    #[arg(long, default_value = candle_hexagon::device::DEFAULT_MEMORY_POLICY.name())]
+    memory_policy: String,
+    /// Hexagon: the NPU address window in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = candle_hexagon::device::DEFAULT_VA_WINDOW_MIB)]
+    hexagon_window: u64,
     /// Print exactly one JSON object on stdout (and nothing else).
     #[arg(long)]
     json: bool,
@@ -147,7 +153,9 @@ fn backend(a: &Args) -> Result<Backend> {
                     .map_err(|e| anyhow!("--hexagon-deny: {e}"))?,
                 transport,
                 ..Default::default()
-            };
+            }
+            .with_memory_names(&a.memory_policy, a.hexagon_window)
+            .map_err(|e| anyhow!("--memory-policy / --hexagon-window: {e}"))?;
             let dev = HexagonDevice::open(cfg).context("--device hexagon")?;
             Ok(Backend::Hexagon(dev))
         }
