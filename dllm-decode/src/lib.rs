@@ -48,7 +48,7 @@ pub use generation::{Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{Control, StepEvent, StepObserver};
 pub use params::{
-    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, RevisionParams, Strategy,
+    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 
