@@ -12,7 +12,7 @@ use dllm_models::{DiffusionLm, RefreshRequest, Rows};
 
 use crate::confidence::{LladaScorer, Scored};
 use crate::error::{DecodeError, Result};
-use crate::generation::{Generation, StopReason};
+use crate::generation::{ForwardTrace, Generation, StopReason};
 use crate::observer::{Control, StepEvent, StepObserver};
 use crate::params::{DecodeParams, Strategy};
 use crate::rng::Rng;
@@ -284,9 +284,19 @@ pub(crate) fn run(
                 (l, Some(r))
             };
             gen.forwards += 1;
-            gen.active_positions += (plan.start..plan.end)
+            let active = (plan.start..plan.end)
                 .filter(|&k| k >= prompt_len && canvas[k] == mask)
                 .count();
+            gen.active_positions += active;
+            gen.trace.push(ForwardTrace {
+                step: gen.steps,
+                start: plan.start,
+                end: plan.end,
+                rows: rows.len(),
+                cached: if plan.fresh_cache { 0 } else { view.cache_len },
+                active,
+                refreshed: refresh.len(),
+            });
             // Step boundary: merge the refreshed K/V first (they were computed against the cache
             // this forward read), then let the policy commit the window's fresh rows.
             if let Some(r) = &refreshed {

@@ -11,6 +11,26 @@ pub enum StopReason {
     Observer,
 }
 
+/// One model forward of a generation, as the decoder asked for it (the input of latency
+/// projections and of the paper's activity plots).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardTrace {
+    /// Step index (0-based) the forward belongs to.
+    pub step: usize,
+    /// First canvas position forwarded.
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Logits rows requested.
+    pub rows: usize,
+    /// Positions in the KV cache the window attended to (0 for a forward from an empty cache).
+    pub cached: usize,
+    /// Undecided generated positions in the window (its useful work).
+    pub active: usize,
+    /// Positions refreshed beside this forward (dual path), 0 if none.
+    pub refreshed: usize,
+}
+
 /// A finished (or stopped) generation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generation {
@@ -47,6 +67,8 @@ pub struct Generation {
     pub logits_rows_skipped: usize,
     /// Positions still Visible (below the stable threshold) when their block completed.
     pub unstable_at_block_end: usize,
+    /// Every forward, in order.
+    pub trace: Vec<ForwardTrace>,
     /// Why decoding ended.
     pub stop: StopReason,
 }
@@ -71,6 +93,7 @@ impl Generation {
             merge_wait_ms: 0.0,
             logits_rows_skipped: 0,
             unstable_at_block_end: 0,
+            trace: Vec::new(),
             stop: StopReason::Completed,
         }
     }

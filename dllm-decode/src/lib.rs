@@ -44,11 +44,11 @@ use std::sync::Arc;
 use dllm_models::{Arch, DiffusionLm};
 
 pub use error::{DecodeError, Result};
-pub use generation::{Generation, StopReason};
+pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{Control, StepEvent, StepObserver};
 pub use params::{
-    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, RevisionParams, Strategy,
+    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 

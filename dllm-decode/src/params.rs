@@ -23,6 +23,20 @@ pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
 /// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
 pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
 
+/// The lengths and schedule a user asked for explicitly (`None`: not given). See
+/// [`DecodeParams::resolve`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Requested {
+    /// `--gen-length`.
+    pub gen_length: Option<usize>,
+    /// `--block-length`.
+    pub block_length: Option<usize>,
+    /// `--steps`.
+    pub steps: Option<usize>,
+    /// `--threshold`.
+    pub threshold: Option<f32>,
+}
+
 /// How the canvas is recomputed between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
@@ -281,6 +295,53 @@ impl Default for DecodeParams {
 }
 
 impl DecodeParams {
+    /// The one rule that turns what a user asked for and what a checkpoint recommends
+    /// (`generation_config.json`, see `dllm_models::source::DecodeDefaults`) into lengths and a
+    /// schedule; `generate`, `eval` and library users all go through it. Other fields come from
+    /// `self`.
+    ///
+    /// * `gen_length`: asked, else the checkpoint's, else [`DEFAULT_GEN_LENGTH`].
+    /// * `block_length`: asked, else the checkpoint's if it divides `gen_length`, else
+    ///   [`DEFAULT_BLOCK_LENGTH`] if it divides `gen_length`, else `gen_length` (one block).
+    /// * `steps`: asked; else, when `gen_length` was asked, `gen_length` (one token per step: the
+    ///   checkpoint's step count belongs to its own length); else the checkpoint's; else
+    ///   `gen_length`.
+    /// * `threshold`: asked; else the checkpoint's unless `steps` was asked (a step count means the
+    ///   schedule); else none.
+    pub fn resolve(
+        self,
+        asked: Requested,
+        checkpoint: &dllm_models::source::DecodeDefaults,
+    ) -> DecodeParams {
+        let gen_length = asked
+            .gen_length
+            .or(checkpoint.gen_length)
+            .unwrap_or(DEFAULT_GEN_LENGTH);
+        let divides = |b: &usize| *b > 0 && gen_length.is_multiple_of(*b);
+        let block_length = asked
+            .block_length
+            .or(checkpoint.block_length.filter(divides))
+            .or(Some(DEFAULT_BLOCK_LENGTH).filter(divides))
+            .unwrap_or(gen_length);
+        let steps = match (asked.steps, asked.gen_length) {
+            (Some(s), _) => s,
+            (None, Some(_)) => gen_length,
+            (None, None) => checkpoint.steps.unwrap_or(gen_length),
+        };
+        let threshold = asked.threshold.or(if asked.steps.is_none() {
+            checkpoint.threshold.map(|t| t as f32)
+        } else {
+            None
+        });
+        DecodeParams {
+            gen_length,
+            block_length,
+            steps,
+            threshold,
+            ..self
+        }
+    }
+
     /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.gen_length / self.block_length.max(1)
@@ -457,5 +518,72 @@ impl DecodeParams {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dllm_models::source::DecodeDefaults;
+
+    #[test]
+    fn one_rule_for_asked_and_checkpoint_lengths() {
+        let ck = DecodeDefaults {
+            gen_length: Some(24),
+            block_length: Some(8),
+            steps: Some(24),
+            threshold: Some(0.9),
+        };
+        let none = DecodeDefaults::default();
+        let ask = |g, b, s, t| Requested {
+            gen_length: g,
+            block_length: b,
+            steps: s,
+            threshold: t,
+        };
+        // (asked, checkpoint) -> (gen, block, steps, threshold)
+        let table: &[(
+            Requested,
+            &DecodeDefaults,
+            (usize, usize, usize, Option<f32>),
+        )] = &[
+            (ask(None, None, None, None), &ck, (24, 8, 24, Some(0.9))),
+            (ask(None, None, None, None), &none, (128, 32, 128, None)),
+            // An explicit length without steps: one token per step, not the checkpoint's 24.
+            (
+                ask(Some(128), None, None, None),
+                &ck,
+                (128, 8, 128, Some(0.9)),
+            ),
+            (
+                ask(Some(224), None, None, None),
+                &ck,
+                (224, 8, 224, Some(0.9)),
+            ),
+            // The checkpoint's block does not divide the length: the default 32 does not either.
+            (
+                ask(Some(20), None, None, None),
+                &ck,
+                (20, 20, 20, Some(0.9)),
+            ),
+            (ask(Some(40), None, None, None), &none, (40, 40, 40, None)),
+            (ask(Some(64), None, None, None), &none, (64, 32, 64, None)),
+            // Explicit steps: the schedule, not the checkpoint's threshold.
+            (ask(None, None, Some(12), None), &ck, (24, 8, 12, None)),
+            (
+                ask(None, Some(24), Some(6), Some(0.5)),
+                &ck,
+                (24, 24, 6, Some(0.5)),
+            ),
+        ];
+        for (asked, ckpt, want) in table {
+            let p = DecodeParams::default().resolve(*asked, ckpt);
+            assert_eq!(
+                (p.gen_length, p.block_length, p.steps, p.threshold),
+                *want,
+                "{asked:?} with {ckpt:?}"
+            );
+            p.validate().unwrap();
+        }
     }
 }

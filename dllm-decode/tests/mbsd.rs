@@ -233,6 +233,14 @@ fn drafts_never_enter_the_cache_and_blocks_commit_left_to_right() {
             let (g, spy) = checked(model, &p);
             assert!(g.generated().iter().all(|&t| t != spy.info().special.mask));
             assert_eq!(g.drafts, g.drafts_accepted + g.drafts_rejected);
+            // The trace is the forwards the model saw.
+            assert_eq!(g.trace.len(), g.forwards);
+            assert_eq!(
+                g.trace.iter().map(|t| t.active).sum::<usize>(),
+                g.active_positions
+            );
+            let seen: Vec<Range<usize>> = g.trace.iter().map(|t| t.start..t.end).collect();
+            assert_eq!(seen, spy.windows);
             let plen = PROMPT.len();
             let inner: Vec<&Range<usize>> = spy.windows.iter().filter(|w| w.start > 0).collect();
             if sliding && !lookahead && !inner.is_empty() {
