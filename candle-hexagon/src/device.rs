@@ -21,7 +21,7 @@ use crate::memory::{
 use crate::routing::{
     Decision, OpDesc, OpKind, Reason, RoutingReport, RoutingStats, Support, Tier, WeightFormat,
 };
-use crate::runtime::{MemoryPolicy, SwapSnapshot, SwapStats};
+use crate::runtime::{MemoryPlan, MemoryPolicy, SwapSnapshot, SwapStats};
 use crate::transport::emulated::EmulatedTransport;
 use crate::transport::{Batch, Completion, Fence, OpCheck, Transport};
 
@@ -240,6 +240,7 @@ struct Inner {
     arena: Mutex<WeightArena>,
     stats: RoutingStats,
     swap: SwapStats,
+    last_plan: Mutex<Option<MemoryPlan>>,
     plans: Mutex<HashMap<PlanKey, Plan>>,
 }
 
@@ -301,6 +302,7 @@ impl HexagonDevice {
                 pool: Arc::new(BufferPool::default()),
                 stats: RoutingStats::default(),
                 swap: SwapStats::default(),
+                last_plan: Mutex::new(None),
                 plans: Mutex::new(HashMap::new()),
             }),
         })
@@ -338,6 +340,17 @@ impl HexagonDevice {
 
     pub(crate) fn swap_stats(&self) -> &SwapStats {
         &self.inner.swap
+    }
+
+    /// The memory plan a module on this device made last (policy `somr`): where its weights
+    /// live, the stages of a forward and the expected stall. Per module: see
+    /// `HexTransformer::memory_plan`.
+    pub fn last_memory_plan(&self) -> Option<MemoryPlan> {
+        self.inner.last_plan.lock().expect("plan lock").clone()
+    }
+
+    pub(crate) fn note_plan(&self, p: &MemoryPlan) {
+        *self.inner.last_plan.lock().expect("plan lock") = Some(p.clone());
     }
 
     /// Memory counters (maps, unmaps, peak VA, bytes staged).
@@ -796,7 +809,10 @@ mod tests {
         let c = HexagonConfig::default()
             .with_memory_names("paging", 96)
             .unwrap();
-        assert_eq!((c.memory_policy, c.va_window_bytes), (MemoryPolicy::Paging, 96 << 20));
+        assert_eq!(
+            (c.memory_policy, c.va_window_bytes),
+            (MemoryPolicy::Paging, 96 << 20)
+        );
         for p in MemoryPolicy::ALL {
             assert_eq!(MemoryPolicy::from_name(p.name()).unwrap(), p);
         }
@@ -805,13 +821,19 @@ mod tests {
             .with_memory_names("lru", 96)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("`lru`") && e.contains("naive, paging or somr"), "{e}");
+        assert!(
+            e.contains("`lru`") && e.contains("naive, paging or somr"),
+            "{e}"
+        );
         for mib in [0, 4097] {
             let e = HexagonConfig::default()
                 .with_memory_names("somr", mib)
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("hexagon window") && e.contains(&format!("{mib} MiB")), "{e}");
+            assert!(
+                e.contains("hexagon window") && e.contains(&format!("{mib} MiB")),
+                "{e}"
+            );
         }
     }
 

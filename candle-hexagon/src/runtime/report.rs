@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::placement::{Placement, Segment};
+use super::placement::{self, Placement, Segment, Stage};
 use super::somr::Context;
 use super::{Loc, Runtime};
 use crate::error::fmt_bytes;
@@ -61,6 +61,8 @@ pub struct MemoryPlan {
     pub profiling: bool,
     /// The weights, in consumption order.
     pub rows: Vec<PlanRow>,
+    /// The stages of a forward with their profiled NPU and staging times.
+    pub stage_plan: Vec<Stage>,
 }
 
 impl MemoryPlan {
@@ -153,7 +155,22 @@ impl MemoryPlan {
             expected_streamed_bytes: p.expected_streamed_bytes,
             profiling,
             rows,
+            stage_plan: p.stages.clone(),
         }
+    }
+
+    /// The expected stall per forward if the NPU ran `speedup` times faster than profiled
+    /// (staging times unchanged): a projection from the profile, not a measurement.
+    pub fn projected_stall_ns(&self, speedup: f64) -> u64 {
+        let faster: Vec<Stage> = self
+            .stage_plan
+            .iter()
+            .map(|s| Stage {
+                compute_ns: (s.compute_ns as f64 / speedup.max(1e-9)) as u64,
+                ..s.clone()
+            })
+            .collect();
+        placement::simulate(&faster).0
     }
 
     /// Weights streamed through the slots.

@@ -143,7 +143,15 @@ impl Somr {
         // Release the old plan first: its space is part of the budget.
         s.active = None;
         s.epoch += 1;
-        let segments = Self::segments(blocks, s.profile.as_ref());
+        // A profile that does not cover this forward's structure (a weight it never saw consumed)
+        // is taken again.
+        let segments = match Self::segments(blocks, s.profile.as_ref()) {
+            Some(seg) => seg,
+            None => {
+                s.profile = None;
+                Self::segments(blocks, None).expect("no profile to cover")
+            }
+        };
         let w = &rt.weights;
         let size = |i: usize| align_tensor(w[i].bytes.len()) as u64;
         let va = rt.dev.memory_stats().va;
@@ -181,9 +189,9 @@ impl Somr {
         Ok(())
     }
 
-    /// The planning segments: those of this forward's batches, with the profiled times when the
-    /// profile was taken on the same structure.
-    fn segments(blocks: &[Batch], profile: Option<&Profile>) -> Vec<Segment> {
+    /// The planning segments: those of this forward's batches, with the profiled times (`None`
+    /// when the profile does not cover a segment of this forward).
+    fn segments(blocks: &[Batch], profile: Option<&Profile>) -> Option<Vec<Segment>> {
         let mut out = Vec::new();
         for (li, b) in blocks.iter().enumerate() {
             for (w, _) in segments_of(b) {
@@ -195,27 +203,15 @@ impl Somr {
             }
         }
         if let Some(p) = profile {
-            let same = p.segments.len() == out.len()
-                && p.segments
-                    .iter()
-                    .zip(&out)
-                    .all(|(a, b)| (a.block, a.weight) == (b.block, b.weight));
-            if same {
-                return p.segments.clone();
-            }
-            // A different structure (e.g. no rows selected in the last block): profiled times
-            // by (block, weight) where known.
             for s in out.iter_mut() {
-                if let Some(q) = p
+                let q = p
                     .segments
                     .iter()
-                    .find(|q| (q.block, q.weight) == (s.block, s.weight))
-                {
-                    s.compute_ns = q.compute_ns;
-                }
+                    .find(|q| (q.block, q.weight) == (s.block, s.weight))?;
+                s.compute_ns = q.compute_ns;
             }
         }
-        out
+        Some(out)
     }
 
     /// Map the residents and the slots of `placement`.
@@ -307,6 +303,7 @@ impl Somr {
         let report = MemoryPlan::new(
             rt, &placement, &segments, &resident, &mappings, ctx, total, headroom, profiling,
         );
+        rt.dev.note_plan(&report);
         Ok(Active {
             epoch,
             profiling,
