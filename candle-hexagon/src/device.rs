@@ -582,6 +582,11 @@ impl HexagonDevice {
         self.inner.pool.take_with(&self.inner.mem, bytes, exact)
     }
 
+    /// Unmap the pool's idle buffers (a planner reclaiming their window space).
+    pub(crate) fn release_idle_buffers(&self) {
+        self.inner.pool.release_idle();
+    }
+
     /// Idle buffers in the staging/activation pool.
     pub fn pooled_buffers(&self) -> usize {
         self.inner.pool.idle_count()

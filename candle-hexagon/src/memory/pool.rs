@@ -73,6 +73,12 @@ impl BufferPool {
         })
     }
 
+    /// Unmap every idle buffer (their window space goes back to the planner).
+    pub(crate) fn release_idle(&self) {
+        let freed: Vec<DeviceBuffer> = std::mem::take(&mut *self.idle.lock().expect("pool lock"));
+        drop(freed);
+    }
+
     /// Buffers waiting for reuse.
     pub(crate) fn idle_count(&self) -> usize {
         self.idle.lock().expect("pool lock").len()

@@ -154,6 +154,8 @@ impl Somr {
         };
         let w = &rt.weights;
         let size = |i: usize| align_tensor(w[i].bytes.len()) as u64;
+        // Idle activation buffers of other shapes hold window space the plan can use.
+        rt.dev.release_idle_buffers();
         let va = rt.dev.memory_stats().va;
         let cfg = rt.dev.config();
         let free = va.window_bytes.saturating_sub(va.mapped_bytes);

@@ -16,6 +16,8 @@
 //! address window and mapper table: the tables show which policy fits the window and how staging
 //! overlaps compute *here*; they say nothing about Hexagon speed.
 
+mod agree;
+
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -139,10 +141,11 @@ fn table7(a: &Args, cfg: &TransformerConfig) -> Result<()> {
         a.tokens_per_step
     );
     println!(
-        "| policy | token budget | outcome | tokens | = CPU | forwards | maps | unmaps | streamed MiB | \
-         stall ms | overlapped ms | peak VA MiB | wall s |"
+        "| policy | window MiB | token budget | outcome | tokens | forwards | maps | unmaps | streamed MiB | \
+         stall ms | overlapped ms | peak VA MiB | wall s | vs the CPU | vs somr, window holding everything |"
     );
-    println!("|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|");
+    let mask = cfg.special.mask;
     let mut failures = Vec::new();
     for &budget in &a.budgets {
         if budget % a.block != 0 || budget % a.tokens_per_step != 0 {
@@ -163,47 +166,50 @@ fn table7(a: &Args, cfg: &TransformerConfig) -> Result<()> {
             None
         } else {
             let mut m = model(cfg, &Backend::Cpu)?;
-            let g = dllm_decode::generate(&mut m, &prompt, &params, &mut ())?;
-            Some(g.generated().to_vec())
+            Some(agree::record(&mut m, &prompt, &params)?)
         };
-        for policy in &a.policies {
-            let dev = device(a, |c| Ok(c.with_memory_names(policy, a.window_mib)?))?;
+        // The reference on the NPU: somr in a window that holds everything (nothing streamed).
+        let mut runs: Vec<(String, u64)> =
+            vec![("somr".into(), candle_hexagon::device::DEFAULT_VA_WINDOW_MIB)];
+        runs.extend(a.policies.iter().map(|p| (p.clone(), a.window_mib)));
+        let mut resident: Option<agree::Run> = None;
+        for (policy, window) in runs {
+            let dev = device(a, |c| Ok(c.with_memory_names(&policy, window)?))?;
             let start = Instant::now();
             let mut m = model(cfg, &Backend::Hexagon(dev.clone()))?;
             if !m.runs_blocks_on_npu() {
-                println!(
-                    "| {policy} | {budget} | block module refused: {} |",
-                    dev.routing_report()
-                );
+                println!("| {policy} | {window} | {budget} | block module refused |");
                 continue;
             }
             let before = dev.counters();
-            let r = dllm_decode::generate(&mut m, &prompt, &params, &mut ());
+            let r = agree::record(&mut m, &prompt, &params);
             let c = dev.counters().since(&before);
             let peak = dev.memory_stats().va.peak_mapped_bytes as f64 / MIB;
             let wall = start.elapsed().as_secs_f64();
             match r {
-                Ok(g) => {
-                    let same = match &cpu {
-                        Some(t) => {
-                            if t == g.generated() {
-                                "yes"
-                            } else {
-                                "NO"
-                            }
-                        }
-                        None => "-",
+                Ok(run) => {
+                    let vs_cpu = match &cpu {
+                        Some(r) => agree::verdict(r, &run, mask)?,
+                        None => "-".into(),
+                    };
+                    let vs_resident = match &resident {
+                        Some(r) => agree::verdict(r, &run, mask)?,
+                        None => "(this row)".into(),
                     };
                     println!(
-                        "| {policy} | {budget} | completed | {} | {same} | {} | {} | {peak:.1} | {wall:.1} |",
-                        g.tokens_decoded,
-                        g.forwards,
+                        "| {policy} | {window} | {budget} | completed | {} | {} | {} | {peak:.1} | {wall:.1} | \
+                         {vs_cpu} | {vs_resident} |",
+                        run.decoded,
+                        run.forwards,
                         counters_cells(&c)
                     );
-                    if policy == "somr" && a.print_plan {
+                    if policy == "somr" && window == a.window_mib && a.print_plan {
                         if let Some(p) = dev.last_memory_plan() {
                             println!("\n```\n{p}\n```\n");
                         }
+                    }
+                    if resident.is_none() {
+                        resident = Some(run);
                     }
                 }
                 Err(e) => {
@@ -212,7 +218,7 @@ fn table7(a: &Args, cfg: &TransformerConfig) -> Result<()> {
                         None => format!("NOT a window error: {e}"),
                     };
                     println!(
-                        "| {policy} | {budget} | failed | - | - | {} | {} | {peak:.1} | {wall:.1} |",
+                        "| {policy} | {window} | {budget} | failed | - | {} | {} | {peak:.1} | {wall:.1} | - | - |",
                         c.forwards,
                         counters_cells(&c)
                     );
@@ -300,10 +306,16 @@ fn fig13c(a: &Args, cfg: &TransformerConfig) -> Result<()> {
                 dev.counters().since(&before),
             ));
         }
-        per.sort_by(|x, y| x.1.stall_ns.cmp(&y.1.stall_ns));
-        let (_, c) = per[per.len() / 2];
-        let mut ms: Vec<f64> = per.iter().map(|p| p.0).collect();
-        ms.sort_by(f64::total_cmp);
+        // Medians per column over the timed forwards.
+        let median = |f: &dyn Fn(&(f64, DeviceCounters)) -> f64| {
+            let mut v: Vec<f64> = per.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let c = per[0].1;
+        let staging = median(&|p| (p.1.stall_ns + p.1.overlapped_ns) as f64 / 1e6);
+        let stall = median(&|p| p.1.stall_ns as f64 / 1e6);
+        let wall = median(&|p| p.0);
         let plan = dev.last_memory_plan().context("somr made no plan")?;
         println!(
             "| {cap} | {:.1} | {} / {} | {} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.1} |",
@@ -312,13 +324,13 @@ fn fig13c(a: &Args, cfg: &TransformerConfig) -> Result<()> {
             plan.rows.len(),
             c.dsp_batches,
             c.bytes_streamed as f64 / MIB,
-            (c.stall_ns + c.overlapped_ns) as f64 / 1e6,
-            c.stall_ns as f64 / 1e6,
+            staging,
+            stall,
             plan.expected_stall_ns as f64 / 1e6,
             plan.projected_stall_ns(a.project_speedup) as f64 / 1e6,
             c.maps,
             c.unmaps,
-            ms[ms.len() / 2]
+            wall
         );
         if a.print_plan {
             println!("\n```\n{plan}\n```\n");
