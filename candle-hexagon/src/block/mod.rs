@@ -1,36 +1,39 @@
 //! Block-level NPU execution: a weight-owning transformer module that runs each transformer
-//! block as **one DSP batch** over resident weights, a resident fp16 KV cache and planned
+//! block as **one DSP batch** over its weights, a resident fp16 KV cache and planned
 //! intermediates in the NPU address window.
 //!
 //! An NPU pays per round trip, so at this grain the module *is* the op (STYLE.md: "a
 //! block-level module is the op"). [`HexTransformer`] packs a stack of llama-style
 //! bidirectional blocks at load time — fused QKV (+ bias) and fused gate/up as fp16 HMX tiles or
-//! Q4_0 tiles, RMSNorm weights and NeoX RoPE tables as resident f32 — plus the final norm and
-//! the LM head. A forward over a window of `n` rows starting at canvas position `ws`, against a
+//! Q4_0 tiles, kept in host memory for the memory runtime ([`crate::runtime`]) to place
+//! (resident, or streamed through staging slots when the window is too small); RMSNorm weights,
+//! biases and NeoX RoPE tables as pinned f32 in one mapping — plus the final norm and the LM
+//! head. A forward over a window of `n` rows starting at canvas position `ws`, against a
 //! [`DeviceKv`] holding `len` cached rows:
 //!
 //! 1. the host writes the embedded input `(b, n, hidden)` (as f32), the positions and the row
-//!    selection into a planned activation buffer taken from the device pool (same offsets for
-//!    every forward of the same shape);
-//! 2. one batch per block is queued: RMSNorm → fused QKV matmul (+ bias) → RoPE on q (in place)
+//!    selection into an activation buffer (offsets planned once per shape: `plan.rs`; under the
+//!    `somr` policy, regions never live together share bytes);
+//! 2. one batch per block is queued (more when the runtime cuts a block into stages around
+//!    streamed weights: `forward.rs`): RMSNorm → fused QKV matmul (+ bias) → RoPE on q (in place)
 //!    and on k (written as f16 straight into KV rows `[len, len + n)`) → V copied as f16 into
 //!    the same rows → FlashAttention over rows `[0, len + n)` skipping the stale cached rows
 //!    `[ws, min(ws + n, len))` → o matmul + residual → RMSNorm → fused gate/up matmul → SwiGLU
 //!    over the two halves (strided views) → down matmul + residual. The last block gathers the
 //!    requested rows (`GET_ROWS`) before attention and ends with the final norm and the LM head
 //!    (or returns the normalised hidden rows when the head is not on the NPU);
-//! 3. [`HexTransformer::submit`] returns a [`ForwardHandle`] holding the fences at once: the
-//!    caller does CPU work, then [`ForwardHandle::wait`] returns `(b, rows, vocab)` f32 logits.
-//!    Block `i + 1` is queued before block `i` runs (the DSP queue runs in order); nothing is
-//!    copied through the host between blocks.
+//! 3. [`HexTransformer::submit`] returns a [`ForwardHandle`] holding the fences: the caller does
+//!    CPU work, then [`ForwardHandle::wait`] returns `(b, rows, vocab)` f32 logits. Block `i + 1`
+//!    is queued before block `i` runs (the DSP queue runs in order); nothing is copied through
+//!    the host between blocks except streamed weights into their slots.
 //!
 //! Every submitted batch leases the bytes it touches (see [`crate::memory`]), so host reads of
 //! cached rows (a CPU refresh) proceed while the NPU appends new rows, and conflicting host
 //! access is refused until the fences complete.
 //!
-//! What cannot run on the device (deny-list `block`, weight dtypes, shapes, address window,
-//! mapper entries) is a routing decision: the constructor returns [`Placed::Cpu`] with the
-//! reason, counted under [`OpKind::Block`], and the caller keeps its per-op or CPU path.
+//! What cannot run on the device (deny-list `block`, weight dtypes, shapes, a window that cannot
+//! take the pinned vectors) is a routing decision: the constructor returns [`Placed::Cpu`] with
+//! the reason, counted under [`OpKind::Block`], and the caller keeps its per-op or CPU path.
 
 mod forward;
 mod handle;
