@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod config;
 pub mod device;
 pub mod error;
 pub mod layout;

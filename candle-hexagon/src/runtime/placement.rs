@@ -193,6 +193,20 @@ pub fn simulate(stages: &[Stage]) -> (u64, u64) {
     last
 }
 
+/// Every weight resident: one stage per block, no slots, no stall.
+pub fn all_resident(weights: &[WeightInfo], segments: &[Segment], align: u64) -> Placement {
+    let resident = vec![true; weights.len()];
+    let st = stages(weights, segments, &resident, 0, align);
+    Placement {
+        resident_bytes: weights.iter().map(|w| align_up(w.bytes, align)).sum(),
+        resident,
+        stages: st,
+        slot_bytes: 0,
+        expected_stall_ns: 0,
+        expected_streamed_bytes: 0,
+    }
+}
+
 /// Place `weights` for the forward `segments`: at most `total` bytes of window for resident
 /// weights plus the two slots (each at most `slot_max`), at most `cap` resident bytes, tensors
 /// aligned to `align`. Deterministic.
@@ -398,6 +412,7 @@ mod tests {
             if p.resident.iter().all(|&r| r) {
                 assert_eq!(p.stages.len(), 4, "{what}: one stage per block");
                 assert_eq!((p.slot_bytes, p.expected_stall_ns), (0, 0), "{what}");
+                assert_eq!(p, all_resident(&w, &s, 1), "{what}");
             }
         }
     }

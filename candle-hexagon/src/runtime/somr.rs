@@ -171,7 +171,9 @@ impl Somr {
             })
             .collect();
         let profiling = !fits && s.profile.is_none();
-        let placement = if profiling {
+        let placement = if fits {
+            placement::all_resident(&infos, &segments, TENSOR_ALIGN as u64)
+        } else if profiling {
             profiling_placement(&infos, &segments, slot_max)
         } else {
             placement::place(
