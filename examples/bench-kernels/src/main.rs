@@ -1,0 +1,131 @@
+//! `bench-kernels`: one matmul `y = x W^T` of an `n x k` weight against windows of 1..256
+//! activation rows, for every weight type, timed three ways in one run (alternated per
+//! repetition): the kernels-cpu GEMM (best ISA path of this CPU, or `--isa`), candle's
+//! `QMatMul` on the same ggml blocks, and candle's dense f32 matmul (`x @ W^T` with `W^T`
+//! stored contiguous, the layout inference models use).
+//!
+//! ```text
+//! bench-kernels --threads 1                  # 2048 x 768 (the 100M LLaDA's MLP up/gate)
+//! bench-kernels --n 768 --k 2048 --types q4_0,q8_0 --rows 8,64
+//! ```
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use clap::Parser;
+use kernels_cpu::{GgmlType, Isa, QuantMatrix};
+
+#[derive(Parser, Debug)]
+#[command(about = "kernels-cpu GEMM vs candle QMatMul and dense gemm, per window size.")]
+struct Args {
+    /// Output features (weight rows).
+    #[arg(long, default_value_t = 2048)]
+    n: usize,
+    /// Input features.
+    #[arg(long, default_value_t = 768)]
+    k: usize,
+    /// Activation rows (window sizes).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64,160,256")]
+    rows: Vec<usize>,
+    /// Weight types.
+    #[arg(long, value_delimiter = ',', default_value = "q4_0,q8_0,q4_k,q6_k")]
+    types: Vec<String>,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 7)]
+    iters: usize,
+    /// Threads for every kernel (kernels-cpu and candle).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// kernels-cpu path (portable, avx2, avx-vnni, avx512, avx512-vnni) [default: best].
+    #[arg(long)]
+    isa: Option<String>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn ggml_of(name: &str) -> Result<(GgmlType, GgmlDType)> {
+    Ok(match name {
+        "q4_0" => (GgmlType::Q4_0, GgmlDType::Q4_0),
+        "q8_0" => (GgmlType::Q8_0, GgmlDType::Q8_0),
+        "q4_k" => (GgmlType::Q4K, GgmlDType::Q4K),
+        "q6_k" => (GgmlType::Q6K, GgmlDType::Q6K),
+        other => bail!("--types: unknown weight type `{other}`"),
+    })
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    kernels_cpu::threads::configure(a.threads).context("--threads")?;
+    // candle sizes its own pools from these (read when they first start).
+    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
+    std::env::set_var("CANDLE_NUM_THREADS", a.threads.to_string());
+    let isa = match &a.isa {
+        None => Isa::best(),
+        Some(s) => Isa::from_name(s).with_context(|| format!("--isa: unknown path `{s}`"))?,
+    };
+    if !isa.is_available() {
+        bail!("--isa {isa}: this CPU cannot run it (available: {:?})", Isa::available());
+    }
+    if a.iters == 0 || a.rows.is_empty() || a.rows.contains(&0) {
+        bail!("--iters and --rows must be positive");
+    }
+    let (n, k) = (a.n, a.k);
+    let dev = Device::Cpu;
+    let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
+    let wt = w.t()?.contiguous()?;
+    println!(
+        "W: {n} x {k}; {} thread(s); kernels-cpu path {isa}; median of {} (each row of the table alternates the three)\n",
+        a.threads, a.iters
+    );
+    println!("| weights | rows | kernels-cpu ms | GFLOP/s | candle QMatMul ms | GFLOP/s | dense f32 gemm ms | GFLOP/s | vs QMatMul | vs dense |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for ty in &a.types {
+        let (gt, cd) = ggml_of(ty)?;
+        let q = QTensor::quantize(&w, cd)?;
+        let blocks = q.data()?;
+        let ours = QuantMatrix::from_ggml(gt, n, k, &blocks)?;
+        let qmm = QMatMul::from_qtensor(q)?;
+        for &m in &a.rows {
+            let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
+            let xv: Vec<f32> = x.flatten_all()?.to_vec1()?;
+            let mut out = vec![0f32; m * n];
+            let (mut t_ours, mut t_q, mut t_d) = (vec![], vec![], vec![]);
+            for it in 0..=a.iters {
+                let t = Instant::now();
+                ours.view().gemm_with(isa, &xv, m, None, &mut out)?;
+                let e1 = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let y = qmm.forward(&x)?;
+                let e2 = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let z = x.matmul(&wt)?;
+                let e3 = t.elapsed().as_secs_f64();
+                std::hint::black_box((&y, &z, &out));
+                if it > 0 {
+                    t_ours.push(e1);
+                    t_q.push(e2);
+                    t_d.push(e3);
+                }
+            }
+            let flop = 2.0 * (m * n * k) as f64;
+            let (o, qq, d) = (median(t_ours), median(t_q), median(t_d));
+            println!(
+                "| {ty} | {m} | {:.3} | {:.1} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2}x | {:.2}x |",
+                o * 1e3,
+                flop / o / 1e9,
+                qq * 1e3,
+                flop / qq / 1e9,
+                d * 1e3,
+                flop / d / 1e9,
+                qq / o,
+                d / o
+            );
+        }
+    }
+    Ok(())
+}
