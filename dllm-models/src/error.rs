@@ -73,6 +73,9 @@ pub enum Error {
     /// An error from candle.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// An error from the CPU kernels (a weight shape or type they cannot pack, a thread count).
+    #[error("cpu kernels: {0}")]
+    Kernel(#[from] kernels_cpu::Error),
     /// An error from the Hexagon NPU backend.
     #[error("hexagon: {0}")]
     Hexagon(#[from] candle_hexagon::Error),

@@ -107,7 +107,10 @@ pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec) -> Acts {
         }
     };
     if rayon::current_num_threads() > 1 && m > ROWS_PER_TASK {
-        (0..m).into_par_iter().with_min_len(ROWS_PER_TASK).for_each(row);
+        (0..m)
+            .into_par_iter()
+            .with_min_len(ROWS_PER_TASK)
+            .for_each(row);
     } else {
         (0..m).for_each(row);
     }

@@ -21,9 +21,9 @@ use crate::isa::Isa;
 use crate::par::{self, OutPtr};
 use crate::qgemm::lanes;
 use crate::simd::portable::Portable;
-use crate::simd::Simd;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::x86::{V256, V512};
+use crate::simd::Simd;
 use crate::{Error, Result};
 
 const TILE: usize = 32;
@@ -105,7 +105,11 @@ impl DenseMatrix {
         check_len(
             "dense weight bytes",
             raw.len(),
-            mul("dense weight bytes", mul("dense weight bytes", n, k)?, ty.size())?,
+            mul(
+                "dense weight bytes",
+                mul("dense weight bytes", n, k)?,
+                ty.size(),
+            )?,
         )?;
         let mut data = AlignedBytes::zeroed(len);
         let dst = data.as_mut_slice();

@@ -71,7 +71,11 @@ impl Isa {
     /// The widest path this CPU runs (detected once).
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
-        *BEST.get_or_init(|| *Isa::available().last().expect("portable is always available"))
+        *BEST.get_or_init(|| {
+            *Isa::available()
+                .last()
+                .expect("portable is always available")
+        })
     }
 
     /// A short lower-case name (`portable`, `avx2`, `avx-vnni`, `avx512`, `avx512-vnni`).

@@ -19,9 +19,9 @@ use crate::isa::Isa;
 use crate::par::{self, OutPtr};
 use crate::qlayout::{self, packed_len, QFormat, TILE};
 use crate::simd::portable::Portable;
-use crate::simd::Simd;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::x86::{V256, V512};
+use crate::simd::Simd;
 use crate::{Error, Result};
 
 /// A packed quantized matrix `W[n][k]` borrowed from memory someone else owns (a model's
@@ -119,7 +119,11 @@ impl<'a> QuantView<'a> {
     ) -> Result<()> {
         isa.require()?;
         let (n, k) = (self.n, self.k);
-        check_len("activations", x.len(), crate::error::mul("activations", m, k)?)?;
+        check_len(
+            "activations",
+            x.len(),
+            crate::error::mul("activations", m, k)?,
+        )?;
         check_len("output", out.len(), crate::error::mul("output", m, n)?)?;
         if let Some(b) = bias {
             check_len("bias", b.len(), n)?;
@@ -438,7 +442,10 @@ unsafe fn k_q6k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
                 *wq = S::iload(t.add(qq * 128));
             }
             let ws_a = S::fmul(d, S::load_i8(s.add(64 + 2 * j * 32 + sl.g_off).cast()));
-            let ws_b = S::fmul(d, S::load_i8(s.add(64 + (2 * j + 1) * 32 + sl.g_off).cast()));
+            let ws_b = S::fmul(
+                d,
+                S::load_i8(s.add(64 + (2 * j + 1) * 32 + sl.g_off).cast()),
+            );
             for (i, sacc_i) in sacc.iter_mut().enumerate() {
                 let r = m0 + i;
                 let x = q.add(r * a.k + sb * 256 + j * 32);

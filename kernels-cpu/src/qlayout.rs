@@ -103,7 +103,11 @@ pub(crate) fn units(fmt: QFormat, n: usize, k: usize) -> Result<(usize, usize)> 
 /// Bytes of a packed `n x k` matrix.
 pub fn packed_len(fmt: QFormat, n: usize, k: usize) -> Result<usize> {
     let (nt, kb) = units(fmt, n, k)?;
-    mul("packed weights", mul("packed weights", nt, kb)?, fmt.code_bytes() + fmt.scale_bytes())
+    mul(
+        "packed weights",
+        mul("packed weights", nt, kb)?,
+        fmt.code_bytes() + fmt.scale_bytes(),
+    )
 }
 
 /// Repack ggml row-major blocks (`n` rows of `k` values of `fmt.ggml()`) into `dst`
@@ -174,7 +178,11 @@ fn pack_row(fmt: QFormat, c: &mut [u8], s: &mut [u8], r: usize, blk: Option<&[u8
                 }
             }
             for j in 0..8 {
-                put_nibbles(&mut c[j * 512..(j + 1) * 512], r, &codes[32 * j..32 * j + 32]);
+                put_nibbles(
+                    &mut c[j * 512..(j + 1) * 512],
+                    r,
+                    &codes[32 * j..32 * j + 32],
+                );
                 s[128 + j * 32 + r] = sc[j];
                 s[384 + j * 32 + r] = mn[j];
             }
@@ -192,7 +200,11 @@ fn pack_row(fmt: QFormat, c: &mut [u8], s: &mut [u8], r: usize, blk: Option<&[u8
                 d = [b[208], b[209]];
             }
             for j in 0..8 {
-                put_bytes(&mut c[j * 1024..(j + 1) * 1024], r, &codes[32 * j..32 * j + 32]);
+                put_bytes(
+                    &mut c[j * 1024..(j + 1) * 1024],
+                    r,
+                    &codes[32 * j..32 * j + 32],
+                );
             }
             for (j, &v) in sc.iter().enumerate() {
                 s[64 + j * 32 + r] = v;

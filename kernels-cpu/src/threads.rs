@@ -29,7 +29,10 @@ pub fn validate(n: usize) -> Result<usize> {
 /// resized).
 pub fn configure(n: usize) -> Result<()> {
     validate(n)?;
-    match rayon::ThreadPoolBuilder::new().num_threads(n).build_global() {
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+    {
         Ok(()) => Ok(()),
         Err(_) if rayon::current_num_threads() == n => Ok(()),
         Err(e) => Err(Error::Pool(format!(

@@ -45,7 +45,13 @@ fn check(ty: DenseType, n: usize, k: usize, m: usize, bias: bool, seed: u64) {
         mat.view()
             .gemm_with(isa, &x, m, b.as_deref(), &mut out)
             .unwrap();
-        assert_close(&format!("{ty:?} {isa} n={n} k={k} m={m}"), &out, &want, &mag, 1e-6);
+        assert_close(
+            &format!("{ty:?} {isa} n={n} k={k} m={m}"),
+            &out,
+            &want,
+            &mag,
+            1e-6,
+        );
     }
 }
 
@@ -79,7 +85,11 @@ fn f16_layout_is_the_npu_hmx_weight_tile_layout() {
             let (nt, kt, nn, kk) = (row / 32, col / 32, row % 32, col % 32);
             let at = (nt * kt_n + kt) * 2048 + (kk / 2) * 128 + nn * 4 + (kk % 2) * 2;
             let got = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-            let want = if row < n && col < k { w[row * k + col].to_bits() } else { 0 };
+            let want = if row < n && col < k {
+                w[row * k + col].to_bits()
+            } else {
+                0
+            };
             assert_eq!(got, want, "element ({row}, {col})");
         }
     }
@@ -92,7 +102,10 @@ fn f16_layout_is_the_npu_hmx_weight_tile_layout() {
     assert_eq!(a, b);
     let mut row = vec![0f32; k];
     view.row(7, &mut row).unwrap();
-    assert!(row.iter().zip(&w[7 * k..8 * k]).all(|(a, b)| *a == b.to_f32()));
+    assert!(row
+        .iter()
+        .zip(&w[7 * k..8 * k])
+        .all(|(a, b)| *a == b.to_f32()));
 }
 
 #[test]
@@ -103,14 +116,23 @@ fn results_do_not_depend_on_the_thread_count() {
     let x = rng.vec(m * k);
     let mat = DenseMatrix::from_f32(&w, n, k).unwrap();
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         let mut out = vec![0f32; m * n];
-        pool.install(|| mat.view().gemm(&x, m, None, &mut out)).unwrap();
+        pool.install(|| mat.view().gemm(&x, m, None, &mut out))
+            .unwrap();
         out
     };
     let one = run(1);
     for t in [2, 5] {
-        assert!(one.iter().zip(run(t)).all(|(a, b)| a.to_bits() == b.to_bits()), "{t} threads");
+        assert!(
+            one.iter()
+                .zip(run(t))
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{t} threads"
+        );
     }
 }
 

@@ -34,7 +34,13 @@ fn check(ty: &str, gt: GgmlType, n: usize, k: usize, m: usize, bias: bool, seed:
             .view()
             .gemm_with(isa, &x, m, b.as_deref(), &mut out)
             .unwrap();
-        assert_close(&format!("{ty} {isa} n={n} k={k} m={m}"), &out, &want, &mag, 2e-6);
+        assert_close(
+            &format!("{ty} {isa} n={n} k={k} m={m}"),
+            &out,
+            &want,
+            &mag,
+            2e-6,
+        );
     }
 }
 
@@ -73,7 +79,11 @@ fn packed_rows_dequantize_like_the_ggml_rows() {
                 .unwrap();
             for c in 0..k {
                 assert_eq!(row[c], direct[c], "{ty} packed row {r} col {c}");
-                assert!((row[c] as f64 - want[r * k + c]).abs() <= 1e-6 * want[r * k + c].abs().max(1e-3), "{ty} row {r} col {c}");
+                assert!(
+                    (row[c] as f64 - want[r * k + c]).abs()
+                        <= 1e-6 * want[r * k + c].abs().max(1e-3),
+                    "{ty} row {r} col {c}"
+                );
             }
         }
     }
@@ -88,16 +98,22 @@ fn results_do_not_depend_on_the_thread_count() {
         let x = rng.vec(m * k);
         let packed = QuantMatrix::from_ggml(gt, n, k, &blocks).unwrap();
         let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             let mut out = vec![0f32; m * n];
-            pool.install(|| packed.view().gemm(&x, m, None, &mut out)).unwrap();
+            pool.install(|| packed.view().gemm(&x, m, None, &mut out))
+                .unwrap();
             out
         };
         let one = run(1);
         for t in [2, 3, 8] {
             let other = run(t);
             assert!(
-                one.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits()),
+                one.iter()
+                    .zip(&other)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{ty}: {t} threads differ from 1"
             );
         }
@@ -120,7 +136,10 @@ fn bad_shapes_and_lengths_are_named_errors() {
     let mut out = vec![0f32; 8];
     let e = w.view().gemm(&[0.0; 63], 2, None, &mut out).unwrap_err();
     assert!(e.to_string().contains("activations"), "{e}");
-    let e = w.view().gemm(&[0.0; 64], 2, Some(&[0.0; 3]), &mut out).unwrap_err();
+    let e = w
+        .view()
+        .gemm(&[0.0; 64], 2, Some(&[0.0; 3]), &mut out)
+        .unwrap_err();
     assert!(e.to_string().contains("bias"), "{e}");
     let e = QuantView::new(QFormat::Q4_0, 4, 32, &[0u8; 10]).unwrap_err();
     assert!(e.to_string().contains("packed weights"), "{e}");

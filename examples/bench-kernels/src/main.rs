@@ -15,7 +15,22 @@ use anyhow::{bail, Context, Result};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use clap::Parser;
-use kernels_cpu::{GgmlType, Isa, QuantMatrix};
+use kernels_cpu::{DenseMatrix, DenseType, GgmlType, Isa, QuantMatrix};
+
+/// A kernels-cpu weight matrix of either family.
+enum Ours {
+    Quant(QuantMatrix),
+    Dense(DenseMatrix),
+}
+
+impl Ours {
+    fn gemm(&self, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) -> kernels_cpu::Result<()> {
+        match self {
+            Ours::Quant(q) => q.view().gemm_with(isa, x, m, None, out),
+            Ours::Dense(d) => d.view().gemm_with(isa, x, m, None, out),
+        }
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(about = "kernels-cpu GEMM vs candle QMatMul and dense gemm, per window size.")]
@@ -30,7 +45,11 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,64,160,256")]
     rows: Vec<usize>,
     /// Weight types.
-    #[arg(long, value_delimiter = ',', default_value = "q4_0,q8_0,q4_k,q6_k")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "q4_0,q8_0,q4_k,q6_k,f16,bf16,f32"
+    )]
     types: Vec<String>,
     /// Timed repetitions (the median is reported).
     #[arg(long, default_value_t = 7)]
@@ -54,6 +73,9 @@ fn ggml_of(name: &str) -> Result<(GgmlType, GgmlDType)> {
         "q8_0" => (GgmlType::Q8_0, GgmlDType::Q8_0),
         "q4_k" => (GgmlType::Q4K, GgmlDType::Q4K),
         "q6_k" => (GgmlType::Q6K, GgmlDType::Q6K),
+        "f16" => (GgmlType::F16, GgmlDType::F16),
+        "bf16" => (GgmlType::BF16, GgmlDType::BF16),
+        "f32" => (GgmlType::F32, GgmlDType::F32),
         other => bail!("--types: unknown weight type `{other}`"),
     })
 }
@@ -69,7 +91,10 @@ fn main() -> Result<()> {
         Some(s) => Isa::from_name(s).with_context(|| format!("--isa: unknown path `{s}`"))?,
     };
     if !isa.is_available() {
-        bail!("--isa {isa}: this CPU cannot run it (available: {:?})", Isa::available());
+        bail!(
+            "--isa {isa}: this CPU cannot run it (available: {:?})",
+            Isa::available()
+        );
     }
     if a.iters == 0 || a.rows.is_empty() || a.rows.contains(&0) {
         bail!("--iters and --rows must be positive");
@@ -88,7 +113,10 @@ fn main() -> Result<()> {
         let (gt, cd) = ggml_of(ty)?;
         let q = QTensor::quantize(&w, cd)?;
         let blocks = q.data()?;
-        let ours = QuantMatrix::from_ggml(gt, n, k, &blocks)?;
+        let ours = match DenseType::of(gt) {
+            Some(dt) => Ours::Dense(DenseMatrix::from_row_major(dt, n, k, &blocks)?),
+            None => Ours::Quant(QuantMatrix::from_ggml(gt, n, k, &blocks)?),
+        };
         let qmm = QMatMul::from_qtensor(q)?;
         for &m in &a.rows {
             let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
@@ -97,7 +125,7 @@ fn main() -> Result<()> {
             let (mut t_ours, mut t_q, mut t_d) = (vec![], vec![], vec![]);
             for it in 0..=a.iters {
                 let t = Instant::now();
-                ours.view().gemm_with(isa, &xv, m, None, &mut out)?;
+                ours.gemm(isa, &xv, m, &mut out)?;
                 let e1 = t.elapsed().as_secs_f64();
                 let t = Instant::now();
                 let y = qmm.forward(&x)?;

@@ -100,7 +100,10 @@ pub fn dequant(ty: &str, blocks: &[u8], n: usize, k: usize) -> Vec<f64> {
                     let (sc, m) = if j < 4 {
                         (s[j] & 63, s[j + 4] & 63)
                     } else {
-                        ((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+                        (
+                            (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4),
+                            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
+                        )
                     };
                     // Sub-block j: nibbles of bytes 32*(j/2).., low for even j, high for odd.
                     for l in 0..32 {
