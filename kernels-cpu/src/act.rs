@@ -15,6 +15,8 @@
 use half::f16;
 use rayon::prelude::*;
 
+use crate::isa::Isa;
+
 /// Quantized activations: `m` rows of `k` int8 codes plus per-group scales and sums.
 #[derive(Debug, Default)]
 pub(crate) struct Acts {
@@ -68,8 +70,34 @@ struct Rows {
 unsafe impl Send for Rows {}
 unsafe impl Sync for Rows {}
 
-/// Quantize `x` (`m` rows of `k`, `k` a multiple of the scheme's group) for `spec`.
-pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec) -> Acts {
+/// One row's outputs.
+pub(crate) struct RowOut<'a> {
+    pub q: &'a mut [i8],
+    pub scale: &'a mut [f32],
+    pub off: &'a mut [i32],
+    pub fsum: &'a mut [f32],
+}
+
+type RowFn = unsafe fn(&[f32], RowOut<'_>, ActSpec);
+
+/// The row quantizer for `isa` (all bit-identical).
+fn row_fn(isa: Isa) -> RowFn {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => crate::act_x86::row_avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => crate::act_x86::row_avx512,
+        _ => row_portable,
+    }
+}
+
+unsafe fn row_portable(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
+    quantize_row(x, o, spec)
+}
+
+/// Quantize `x` (`m` rows of `k`, `k` a multiple of the scheme's group) for `spec`, with the
+/// row quantizer compiled for `isa` (which the caller has checked this CPU runs).
+pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -> Acts {
     let sg = spec.scale_group();
     let og = spec.off_group;
     debug_assert!(k % sg == 0 && k % og == 0 && x.len() == m * k);
@@ -87,66 +115,121 @@ pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec) -> Acts {
         off: a.off.as_mut_ptr(),
         fsum: a.fsum.as_mut_ptr(),
     };
+    let f = row_fn(isa);
     let row = |r: usize| {
         let p = p;
-        // SAFETY: row `r` of each array is in bounds (sized above) and written by this call only.
-        let (q, scale, off, fsum) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(p.q.add(r * k), k),
-                std::slice::from_raw_parts_mut(p.scale.add(r * (k / sg)), k / sg),
-                std::slice::from_raw_parts_mut(p.off.add(r * (k / og)), k / og),
-                std::slice::from_raw_parts_mut(p.fsum.add(r * fs_row), fs_row),
-            )
-        };
-        quantize_row(&x[r * k..(r + 1) * k], q, scale, spec);
-        for (o, g) in off.iter_mut().zip(q.chunks(og)) {
-            *o = -spec.offset * g.iter().map(|&v| v as i32).sum::<i32>();
-        }
-        for (f, g) in fsum.iter_mut().zip(q.chunks(32)) {
-            *f = g.iter().map(|&v| v as i32).sum::<i32>() as f32;
+        // SAFETY: row `r` of each array is in bounds (sized above) and written by this call
+        // only; `f` runs on an ISA the caller checked.
+        unsafe {
+            let o = RowOut {
+                q: std::slice::from_raw_parts_mut(p.q.add(r * k), k),
+                scale: std::slice::from_raw_parts_mut(p.scale.add(r * (k / sg)), k / sg),
+                off: std::slice::from_raw_parts_mut(p.off.add(r * (k / og)), k / og),
+                fsum: std::slice::from_raw_parts_mut(p.fsum.add(r * fs_row), fs_row),
+            };
+            f(&x[r * k..(r + 1) * k], o, spec)
         }
     };
     if rayon::current_num_threads() > 1 && m > ROWS_PER_TASK {
-        (0..m)
-            .into_par_iter()
-            .with_min_len(ROWS_PER_TASK)
-            .for_each(row);
+        (0..m).into_par_iter().with_min_len(ROWS_PER_TASK).for_each(row);
     } else {
         (0..m).for_each(row);
     }
     a
 }
 
-fn quantize_row(x: &[f32], q: &mut [i8], scale: &mut [f32], spec: ActSpec) {
+/// Sum of int8 codes.
+fn sum_i8(q: &[i8]) -> i32 {
+    q.iter().map(|&v| v as i32).sum()
+}
+
+fn quantize_row(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
     if spec.k_quant {
-        for ((xb, qb), d) in x.chunks(256).zip(q.chunks_mut(256)).zip(scale.iter_mut()) {
-            let (mut max, mut amax) = (0f32, 0f32);
-            for &v in xb {
-                if v.abs() > amax {
-                    amax = v.abs();
-                    max = v;
-                }
-            }
+        for ((xb, qb), d) in x.chunks_exact(256).zip(o.q.chunks_exact_mut(256)).zip(o.scale.iter_mut()) {
+            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
             if amax == 0.0 {
                 qb.fill(0);
                 *d = 0.0;
                 continue;
             }
+            // ggml takes the first value of largest magnitude, with its sign.
+            let max = *xb.iter().find(|v| v.abs() == amax).expect("amax is attained");
             let iscale = -127.0 / max;
-            for (o, &v) in qb.iter_mut().zip(xb) {
-                *o = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+            for (q, &v) in qb.iter_mut().zip(xb) {
+                *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
             }
             *d = 1.0 / iscale;
         }
     } else {
-        for ((xb, qb), d) in x.chunks(32).zip(q.chunks_mut(32)).zip(scale.iter_mut()) {
+        for ((xb, qb), d) in x.chunks_exact(32).zip(o.q.chunks_exact_mut(32)).zip(o.scale.iter_mut()) {
             let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
-            for (o, &v) in qb.iter_mut().zip(xb) {
-                *o = (v * id).round() as i8;
+            for (q, &v) in qb.iter_mut().zip(xb) {
+                *q = (v * id).round() as i8;
             }
             *d = f16::from_f32(dd).to_f32();
+        }
+    }
+    for (off, g) in o.off.iter_mut().zip(o.q.chunks_exact(spec.off_group)) {
+        *off = -spec.offset * sum_i8(g);
+    }
+    for (f, g) in o.fsum.iter_mut().zip(o.q.chunks_exact(32)) {
+        *f = sum_i8(g) as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows with ties (amax 127 makes d = 1, so x.5 values round at a tie), zeros, a negative
+    /// largest magnitude, and random values.
+    fn rows(k: usize) -> Vec<f32> {
+        let mut v = Vec::new();
+        let mut s = 12345u32;
+        for r in 0..6 {
+            for j in 0..k {
+                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let u = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+                v.push(match r {
+                    0 => if j % 32 == 0 { 127.0 } else { (j % 13) as f32 - 6.5 },
+                    1 => if j % 256 == 7 { -127.0 } else { (j % 9) as f32 * 0.5 - 2.0 },
+                    2 => 0.0,
+                    3 => if j < 32 { 0.0 } else { u },
+                    _ => u * 10.0,
+                });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn every_isa_quantizes_bit_identically() {
+        let k = 512;
+        let x = rows(k);
+        let m = x.len() / k;
+        for spec in [
+            ActSpec { k_quant: false, off_group: 32, offset: 8, fsum: false },
+            ActSpec { k_quant: true, off_group: 16, offset: 32, fsum: false },
+            ActSpec { k_quant: true, off_group: 32, offset: 0, fsum: true },
+        ] {
+            let want = quantize(&x, m, k, spec, Isa::Portable);
+            // Ties really occur and round as specified.
+            if spec.k_quant {
+                // Row 1: iscale = 1; -1.5, -0.5, 0.5 round half to even.
+                assert_eq!([want.q[k + 1], want.q[k + 3], want.q[k + 5]], [-2, 0, 0]);
+            } else {
+                // Row 0: d = 1; -5.5, -4.5 round half away from zero.
+                assert_eq!(&want.q[1..3], &[-6i8, -5]);
+            }
+            for isa in Isa::available() {
+                let got = quantize(&x, m, k, spec, isa);
+                assert_eq!(got.q, want.q, "{isa} {spec:?} codes");
+                assert_eq!(got.scale, want.scale, "{isa} {spec:?} scales");
+                assert_eq!(got.off, want.off, "{isa} {spec:?} sums");
+                assert_eq!(got.fsum, want.fsum, "{isa} {spec:?} fsums");
+            }
         }
     }
 }

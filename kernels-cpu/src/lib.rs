@@ -22,6 +22,8 @@
 #![warn(missing_docs)]
 
 mod act;
+#[cfg(target_arch = "x86_64")]
+mod act_x86;
 mod aligned;
 pub mod dense;
 mod error;

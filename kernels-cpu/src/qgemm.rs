@@ -131,7 +131,7 @@ impl<'a> QuantView<'a> {
         if m == 0 {
             return Ok(());
         }
-        let acts = act::quantize(x, m, k, act_spec(self.fmt, isa));
+        let acts = act::quantize(x, m, k, act_spec(self.fmt, isa), isa);
         let nt = n.div_ceil(TILE);
         // Padded so a slab's vector load of the bias never reads past it.
         let bias_pad = bias.map(|b| {
@@ -224,6 +224,9 @@ struct Slab {
     nvalid: usize,
 }
 
+/// Experiment switch.
+const MR16: bool = false;
+
 type TaskFn = unsafe fn(&Job<'_>, Range<usize>, Range<usize>);
 
 fn task_for(isa: Isa) -> TaskFn {
@@ -309,7 +312,14 @@ unsafe fn run_rows<S: Simd>(fmt: QFormat, sl: &Slab, a: &Acts, m0: usize, left: 
         }};
     }
     let wide = S::LANES >= 16;
-    if wide && left >= 8 {
+    let b32 = matches!(fmt, QFormat::Q4_0 | QFormat::Q8_0);
+    if wide && b32 && left >= 16 && MR16 {
+        match fmt {
+            QFormat::Q4_0 => k_b32::<S, 16, false>(sl, a, m0),
+            _ => k_b32::<S, 16, true>(sl, a, m0),
+        }
+        16
+    } else if wide && left >= 8 {
         go!(8)
     } else if left >= 4 {
         go!(4)
@@ -340,24 +350,31 @@ unsafe fn k_b32<S: Simd, const MR: usize, const Q8: bool>(sl: &Slab, a: &Acts, m
     let mut acc = [S::fzero(); MR];
     let kb_n = sl.kb_n;
     let tb = if Q8 { 1024 } else { 512 };
-    let (q, off, sc) = (a.q.as_ptr(), a.off.as_ptr(), a.scale.as_ptr());
-    for kb in 0..kb_n {
-        let t = sl.codes.add(kb * tb);
-        let dw = S::load_f16(sl.scales.add(kb * 64).cast::<u16>().add(sl.g_off));
+    // Per-row cursors, advanced one block at a time (keeps address arithmetic off the vector
+    // ports in the inner loop).
+    let mut xs = [std::ptr::null::<i8>(); MR];
+    let mut offs = [std::ptr::null::<i32>(); MR];
+    let mut scs = [std::ptr::null::<f32>(); MR];
+    for i in 0..MR {
+        xs[i] = a.q.as_ptr().add((m0 + i) * a.k);
+        offs[i] = a.off.as_ptr().add((m0 + i) * kb_n);
+        scs[i] = a.scale.as_ptr().add((m0 + i) * kb_n);
+    }
+    let mut t = sl.codes;
+    let mut d = sl.scales.cast::<u16>().add(sl.g_off);
+    for _ in 0..kb_n {
+        let dw = S::load_f16(d);
         if Q8 {
             let mut w = [S::prep_s8(S::izero()); 8];
             for (j, wj) in w.iter_mut().enumerate() {
                 *wj = S::prep_s8(S::iload(t.add(j * 128)));
             }
-            for (i, acc_i) in acc.iter_mut().enumerate() {
-                let r = m0 + i;
-                let x = q.add(r * a.k + kb * 32);
-                let mut ia = S::isplat(off.add(r * kb_n + kb));
+            for i in 0..MR {
+                let mut ia = S::isplat(offs[i]);
                 for (j, &wj) in w.iter().enumerate() {
-                    ia = S::dot4_s8(ia, wj, x.add(4 * j));
+                    ia = S::dot4_s8(ia, wj, xs[i].add(4 * j));
                 }
-                let s = S::fmul(dw, S::fsplat(sc.add(r * kb_n + kb)));
-                *acc_i = S::fma(S::itof(ia), s, *acc_i);
+                acc[i] = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(scs[i])), acc[i]);
             }
         } else {
             let mut w = [S::izero(); 8];
@@ -366,17 +383,21 @@ unsafe fn k_b32<S: Simd, const MR: usize, const Q8: bool>(sl: &Slab, a: &Acts, m
                 w[2 * p] = S::nib_lo(v);
                 w[2 * p + 1] = S::nib_hi(v);
             }
-            for (i, acc_i) in acc.iter_mut().enumerate() {
-                let r = m0 + i;
-                let x = q.add(r * a.k + kb * 32);
-                let mut ia = S::isplat(off.add(r * kb_n + kb));
+            for i in 0..MR {
+                let mut ia = S::isplat(offs[i]);
                 for (j, &wj) in w.iter().enumerate() {
-                    ia = S::dot4(ia, wj, x.add(4 * j));
+                    ia = S::dot4(ia, wj, xs[i].add(4 * j));
                 }
-                let s = S::fmul(dw, S::fsplat(sc.add(r * kb_n + kb)));
-                *acc_i = S::fma(S::itof(ia), s, *acc_i);
+                acc[i] = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(scs[i])), acc[i]);
             }
         }
+        for i in 0..MR {
+            xs[i] = xs[i].add(32);
+            offs[i] = offs[i].add(1);
+            scs[i] = scs[i].add(1);
+        }
+        t = t.add(tb);
+        d = d.add(32);
     }
     store_rows::<S, MR>(sl, &acc, m0);
 }

@@ -57,14 +57,22 @@ struct Args {
     /// Threads for every kernel (kernels-cpu and candle).
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Statistic over the repetitions: min (best of N: robust when other jobs share the CPU)
+    /// or median.
+    #[arg(long, default_value = "min")]
+    stat: String,
     /// kernels-cpu path (portable, avx2, avx-vnni, avx512, avx512-vnni) [default: best].
     #[arg(long)]
     isa: Option<String>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+fn stat(mut v: Vec<f64>, min: bool) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    if min {
+        v[0]
+    } else {
+        v[v.len() / 2]
+    }
 }
 
 fn ggml_of(name: &str) -> Result<(GgmlType, GgmlDType)> {
@@ -96,6 +104,11 @@ fn main() -> Result<()> {
             Isa::available()
         );
     }
+    let min = match a.stat.as_str() {
+        "min" => true,
+        "median" => false,
+        s => bail!("--stat: `{s}` (expected min or median)"),
+    };
     if a.iters == 0 || a.rows.is_empty() || a.rows.contains(&0) {
         bail!("--iters and --rows must be positive");
     }
@@ -104,8 +117,8 @@ fn main() -> Result<()> {
     let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
     let wt = w.t()?.contiguous()?;
     println!(
-        "W: {n} x {k}; {} thread(s); kernels-cpu path {isa}; median of {} (each row of the table alternates the three)\n",
-        a.threads, a.iters
+        "W: {n} x {k}; {} thread(s); kernels-cpu path {isa}; {} of {} (each row of the table alternates the three)\n",
+        a.threads, if min { "best" } else { "median" }, a.iters
     );
     println!("| weights | rows | kernels-cpu ms | GFLOP/s | candle QMatMul ms | GFLOP/s | dense f32 gemm ms | GFLOP/s | vs QMatMul | vs dense |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -141,7 +154,7 @@ fn main() -> Result<()> {
                 }
             }
             let flop = 2.0 * (m * n * k) as f64;
-            let (o, qq, d) = (median(t_ours), median(t_q), median(t_d));
+            let (o, qq, d) = (stat(t_ours, min), stat(t_q, min), stat(t_d, min));
             println!(
                 "| {ty} | {m} | {:.3} | {:.1} | {:.3} | {:.1} | {:.3} | {:.1} | {:.2}x | {:.2}x |",
                 o * 1e3,
