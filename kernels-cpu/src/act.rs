@@ -100,7 +100,7 @@ unsafe fn row_portable(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
 pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -> Acts {
     let sg = spec.scale_group();
     let og = spec.off_group;
-    debug_assert!(k % sg == 0 && k % og == 0 && x.len() == m * k);
+    debug_assert!(k.is_multiple_of(sg) && k.is_multiple_of(og) && x.len() == m * k);
     let fs_row = if spec.fsum { k / 32 } else { 0 };
     let mut a = Acts {
         k,
@@ -117,6 +117,8 @@ pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -
     };
     let f = row_fn(isa);
     let row = |r: usize| {
+        // Capture the whole (Sync) struct, not its raw-pointer fields one by one.
+        #[allow(clippy::redundant_locals)]
         let p = p;
         // SAFETY: row `r` of each array is in bounds (sized above) and written by this call
         // only; `f` runs on an ISA the caller checked.

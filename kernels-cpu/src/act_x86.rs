@@ -72,24 +72,24 @@ pub(crate) unsafe fn row_avx512(x: &[f32], mut o: RowOut<'_>, spec: ActSpec) {
                 let iscale = -127.0 / max;
                 let is = _mm512_set1_ps(iscale);
                 let top = _mm512_set1_epi32(127);
-                for v in 0..nv {
+                for (v, s) in s16.iter_mut().enumerate().take(nv) {
                     let t = _mm512_mul_ps(is, _mm512_loadu_ps(xp.add(16 * v)));
                     let i = _mm512_min_epi32(_mm512_cvtps_epi32(t), top);
                     _mm_storeu_si128(qp.add(16 * v).cast(), _mm512_cvtepi32_epi8(i));
-                    s16[v] = _mm512_reduce_add_epi32(i);
+                    *s = _mm512_reduce_add_epi32(i);
                 }
                 o.scale[b] = 1.0 / iscale;
             }
         } else {
             let d = amax / 127.0;
             let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-            for v in 0..nv {
+            for (v, s) in s16.iter_mut().enumerate().take(nv) {
                 let t = _mm512_mul_ps(_mm512_loadu_ps(xp.add(16 * v)), id);
                 let c = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(t), sign), half);
                 let r = _mm512_add_ps(t, _mm512_castsi512_ps(c));
                 let i = _mm512_cvttps_epi32(r);
                 _mm_storeu_si128(qp.add(16 * v).cast(), _mm512_cvtepi32_epi8(i));
-                s16[v] = _mm512_reduce_add_epi32(i);
+                *s = _mm512_reduce_add_epi32(i);
             }
             o.scale[b] = f16::from_f32(d).to_f32();
         }

@@ -1,11 +1,13 @@
 //! The ggml weight formats as they sit in a GGUF file (row-major blocks), and their reference
 //! dequantization.
 //!
-//! Block layouts (ggml `block_*`, little-endian): `Q4_0` = f16 d + 16 bytes (x[j] = ((q[j] & 15)
-//! - 8) d, x[j + 16] = ((q[j] >> 4) - 8) d); `Q8_0` = f16 d + 32 i8; `Q4_K` (256 values) = f16 d,
-//! f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles (x = d sc_j q - dmin m_j);
-//! `Q6_K` (256 values) = 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 i8 scales,
-//! f16 d (x = d sc_j (q - 32), 16 values per scale).
+//! Block layouts (ggml `block_*`, little-endian):
+//! - `Q4_0` = f16 d + 16 bytes: `x[j] = ((q[j] & 15) - 8) d`, `x[j + 16] = ((q[j] >> 4) - 8) d`;
+//! - `Q8_0` = f16 d + 32 i8;
+//! - `Q4_K` (256 values) = f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of
+//!   nibbles: `x = d sc_j q - dmin m_j`;
+//! - `Q6_K` (256 values) = 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 i8 scales,
+//!   f16 d: `x = d sc_j (q - 32)`, 16 values per scale.
 
 use half::{bf16, f16};
 
@@ -71,7 +73,7 @@ impl GgmlType {
 
     /// Bytes of one row of `k` values; an error if `k` is not a whole number of blocks.
     pub fn row_bytes(self, k: usize) -> Result<usize> {
-        if k == 0 || k % self.block_len() != 0 {
+        if k == 0 || !k.is_multiple_of(self.block_len()) {
             return Err(Error::Shape {
                 what: "row length",
                 reason: format!(
