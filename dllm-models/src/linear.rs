@@ -209,14 +209,18 @@ impl CustomOp1 for CpuLinear {
             )
         }
         let rows = (end - start) / self.k;
-        let mut out = vec![0f32; rows * self.n];
+        let len = rows * self.n;
+        let mut out: Vec<f32> = Vec::with_capacity(len);
         let bias = self.bias.as_deref().map(|b| b.as_slice());
         let x = &x[start..end];
+        let dst = &mut out.spare_capacity_mut()[..len];
         let r = match &*self.w {
-            Packed::Quant(q) => q.view().gemm(x, rows, bias, &mut out),
-            Packed::Dense(d) => d.view().gemm(x, rows, bias, &mut out),
+            Packed::Quant(q) => q.view().gemm_uninit(x, rows, bias, dst),
+            Packed::Dense(d) => d.view().gemm_uninit(x, rows, bias, dst),
         };
         r.map_err(|e| candle_core::Error::Msg(format!("kernels-cpu linear: {e}")))?;
+        // SAFETY: the GEMM succeeded, and it writes every one of the `len` elements.
+        unsafe { out.set_len(len) };
         let mut shape = dims.to_vec();
         *shape.last_mut().expect("rank >= 1") = self.n;
         Ok((CpuStorage::F32(out), Shape::from(shape)))

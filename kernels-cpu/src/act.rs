@@ -133,7 +133,10 @@ pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -
         }
     };
     if rayon::current_num_threads() > 1 && m > ROWS_PER_TASK {
-        (0..m).into_par_iter().with_min_len(ROWS_PER_TASK).for_each(row);
+        (0..m)
+            .into_par_iter()
+            .with_min_len(ROWS_PER_TASK)
+            .for_each(row);
     } else {
         (0..m).for_each(row);
     }
@@ -147,7 +150,11 @@ fn sum_i8(q: &[i8]) -> i32 {
 
 fn quantize_row(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
     if spec.k_quant {
-        for ((xb, qb), d) in x.chunks_exact(256).zip(o.q.chunks_exact_mut(256)).zip(o.scale.iter_mut()) {
+        for ((xb, qb), d) in x
+            .chunks_exact(256)
+            .zip(o.q.chunks_exact_mut(256))
+            .zip(o.scale.iter_mut())
+        {
             let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
             if amax == 0.0 {
                 qb.fill(0);
@@ -155,7 +162,10 @@ fn quantize_row(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
                 continue;
             }
             // ggml takes the first value of largest magnitude, with its sign.
-            let max = *xb.iter().find(|v| v.abs() == amax).expect("amax is attained");
+            let max = *xb
+                .iter()
+                .find(|v| v.abs() == amax)
+                .expect("amax is attained");
             let iscale = -127.0 / max;
             for (q, &v) in qb.iter_mut().zip(xb) {
                 *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
@@ -163,7 +173,11 @@ fn quantize_row(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
             *d = 1.0 / iscale;
         }
     } else {
-        for ((xb, qb), d) in x.chunks_exact(32).zip(o.q.chunks_exact_mut(32)).zip(o.scale.iter_mut()) {
+        for ((xb, qb), d) in x
+            .chunks_exact(32)
+            .zip(o.q.chunks_exact_mut(32))
+            .zip(o.scale.iter_mut())
+        {
             let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
@@ -195,10 +209,28 @@ mod tests {
                 s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
                 let u = (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
                 v.push(match r {
-                    0 => if j % 32 == 0 { 127.0 } else { (j % 13) as f32 - 6.5 },
-                    1 => if j % 256 == 7 { -127.0 } else { (j % 9) as f32 * 0.5 - 2.0 },
+                    0 => {
+                        if j % 32 == 0 {
+                            127.0
+                        } else {
+                            (j % 13) as f32 - 6.5
+                        }
+                    }
+                    1 => {
+                        if j % 256 == 7 {
+                            -127.0
+                        } else {
+                            (j % 9) as f32 * 0.5 - 2.0
+                        }
+                    }
                     2 => 0.0,
-                    3 => if j < 32 { 0.0 } else { u },
+                    3 => {
+                        if j < 32 {
+                            0.0
+                        } else {
+                            u
+                        }
+                    }
                     _ => u * 10.0,
                 });
             }
@@ -212,9 +244,24 @@ mod tests {
         let x = rows(k);
         let m = x.len() / k;
         for spec in [
-            ActSpec { k_quant: false, off_group: 32, offset: 8, fsum: false },
-            ActSpec { k_quant: true, off_group: 16, offset: 32, fsum: false },
-            ActSpec { k_quant: true, off_group: 32, offset: 0, fsum: true },
+            ActSpec {
+                k_quant: false,
+                off_group: 32,
+                offset: 8,
+                fsum: false,
+            },
+            ActSpec {
+                k_quant: true,
+                off_group: 16,
+                offset: 32,
+                fsum: false,
+            },
+            ActSpec {
+                k_quant: true,
+                off_group: 32,
+                offset: 0,
+                fsum: true,
+            },
         ] {
             let want = quantize(&x, m, k, spec, Isa::Portable);
             // Ties really occur and round as specified.

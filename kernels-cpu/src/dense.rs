@@ -223,10 +223,37 @@ impl<'a> DenseView<'a> {
         bias: Option<&[f32]>,
         out: &mut [f32],
     ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(isa, x, m, bias, out.as_mut_ptr(), len)
+    }
+
+    /// [`Self::gemm`] into uninitialised memory (every element is written), so callers need not
+    /// zero a buffer the kernel overwrites.
+    pub fn gemm_uninit(
+        &self,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [std::mem::MaybeUninit<f32>],
+    ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(Isa::best(), x, m, bias, out.as_mut_ptr().cast(), len)
+    }
+
+    /// The GEMM into `len` floats at `out`, which it only writes.
+    fn gemm_raw(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: *mut f32,
+        len: usize,
+    ) -> Result<()> {
         isa.require()?;
         let (n, k) = (self.n, self.k);
         check_len("activations", x.len(), mul("activations", m, k)?)?;
-        check_len("output", out.len(), mul("output", m, n)?)?;
+        check_len("output", len, mul("output", m, n)?)?;
         if let Some(b) = bias {
             check_len("bias", b.len(), n)?;
         }
@@ -254,7 +281,7 @@ impl<'a> DenseView<'a> {
             w: *self,
             x: xs,
             ldx: kp,
-            out: OutPtr(out.as_mut_ptr()),
+            out: OutPtr(out),
             bias: bias_pad.as_deref(),
         };
         let task = task_for(isa);

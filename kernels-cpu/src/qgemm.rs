@@ -117,6 +117,33 @@ impl<'a> QuantView<'a> {
         bias: Option<&[f32]>,
         out: &mut [f32],
     ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(isa, x, m, bias, out.as_mut_ptr(), len)
+    }
+
+    /// [`Self::gemm`] into uninitialised memory (every element is written), so callers need not
+    /// zero a buffer the kernel overwrites.
+    pub fn gemm_uninit(
+        &self,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [std::mem::MaybeUninit<f32>],
+    ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(Isa::best(), x, m, bias, out.as_mut_ptr().cast(), len)
+    }
+
+    /// The GEMM into `len` floats at `out`, which it only writes.
+    fn gemm_raw(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: *mut f32,
+        len: usize,
+    ) -> Result<()> {
         isa.require()?;
         let (n, k) = (self.n, self.k);
         check_len(
@@ -124,7 +151,7 @@ impl<'a> QuantView<'a> {
             x.len(),
             crate::error::mul("activations", m, k)?,
         )?;
-        check_len("output", out.len(), crate::error::mul("output", m, n)?)?;
+        check_len("output", len, crate::error::mul("output", m, n)?)?;
         if let Some(b) = bias {
             check_len("bias", b.len(), n)?;
         }
@@ -142,7 +169,7 @@ impl<'a> QuantView<'a> {
         let job = Job {
             w: *self,
             acts: &acts,
-            out: OutPtr(out.as_mut_ptr()),
+            out: OutPtr(out),
             bias: bias_pad.as_deref(),
         };
         let task = task_for(isa);
@@ -223,9 +250,6 @@ struct Slab {
     /// Valid output columns of the slab.
     nvalid: usize,
 }
-
-/// Experiment switch.
-const MR16: bool = false;
 
 type TaskFn = unsafe fn(&Job<'_>, Range<usize>, Range<usize>);
 
@@ -312,14 +336,8 @@ unsafe fn run_rows<S: Simd>(fmt: QFormat, sl: &Slab, a: &Acts, m0: usize, left: 
         }};
     }
     let wide = S::LANES >= 16;
-    let b32 = matches!(fmt, QFormat::Q4_0 | QFormat::Q8_0);
-    if wide && b32 && left >= 16 && MR16 {
-        match fmt {
-            QFormat::Q4_0 => k_b32::<S, 16, false>(sl, a, m0),
-            _ => k_b32::<S, 16, true>(sl, a, m0),
-        }
-        16
-    } else if wide && left >= 8 {
+    // Taller kernels (12, 16 rows) measured slower: they spill the 8 code vectors.
+    if wide && left >= 8 {
         go!(8)
     } else if left >= 4 {
         go!(4)

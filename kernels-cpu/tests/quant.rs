@@ -146,3 +146,29 @@ fn bad_shapes_and_lengths_are_named_errors() {
     // Zero rows is a valid (empty) product.
     w.view().gemm(&[], 0, None, &mut []).unwrap();
 }
+
+#[test]
+fn uninit_output_is_fully_written() {
+    let mut rng = Rng::new(21);
+    for (ty, gt) in TYPES {
+        let (n, k, m) = (45, gt.block_len() * 2, 13);
+        let blocks = random_blocks(ty, n, k, &mut rng);
+        let x = rng.vec(m * k);
+        let w = QuantMatrix::from_ggml(gt, n, k, &blocks).unwrap();
+        let mut want = vec![0f32; m * n];
+        w.view().gemm(&x, m, None, &mut want).unwrap();
+        let mut out = vec![std::mem::MaybeUninit::new(f32::NAN); m * n];
+        w.view().gemm_uninit(&x, m, None, &mut out).unwrap();
+        // SAFETY: initialised above (NaN), and overwritten by the kernel.
+        let got: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
+        assert_eq!(got, want, "{ty}");
+    }
+    let d = kernels_cpu::DenseMatrix::from_f32(&rng.vec(37 * 50), 37, 50).unwrap();
+    let x = rng.vec(9 * 50);
+    let mut want = vec![0f32; 9 * 37];
+    d.view().gemm(&x, 9, None, &mut want).unwrap();
+    let mut out = vec![std::mem::MaybeUninit::new(f32::NAN); 9 * 37];
+    d.view().gemm_uninit(&x, 9, None, &mut out).unwrap();
+    let got: Vec<f32> = out.iter().map(|v| unsafe { v.assume_init() }).collect();
+    assert_eq!(got, want, "dense");
+}

@@ -9,8 +9,6 @@
 //! bench-kernels --n 768 --k 2048 --types q4_0,q8_0 --rows 8,64
 //! ```
 
-use std::time::Instant;
-
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -61,9 +59,31 @@ struct Args {
     /// or median.
     #[arg(long, default_value = "min")]
     stat: String,
+    /// Clock: wall, or cpu (this process's CPU time: immune to preemption when other jobs
+    /// share the machine; meaningful with --threads 1).
+    #[arg(long, default_value = "wall")]
+    clock: String,
     /// kernels-cpu path (portable, avx2, avx-vnni, avx512, avx512-vnni) [default: best].
     #[arg(long)]
     isa: Option<String>,
+}
+
+/// Seconds on the chosen clock.
+fn now(cpu: bool) -> f64 {
+    if cpu {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock id and a valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    } else {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0)
+    }
 }
 
 fn stat(mut v: Vec<f64>, min: bool) -> f64 {
@@ -109,6 +129,11 @@ fn main() -> Result<()> {
         "median" => false,
         s => bail!("--stat: `{s}` (expected min or median)"),
     };
+    let cpu = match a.clock.as_str() {
+        "wall" => false,
+        "cpu" => true,
+        s => bail!("--clock: `{s}` (expected wall or cpu)"),
+    };
     if a.iters == 0 || a.rows.is_empty() || a.rows.contains(&0) {
         bail!("--iters and --rows must be positive");
     }
@@ -117,8 +142,8 @@ fn main() -> Result<()> {
     let w = Tensor::randn(0f32, 0.05, (n, k), &dev)?;
     let wt = w.t()?.contiguous()?;
     println!(
-        "W: {n} x {k}; {} thread(s); kernels-cpu path {isa}; {} of {} (each row of the table alternates the three)\n",
-        a.threads, if min { "best" } else { "median" }, a.iters
+        "W: {n} x {k}; {} thread(s); kernels-cpu path {isa}; {} of {} on the {} clock (each row of the table alternates the three)\n",
+        a.threads, if min { "best" } else { "median" }, a.iters, a.clock
     );
     println!("| weights | rows | kernels-cpu ms | GFLOP/s | candle QMatMul ms | GFLOP/s | dense f32 gemm ms | GFLOP/s | vs QMatMul | vs dense |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -137,15 +162,15 @@ fn main() -> Result<()> {
             let mut out = vec![0f32; m * n];
             let (mut t_ours, mut t_q, mut t_d) = (vec![], vec![], vec![]);
             for it in 0..=a.iters {
-                let t = Instant::now();
+                let t = now(cpu);
                 ours.gemm(isa, &xv, m, &mut out)?;
-                let e1 = t.elapsed().as_secs_f64();
-                let t = Instant::now();
+                let e1 = now(cpu) - t;
+                let t = now(cpu);
                 let y = qmm.forward(&x)?;
-                let e2 = t.elapsed().as_secs_f64();
-                let t = Instant::now();
+                let e2 = now(cpu) - t;
+                let t = now(cpu);
                 let z = x.matmul(&wt)?;
-                let e3 = t.elapsed().as_secs_f64();
+                let e3 = now(cpu) - t;
                 std::hint::black_box((&y, &z, &out));
                 if it > 0 {
                     t_ours.push(e1);
