@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::quantized::GgmlDType;
 use dllm_models::{CpuLinears, DiffusionLm, Rows};
 
-use crate::model::{canvas, load_gguf, median_ms, write_gguf};
+use crate::model::{canvas, load_gguf, write_gguf};
 
 /// What to compare.
 pub struct Plan {
@@ -69,16 +69,27 @@ fn make(plan: &Plan, ty: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// One `llama-bench` prompt-processing measurement: mean ms per forward.
-fn llama_ms(plan: &Plan, model: &Path) -> Result<f64> {
+/// CPU seconds (user + system) used so far by this process's finished children.
+fn children_cpu() -> f64 {
+    // SAFETY: a valid `who` and a valid out-pointer.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run).
+fn llama_run(plan: &Plan, model: &Path, reps: usize) -> Result<(f64, f64)> {
+    let before = children_cpu();
     let out = run_ok(
         Command::new(&plan.llama_bench)
             .arg("-m")
             .arg(model)
             .args(["-p", &plan.tokens.to_string(), "-n", "0"])
             .args(["-t", &plan.threads.to_string()])
-            .args(["-r", &plan.reps.to_string(), "-o", "json"]),
+            .args(["-r", &reps.to_string(), "-o", "json"]),
     )?;
+    let cpu = children_cpu() - before;
     let v: serde_json::Value =
         serde_json::from_str(&out).context("parsing llama-bench's JSON output")?;
     let ns = v
@@ -87,7 +98,46 @@ fn llama_ms(plan: &Plan, model: &Path) -> Result<f64> {
         .and_then(|r| r.get("avg_ns"))
         .and_then(|n| n.as_f64())
         .context("llama-bench output has no avg_ns")?;
-    Ok(ns / 1e6)
+    Ok((ns / 1e6, cpu))
+}
+
+/// llama.cpp per forward: (wall ms as llama-bench reports it, CPU ms). The CPU time is the
+/// difference between a run of `1 + reps` forwards and a run of 1, so loading and warm-up
+/// cancel out.
+fn llama_ms(plan: &Plan, model: &Path) -> Result<(f64, f64)> {
+    let (_, one) = llama_run(plan, model, 1)?;
+    let (wall, many) = llama_run(plan, model, 1 + plan.reps)?;
+    Ok((wall, (many - one) / plan.reps as f64 * 1e3))
+}
+
+/// This process's CPU time, in seconds.
+fn self_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Our forward: (median wall ms, median CPU ms) over `reps` runs after a warm-up.
+fn ours_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    f()?;
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let (t, c) = (std::time::Instant::now(), self_cpu());
+        f()?;
+        cpu.push((self_cpu() - c) * 1e3);
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((mid(&wall), mid(&cpu)))
+}
+
+fn mid(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
 }
 
 fn range(v: &[f64]) -> String {
@@ -100,46 +150,62 @@ fn range(v: &[f64]) -> String {
     }
 }
 
-/// Run the comparison and print the table.
+/// Run the comparison and print the tables.
 pub fn run(plan: &Plan) -> Result<()> {
     std::fs::create_dir_all(&plan.dir)
         .with_context(|| format!("creating {}", plan.dir.display()))?;
-    println!(
-        "| GGUF | llama.cpp ms | llada-rs ms (logits for all {t} rows) | ratio | llada-rs ms (logits for the last row, as llama-bench) | ratio |",
-        t = plan.tokens
-    );
-    println!("|---|---:|---:|---:|---:|---:|");
+    let t = plan.tokens;
+    let mut wall_rows = Vec::new();
+    let mut cpu_rows = Vec::new();
     for ty in &plan.types {
         let path = make(plan, ty)?;
         let mut m = load_gguf(&path, CpuLinears::Packed)?;
-        let x = canvas(plan.tokens, m.info().vocab_size)?;
-        let last = [plan.tokens - 1];
-        let (mut llama, mut all, mut one) = (vec![], vec![], vec![]);
+        let x = canvas(t, m.info().vocab_size)?;
+        let last = [t - 1];
+        let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..plan.rounds {
-            llama.push(llama_ms(plan, &path)?);
-            all.push(median_ms(plan.reps, || {
+            let (w, c) = llama_ms(plan, &path)?;
+            lw.push(w);
+            lc.push(c);
+            let (w, _) = ours_ms(plan.reps, || {
                 m.forward_full(&x, Rows::All)?;
                 Ok(())
-            })?);
-            one.push(median_ms(plan.reps, || {
+            })?;
+            aw.push(w);
+            let (w, c) = ours_ms(plan.reps, || {
                 m.forward_full(&x, Rows::Positions(&last))?;
                 Ok(())
-            })?);
+            })?;
+            ow.push(w);
+            oc.push(c);
         }
-        let mid = |v: &[f64]| {
-            let mut s = v.to_vec();
-            s.sort_by(|a, b| a.total_cmp(b));
-            s[s.len() / 2]
-        };
-        println!(
-            "| {} | {} | {} | {:.2}x | {} | {:.2}x |",
-            ty.to_uppercase(),
-            range(&llama),
-            range(&all),
-            mid(&llama) / mid(&all),
-            range(&one),
-            mid(&llama) / mid(&one)
-        );
+        let name = ty.to_uppercase();
+        wall_rows.push(format!(
+            "| {name} | {} | {} | {:.2}x | {} | {:.2}x |",
+            range(&lw),
+            range(&aw),
+            mid(&lw) / mid(&aw),
+            range(&ow),
+            mid(&lw) / mid(&ow)
+        ));
+        cpu_rows.push(format!(
+            "| {name} | {} | {} | {:.2}x |",
+            range(&lc),
+            range(&oc),
+            mid(&lc) / mid(&oc)
+        ));
+    }
+    println!("Wall clock (what llama-bench reports), ms per forward, ranges over rounds; ratio = llama.cpp / llada-rs (medians):\n");
+    println!("| GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in &wall_rows {
+        println!("{r}");
+    }
+    println!("\nCPU time per forward (immune to preemption by other jobs), ms; llada-rs with logits for the last row:\n");
+    println!("| GGUF | llama.cpp | llada-rs | ratio |");
+    println!("|---|---:|---:|---:|");
+    for r in &cpu_rows {
+        println!("{r}");
     }
     Ok(())
 }
