@@ -90,16 +90,3 @@ pub fn canvas(len: usize, vocab: usize) -> Result<Tensor> {
         .collect();
     Ok(Tensor::from_vec(ids, (1, len), &Device::Cpu)?)
 }
-
-/// Median of `iters` timed runs of `f` (after one untimed warm-up), in ms.
-pub fn median_ms(iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?;
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = std::time::Instant::now();
-        f()?;
-        v.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    Ok(v[v.len() / 2])
-}
