@@ -14,6 +14,14 @@ pub const DEFAULT_THRESHOLD: f32 = 0.9;
 pub const DEFAULT_DREAM_EPS: f64 = 1e-3;
 /// Default seed for sampled decoding.
 pub const DEFAULT_SEED: u64 = 0;
+/// Multi-block speculative decoding: look ahead once the current block has at most this many
+/// undecided positions (the paper's operating point, §5.5).
+pub const DEFAULT_LOOKAHEAD_TRIGGER: usize = 4;
+/// Multi-block speculative decoding: lookahead may add at most this fraction of the window's own
+/// latency (per the latency table).
+pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
+/// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
+pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
 
 /// How the canvas is recomputed between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +35,89 @@ pub enum Strategy {
     /// Fast-dLLM dual cache: the full forward at block start caches prefix *and* suffix; later steps
     /// forward only the current block.
     DualCache,
+    /// Multi-block speculative decoding (paper §3.2): the dual cache with a decoding window that
+    /// slides along the commit frontier into future blocks and looks ahead when the block is
+    /// nearly done (see [`MbsdParams`] and `window::MbsdWindow`).
+    Mbsd,
+}
+
+impl Strategy {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Vanilla => "vanilla",
+            Strategy::PrefixCache => "prefix-cache",
+            Strategy::DualCache => "dual-cache",
+            Strategy::Mbsd => "mbsd",
+        }
+    }
+}
+
+/// Staged token stabilization: the confidence at which a prediction becomes visible context.
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
+/// Staged token stabilization: the confidence at which a token becomes final.
+pub const DEFAULT_THETA_STABLE: f32 = 0.9;
+
+/// Dual-path progressive revision switches (paper §3.3; used with [`Strategy::Mbsd`], all on by
+/// default there).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RevisionParams {
+    /// Staged token stabilization: decisions are Visible (context, revisable) at `theta_visible` and
+    /// Stable (final) at `theta_stable`, instead of final at once.
+    pub sts: bool,
+    /// Sparse cache refresh: Visible tokens in the cached prefix are re-scored and their K/V
+    /// recomputed on a second (CPU) path beside each window forward, merged at the step boundary.
+    pub scr: bool,
+    /// Selective logits skipping: no logits for positions whose decisions are final (off: every
+    /// window row goes through the LM head, as a naive NPU graph would).
+    pub sls: bool,
+    /// Confidence at which a prediction becomes Visible.
+    pub theta_visible: f32,
+    /// Confidence at which a token becomes Stable.
+    pub theta_stable: f32,
+}
+
+impl Default for RevisionParams {
+    fn default() -> Self {
+        Self {
+            sts: true,
+            scr: true,
+            sls: true,
+            theta_visible: DEFAULT_THETA_VISIBLE,
+            theta_stable: DEFAULT_THETA_STABLE,
+        }
+    }
+}
+
+/// Multi-block speculative decoding switches (used with [`Strategy::Mbsd`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MbsdParams {
+    /// Slide the window along the commit frontier into future blocks.
+    pub sliding: bool,
+    /// Extend the window late in a block while the latency table says it is nearly free.
+    pub lookahead: bool,
+    /// Look ahead once the current block has at most this many undecided positions.
+    pub trigger: usize,
+    /// The extra latency lookahead may add, as a fraction of the window's own latency.
+    pub allowance: f64,
+    /// The extra memory lookahead may add (K/V and activations of the added positions), MiB.
+    pub budget_mib: f64,
+    /// Show drafts at least this confident to later forwards instead of the mask (`None`: drafts
+    /// stay masked until their block decides them).
+    pub draft_context: Option<f32>,
+}
+
+impl Default for MbsdParams {
+    fn default() -> Self {
+        Self {
+            sliding: true,
+            lookahead: true,
+            trigger: DEFAULT_LOOKAHEAD_TRIGGER,
+            allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
+            budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
+            draft_context: None,
+        }
+    }
 }
 
 impl std::str::FromStr for Strategy {
@@ -36,9 +127,10 @@ impl std::str::FromStr for Strategy {
             "vanilla" => Ok(Strategy::Vanilla),
             "prefix-cache" => Ok(Strategy::PrefixCache),
             "dual-cache" => Ok(Strategy::DualCache),
+            "mbsd" => Ok(Strategy::Mbsd),
             _ => Err(DecodeError::param(
                 "strategy",
-                format!("`{s}` (expected vanilla, prefix-cache or dual-cache)"),
+                format!("`{s}` (expected vanilla, prefix-cache, dual-cache or mbsd)"),
             )),
         }
     }
@@ -160,6 +252,10 @@ pub struct DecodeParams {
     pub early_stop: bool,
     /// Dream's algorithm parameters.
     pub dream: DreamParams,
+    /// Multi-block speculative decoding switches ([`Strategy::Mbsd`]).
+    pub mbsd: MbsdParams,
+    /// Dual-path progressive revision switches ([`Strategy::Mbsd`]).
+    pub revision: RevisionParams,
 }
 
 impl Default for DecodeParams {
@@ -178,6 +274,8 @@ impl Default for DecodeParams {
             confidence_eos_eot_inf: false,
             early_stop: true,
             dream: DreamParams::default(),
+            mbsd: MbsdParams::default(),
+            revision: RevisionParams::default(),
         }
     }
 }
@@ -213,6 +311,15 @@ impl DecodeParams {
         }
         if self.steps == 0 {
             return Err(p("steps", "must be positive".into()));
+        }
+        if self.steps > self.gen_length {
+            return Err(p(
+                "steps",
+                format!(
+                    "{} exceeds gen-length {}: a step that decides no position is a wasted forward",
+                    self.steps, self.gen_length
+                ),
+            ));
         }
         if !self.steps.is_multiple_of(self.num_blocks()) {
             return Err(p(
@@ -263,6 +370,91 @@ impl DecodeParams {
         }
         if d.top_k == Some(0) {
             return Err(p("top-k", "must be positive".into()));
+        }
+        let m = &self.mbsd;
+        if !(m.allowance.is_finite() && m.allowance >= 0.0) {
+            return Err(p(
+                "lookahead-allowance",
+                format!("{} must be a finite fraction >= 0", m.allowance),
+            ));
+        }
+        if !(m.budget_mib.is_finite() && m.budget_mib >= 0.0) {
+            return Err(p(
+                "lookahead-budget",
+                format!("{} MiB must be a finite value >= 0", m.budget_mib),
+            ));
+        }
+        if let Some(t) = m.draft_context {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p("draft-context", format!("{t} is not in (0, 1]")));
+            }
+        }
+        let r = &self.revision;
+        for (name, t) in [
+            ("theta-visible", r.theta_visible),
+            ("theta-stable", r.theta_stable),
+        ] {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p(name, format!("{t} is not in (0, 1]")));
+            }
+        }
+        if r.theta_visible > r.theta_stable {
+            return Err(p(
+                "theta-visible",
+                format!(
+                    "{} is above theta-stable {}: a token cannot be final before it is visible",
+                    r.theta_visible, r.theta_stable
+                ),
+            ));
+        }
+        if self.strategy == Strategy::Mbsd && r.sts && self.threshold.is_some() {
+            return Err(p(
+                "threshold",
+                "with staged stabilization (--strategy mbsd) decisions follow --theta-visible and \
+                 --theta-stable; add --no-sts to decide by --threshold"
+                    .into(),
+            ));
+        }
+        if self.strategy != Strategy::Mbsd {
+            let d = RevisionParams::default();
+            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            if r.sts != d.sts {
+                return why("no-sts");
+            }
+            if r.scr != d.scr {
+                return why("no-scr");
+            }
+            if r.sls != d.sls {
+                return why("no-sls");
+            }
+            if r.theta_visible != d.theta_visible {
+                return why("theta-visible");
+            }
+            if r.theta_stable != d.theta_stable {
+                return why("theta-stable");
+            }
+        }
+        if self.strategy != Strategy::Mbsd {
+            let d = MbsdParams::default();
+            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            if m.sliding != d.sliding {
+                return why("no-sliding");
+            }
+            if m.lookahead != d.lookahead {
+                return why("no-lookahead");
+            }
+            if m.trigger != d.trigger {
+                return why("lookahead-trigger");
+            }
+            if m.allowance != d.allowance {
+                return why("lookahead-allowance");
+            }
+            if m.budget_mib != d.budget_mib {
+                return why("lookahead-budget");
+            }
+            if m.draft_context.is_some() {
+                return why("draft-context");
+            }
         }
         Ok(())
     }

@@ -302,7 +302,7 @@ fn finish(
     if special.bos.is_none() {
         special.bos = bos;
     }
-    model.set_special_tokens(special);
+    model.set_special_tokens(special)?;
     Ok(LoadedModel {
         model,
         tokenizer,

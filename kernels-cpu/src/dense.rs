@@ -65,8 +65,8 @@ impl DenseType {
 pub fn tiles_len(ty: DenseType, n: usize, k: usize) -> Result<usize> {
     if n == 0 || k == 0 {
         return Err(Error::Shape {
-            what: "dense weights",
-            reason: format!("{n} x {k} has no elements"),
+            op: "dense weights",
+            what: format!("{n} x {k} has no elements"),
         });
     }
     let tiles = mul("dense weights", n.div_ceil(TILE), k.div_ceil(TILE))?;
@@ -192,8 +192,8 @@ impl<'a> DenseView<'a> {
         check_len("row output", out.len(), self.k)?;
         if row >= self.n {
             return Err(Error::Shape {
-                what: "row index",
-                reason: format!("{row} is outside the {} rows", self.n),
+                op: "row index",
+                what: format!("{row} is outside the {} rows", self.n),
             });
         }
         let kt_n = self.k.div_ceil(TILE);

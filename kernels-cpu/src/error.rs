@@ -1,28 +1,29 @@
 //! The crate's one error type: every variant names what was wrong (which operand, which size).
+//! Kernels never panic on caller input: shapes, buffer lengths and formats are validated before
+//! any work starts.
 
 use crate::isa::Isa;
 
-/// Errors of the CPU kernels. Kernels never panic on caller input: shapes, buffer lengths and
-/// formats are validated before any work starts.
+/// What went wrong in a kernel call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
+    /// Shapes, strides or dimensions that do not fit together or do not fit the format.
+    #[error("{op}: {what}")]
+    Shape {
+        /// The kernel or operand.
+        op: &'static str,
+        /// What does not fit.
+        what: String,
+    },
     /// A buffer does not have the length its shape implies.
     #[error("{what}: expected {expected} elements/bytes, got {got}")]
     Length {
-        /// Which operand (e.g. "activations", "Q4_0 tiles").
+        /// Which operand (e.g. "activations", "packed weights").
         what: &'static str,
         /// The length implied by the shape.
         expected: usize,
         /// The length given.
         got: usize,
-    },
-    /// A dimension is impossible for the format (zero, not a multiple of the block size, ...).
-    #[error("{what}: {reason}")]
-    Shape {
-        /// Which operand or dimension.
-        what: &'static str,
-        /// What is wrong with it.
-        reason: String,
     },
     /// A size computation overflowed `usize` (a shape no machine can hold).
     #[error("{what}: size overflows the address space")]
@@ -49,7 +50,7 @@ pub enum Error {
     Pool(String),
 }
 
-/// Result alias for this crate.
+/// `Result` with [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
 /// `a * b`, or an [`Error::Overflow`] naming `what`.

@@ -75,8 +75,8 @@ impl GgmlType {
     pub fn row_bytes(self, k: usize) -> Result<usize> {
         if k == 0 || !k.is_multiple_of(self.block_len()) {
             return Err(Error::Shape {
-                what: "row length",
-                reason: format!(
+                op: "row length",
+                what: format!(
                     "{k} values is not a positive multiple of the {}-value {} block",
                     self.block_len(),
                     self.name()

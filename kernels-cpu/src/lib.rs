@@ -18,6 +18,7 @@
 //! - [`Isa`]: the SIMD path (portable, AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI), detected at run
 //!   time; every kernel also takes an explicit path for tests and benchmarks.
 //! - [`threads`]: the thread count every kernel uses.
+//! - [`attention`]: attention over KV-cache segments (skip ranges, GQA, f32/f16/bf16 storage).
 
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ mod act;
 #[cfg(target_arch = "x86_64")]
 mod act_x86;
 mod aligned;
+pub mod attention;
 pub mod dense;
 mod error;
 pub mod ggml;

@@ -92,8 +92,8 @@ impl QFormat {
 pub(crate) fn units(fmt: QFormat, n: usize, k: usize) -> Result<(usize, usize)> {
     if n == 0 {
         return Err(Error::Shape {
-            what: "weight rows",
-            reason: "a matrix needs at least one row".into(),
+            op: "weight rows",
+            what: "a matrix needs at least one row".into(),
         });
     }
     fmt.ggml().row_bytes(k)?;
@@ -245,8 +245,8 @@ pub fn dequantize_packed_row(
     check_len("row output", out.len(), k)?;
     if row >= n {
         return Err(Error::Shape {
-            what: "row index",
-            reason: format!("{row} is outside the {n} rows"),
+            op: "row index",
+            what: format!("{row} is outside the {n} rows"),
         });
     }
     let (cb, sb) = (fmt.code_bytes(), fmt.scale_bytes());

@@ -229,9 +229,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
     // installs it, so there a generation that is not compiled (int and float) is a failure.
     let missing: Vec<&str> = ["v75", "v79", "v81"]
         .into_iter()
-        .filter(|cpu| {
-            !int_cpus.iter().any(|c| c == cpu) || !float_cpus.iter().any(|c| c == cpu)
-        })
+        .filter(|cpu| !int_cpus.iter().any(|c| c == cpu) || !float_cpus.iter().any(|c| c == cpu))
         .collect();
     if !missing.is_empty() && common::in_ci() {
         panic!(
@@ -243,9 +241,14 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
 
     // The HVX paths really are in the binary (not silently the portable ones).
     // and the executed binary holds no HVX float (qf32) code, while the HVX-float build does.
-    let objdump = ["llvm-objdump-22", "llvm-objdump-21", "llvm-objdump-20", "llvm-objdump-19"]
-        .into_iter()
-        .find(|t| have(t));
+    let objdump = [
+        "llvm-objdump-22",
+        "llvm-objdump-21",
+        "llvm-objdump-20",
+        "llvm-objdump-19",
+    ]
+    .into_iter()
+    .find(|t| have(t));
     if let Some(objdump) = objdump {
         let disasm = |path: PathBuf| -> String {
             let out = Command::new(objdump)

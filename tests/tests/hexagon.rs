@@ -245,6 +245,9 @@ impl DiffusionLm for Recorder<'_> {
     fn apply_refresh(&mut self, r: &Refresh) -> dllm_models::Result<()> {
         self.inner.apply_refresh(r)
     }
+    fn epoch(&self) -> u64 {
+        self.inner.epoch()
+    }
 }
 
 struct Run {

@@ -191,6 +191,8 @@ fn decode_params(a: &Args, loaded: &LoadedModel) -> Result<DecodeParams> {
             top_p: a.top_p,
             top_k: a.top_k,
         },
+        // Multi-block speculative decoding and revision keep their defaults (no flags yet).
+        ..Default::default()
     })
 }
 
