@@ -26,6 +26,7 @@ pub mod layers;
 pub mod linear;
 pub mod llada;
 pub mod lm;
+mod npu_seq;
 pub mod source;
 pub mod synthetic;
 pub mod threads;

@@ -27,15 +27,20 @@ use crate::layers::{Backend, OpMode};
 use crate::lm::{
     DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
 };
+use crate::npu_seq;
 use crate::weights::WeightSource;
 pub use crate::weights_model::TransformerWeights;
 use crate::{Error, Result};
+use candle_hexagon::DeviceKv;
 
 /// LLaDA / Dream: shared weights plus one sequence's KV cache, with a windowed forward.
 #[derive(Debug)]
 pub struct DiffusionTransformer {
     weights: Arc<TransformerWeights>,
+    /// The CPU cache (also the per-op NPU path's).
     cache: KvCache,
+    /// The device cache, when the weights run on the NPU's block-level module.
+    npu_kv: Option<DeviceKv>,
     pending: Option<Pending>,
     epoch: u64,
     last_dual: Option<DualPathTiming>,
@@ -71,6 +76,7 @@ impl DiffusionTransformer {
         Ok(Self {
             weights,
             cache,
+            npu_kv: None,
             pending: None,
             epoch: 0,
             last_dual: None,
@@ -111,9 +117,27 @@ impl DiffusionTransformer {
         &self.weights.backend
     }
 
-    /// Bytes held by the KV cache buffers.
+    /// Bytes held by the KV cache buffers (host or device).
     pub fn cache_bytes(&self) -> usize {
-        self.cache.bytes()
+        match &self.npu_kv {
+            Some(kv) => {
+                2 * kv.layers() * kv.capacity() * kv.batch() * kv.kv_heads() * kv.head_dim() * 2
+            }
+            None => self.cache.bytes(),
+        }
+    }
+
+    /// Whether forwards run on the NPU's block-level module (one DSP batch per block).
+    pub fn runs_blocks_on_npu(&self) -> bool {
+        self.weights.hex.is_some()
+    }
+
+    fn len(&self) -> usize {
+        match (&self.weights.hex, &self.npu_kv) {
+            (Some(_), Some(kv)) => kv.len(),
+            (Some(_), None) => 0,
+            _ => self.cache.len(),
+        }
     }
 
     /// The timing of the last [`DiffusionLm::forward_with_refresh`] (None before the first).
@@ -148,7 +172,16 @@ impl DiffusionTransformer {
         if b == 0 || l == 0 {
             return Err(Error::InvalidArgument("empty canvas".into()));
         }
-        self.cache.check_batch(b)?;
+        if self.weights.hex.is_none() {
+            self.cache.check_batch(b)?;
+        } else if let Some(kv) = self.npu_kv.as_ref().filter(|k| !k.is_empty()) {
+            if kv.batch() != b {
+                return Err(Error::InvalidArgument(format!(
+                    "canvas batch {b} does not match the cached batch {}",
+                    kv.batch()
+                )));
+            }
+        }
         Ok((b, l))
     }
 
@@ -159,11 +192,11 @@ impl DiffusionTransformer {
                 "forward window {window:?} is empty or outside the canvas of {l} positions"
             )));
         }
-        if window.start > self.cache.len() {
+        if window.start > self.len() {
             return Err(Error::InvalidArgument(format!(
                 "forward window starts at {} but the KV cache covers only [0, {}): positions in between would be invisible",
                 window.start,
-                self.cache.len()
+                self.len()
             )));
         }
         Ok(b)
@@ -245,6 +278,37 @@ impl DiffusionTransformer {
         let b = self.check_window(canvas, &window)?;
         // Room for the window's K/V after the cache (a shifted model forwards one more row).
         let n = window.len() + usize::from(self.weights.cfg.shift_logits);
+        if let Some(hex) = self.weights.hex.clone() {
+            let (window_start, window_end) = (window.start, window.end);
+            self.pending = None;
+            let len = self.len();
+            let kv = npu_seq::ensure_kv(&hex, &mut self.npu_kv, b, len + n)?;
+            let r = npu_seq::forward(
+                &self.weights,
+                &hex,
+                kv,
+                self.epoch,
+                canvas,
+                window,
+                rows,
+                refresh,
+            )?;
+            if let Some(t) = r.1.as_ref().and_then(|r| r.timing) {
+                self.last_dual = Some(t);
+            }
+            let start = if self.weights.cfg.shift_logits {
+                window_start.saturating_sub(1)
+            } else {
+                window_start
+            };
+            self.pending = Some(Pending {
+                start,
+                end: window_end,
+                at: len,
+                batch: b,
+            });
+            return Ok(r);
+        }
         self.cache.reserve(b, self.cache.len() + n)?;
         self.pending = None;
         match self.cache.dtype() {
@@ -290,13 +354,18 @@ impl DiffusionLm for DiffusionTransformer {
                 p.start, p.end
             )));
         }
-        if range.start > self.cache.len() {
+        if range.start > self.len() {
             return Err(Error::InvalidArgument(format!(
                 "commit range {range:?} would leave a hole after the cached [0, {})",
-                self.cache.len()
+                self.len()
             )));
         }
         if range.is_empty() {
+            return Ok(());
+        }
+        if let Some(kv) = self.npu_kv.as_mut().filter(|_| self.weights.hex.is_some()) {
+            kv.commit(range)?;
+            self.bump();
             return Ok(());
         }
         if self.cache.commit(&p, range)? {
@@ -308,12 +377,24 @@ impl DiffusionLm for DiffusionTransformer {
     }
 
     fn cache_len(&self) -> usize {
-        self.cache.len()
+        self.len()
     }
 
     fn truncate_cache(&mut self, len: usize) -> Result<()> {
         self.pending = None;
-        self.cache.truncate(len)?;
+        if self.weights.hex.is_some() {
+            match &mut self.npu_kv {
+                Some(kv) => kv.truncate(len)?,
+                None if len == 0 => {}
+                None => {
+                    return Err(Error::InvalidArgument(format!(
+                        "cannot roll the KV cache forward from 0 to {len} positions"
+                    )))
+                }
+            }
+        } else {
+            self.cache.truncate(len)?;
+        }
         self.bump();
         Ok(())
     }
@@ -329,8 +410,21 @@ impl DiffusionLm for DiffusionTransformer {
         logits: Option<&[usize]>,
     ) -> Result<Refresh> {
         self.check_canvas(canvas)?;
-        let len = self.cache.len();
         let w = &*self.weights;
+        if w.hex.is_some() {
+            let kv = self
+                .npu_kv
+                .as_ref()
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "refresh position {} is not cached (the cache is empty)",
+                        positions.first().copied().unwrap_or(0)
+                    ))
+                })?;
+            return npu_seq::refresh_on_cpu(w, kv, self.epoch, canvas, positions, logits);
+        }
+        let len = self.cache.len();
         macro_rules! go {
             ($t:ty) => {{
                 let cached = self.cache.cached::<$t>().ok_or_else(|| {
@@ -362,9 +456,20 @@ impl DiffusionLm for DiffusionTransformer {
                 "refresh has the wrong number of layers".into(),
             ));
         }
-        for li in 0..layers {
-            self.cache
-                .write_rows(li, &r.positions, &r.keys[li], &r.values[li])?;
+        if let Some(&bad) = r.positions.iter().find(|&&p| p >= self.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "refresh position {bad} is no longer cached (cache covers [0, {}))",
+                self.len()
+            )));
+        }
+        match self.npu_kv.as_mut().filter(|_| self.weights.hex.is_some()) {
+            Some(kv) => npu_seq::apply(kv, r)?,
+            None => {
+                for li in 0..layers {
+                    self.cache
+                        .write_rows(li, &r.positions, &r.keys[li], &r.values[li])?;
+                }
+            }
         }
         self.bump();
         Ok(())

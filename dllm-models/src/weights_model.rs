@@ -18,6 +18,9 @@ use crate::layers::{
 use crate::lm::{ModelInfo, Refresh, Rows};
 use crate::weights::{Role, WeightSource};
 use crate::{Error, Result};
+use candle_hexagon::{
+    BlockWeights, HexTransformer, HexTransformerConfig, HexagonDevice, Placed, WeightRef,
+};
 
 #[derive(Debug)]
 pub(crate) struct Block {
@@ -41,6 +44,11 @@ pub struct TransformerWeights {
     pub(crate) device: Device,
     pub(crate) mode: OpMode,
     pub(crate) backend: Backend,
+    /// Where the per-op paths run (the layers below, the refresh): the backend, except when the
+    /// block-level module holds the model on the NPU — then the layers are the CPU copy.
+    ops_backend: Backend,
+    /// The whole stack on the NPU, one DSP batch per block (when the device took it).
+    pub(crate) hex: Option<HexTransformer>,
     embed: Embedding,
     blocks: Vec<Block>,
     norm: RmsNorm,
@@ -76,6 +84,20 @@ impl TransformerWeights {
                     .into(),
             ));
         }
+        // The block-level module first: when the device takes the whole stack, the layers built
+        // below are the CPU copy (refresh path, fallbacks), not a second device copy.
+        let hex = match backend.hexagon() {
+            Some(dev) if mode == OpMode::Fused => place_blocks(dev, &cfg, w)?,
+            _ => None,
+        };
+        let ops_backend = if hex.is_some() {
+            Backend::Cpu
+        } else {
+            backend.clone()
+        };
+        let user_backend = backend.clone();
+        let backend_for_layers = ops_backend.clone();
+        let backend = &backend_for_layers;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let (nq, nkv, ff, v) = (
             cfg.num_heads * hd,
@@ -163,7 +185,9 @@ impl TransformerWeights {
             info,
             device,
             mode,
-            backend: backend.clone(),
+            backend: user_backend,
+            ops_backend,
+            hex,
             embed,
             blocks,
             norm: norm_f,
@@ -223,7 +247,7 @@ impl TransformerWeights {
             .v
             .forward(&h)?
             .reshape((b, n, self.cfg.num_kv_heads, hd))?;
-        let k = Rope::apply_on(&k, rope.0, rope.1, m, &self.backend)?;
+        let k = Rope::apply_on(&k, rope.0, rope.1, m, &self.ops_backend)?;
         let (xq, hq, cos, sin) = match q_rows {
             None => (x.clone(), h, rope.0.clone(), rope.1.clone()),
             Some(idx) => (
@@ -241,7 +265,7 @@ impl TransformerWeights {
                 .q
                 .forward(&hq)?
                 .reshape((b, nq, self.cfg.num_heads, hd))?;
-            Rope::apply_on(&q, &cos, &sin, m, &self.backend)?
+            Rope::apply_on(&q, &cos, &sin, m, &self.ops_backend)?
         };
         // Called even without queries: a forward's closure stores the block's K/V.
         let attn = attend(&q, &k, &v)?;
@@ -254,10 +278,23 @@ impl TransformerWeights {
             &blk.gate.forward(&h2)?,
             &blk.up.forward(&h2)?,
             m,
-            &self.backend,
+            &self.ops_backend,
         )?;
         let x = (x + blk.down.forward(&act)?)?;
         Ok((x, k, v))
+    }
+
+    /// The LM head alone over rows that are already normalised (the NPU stack's hidden output).
+    pub(crate) fn head_only(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self
+            .head
+            .forward(&x.to_dtype(self.info.dtype)?)?
+            .to_dtype(DType::F32)?)
+    }
+
+    /// Token embeddings of `ids` `(b, n)`.
+    pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        self.embed.forward(ids)
     }
 
     pub(crate) fn logits(&self, x: &Tensor) -> Result<Tensor> {
@@ -295,7 +332,7 @@ impl TransformerWeights {
         let mut x = self.embed.forward(ids)?;
         let (cos, sin) = self.rope.range(0, l)?;
         let scale = self.scale();
-        let (mode, backend) = (self.mode, &self.backend);
+        let (mode, backend) = (self.mode, &self.ops_backend);
         for blk in &self.blocks {
             let mut attend =
                 |q: &Tensor, k: &Tensor, v: &Tensor| attention_on(q, k, v, scale, mode, backend);
@@ -363,7 +400,7 @@ impl TransformerWeights {
                 if q.dim(1)? == 0 {
                     return Ok(q.clone());
                 }
-                match (&self.backend, self.mode) {
+                match (&self.ops_backend, self.mode) {
                     (Backend::Cpu, OpMode::Fused) => {
                         let pend = CachedRows { k: &*f.k, v: &*f.v };
                         segment_attention(
@@ -375,7 +412,7 @@ impl TransformerWeights {
                     }
                     _ => {
                         let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
-                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.backend)
+                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.ops_backend)
                     }
                 }
             };
@@ -450,7 +487,7 @@ impl TransformerWeights {
                 if q.dim(1)? == 0 {
                     return Ok(q.clone());
                 }
-                match (&self.backend, self.mode) {
+                match (&self.ops_backend, self.mode) {
                     (Backend::Cpu, OpMode::Fused) => {
                         let (kt, vt) = (
                             k.to_dtype(T::DTYPE)?.contiguous()?,
@@ -467,7 +504,7 @@ impl TransformerWeights {
                     }
                     _ => {
                         let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
-                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.backend)
+                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.ops_backend)
                     }
                 }
             };
@@ -635,4 +672,104 @@ fn materialize<T: KvElem>(
         Tensor::cat(&ks, 1)?.contiguous()?,
         Tensor::cat(&vs, 1)?.contiguous()?,
     ))
+}
+
+/// Pack the whole stack into the NPU's block-level module when the device takes it (`None` keeps
+/// the per-op path; the decision and its reason are counted by the device).
+fn place_blocks(
+    dev: &HexagonDevice,
+    cfg: &TransformerConfig,
+    w: &dyn WeightSource,
+) -> Result<Option<HexTransformer>> {
+    let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+    let (nq, nkv, ff, v) = (
+        cfg.num_heads * hd,
+        cfg.num_kv_heads * hd,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    );
+    struct Owned {
+        attn_norm: Tensor,
+        ffn_norm: Tensor,
+        mats: [Param; 7],
+        bias: [Option<Tensor>; 3],
+    }
+    let norm = |role: Role| -> Result<Tensor> { dense(w.get(role, &[h])?, role) };
+    let mut owned = Vec::with_capacity(cfg.num_layers);
+    for i in 0..cfg.num_layers {
+        let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
+            if cfg.qkv_bias {
+                Ok(Some(dense(w.get(role, &[n])?, role)?))
+            } else {
+                Ok(None)
+            }
+        };
+        owned.push(Owned {
+            attn_norm: norm(Role::AttnNorm(i))?,
+            ffn_norm: norm(Role::FfnNorm(i))?,
+            mats: [
+                w.get(Role::Q(i), &[nq, h])?,
+                w.get(Role::K(i), &[nkv, h])?,
+                w.get(Role::V(i), &[nkv, h])?,
+                w.get(Role::O(i), &[h, nq])?,
+                w.get(Role::Gate(i), &[ff, h])?,
+                w.get(Role::Up(i), &[ff, h])?,
+                w.get(Role::Down(i), &[h, ff])?,
+            ],
+            bias: [
+                bias(Role::QBias(i), nq)?,
+                bias(Role::KBias(i), nkv)?,
+                bias(Role::VBias(i), nkv)?,
+            ],
+        });
+    }
+    let final_norm = norm(Role::FinalNorm)?;
+    let head = if cfg.tie_word_embeddings {
+        w.get(Role::Embed, &[v, h])?
+    } else {
+        w.get(Role::Head, &[v, h])?
+    };
+    fn r(p: &Param) -> WeightRef<'_> {
+        match p {
+            Param::Dense(t) => WeightRef::Dense(t),
+            Param::Quant(q) => WeightRef::Quant(q),
+        }
+    }
+    let blocks = owned
+        .iter()
+        .map(|o| BlockWeights {
+            attn_norm: &o.attn_norm,
+            q: r(&o.mats[0]),
+            k: r(&o.mats[1]),
+            v: r(&o.mats[2]),
+            q_bias: o.bias[0].as_ref(),
+            k_bias: o.bias[1].as_ref(),
+            v_bias: o.bias[2].as_ref(),
+            o: r(&o.mats[3]),
+            ffn_norm: &o.ffn_norm,
+            gate: r(&o.mats[4]),
+            up: r(&o.mats[5]),
+            down: r(&o.mats[6]),
+        })
+        .collect();
+    let hcfg = HexTransformerConfig {
+        hidden: h,
+        heads: cfg.num_heads,
+        kv_heads: cfg.num_kv_heads,
+        head_dim: hd,
+        ffn: ff,
+        vocab: v,
+        rope_theta: cfg.rope_theta,
+        rms_eps: cfg.rms_norm_eps as f32,
+        max_positions: cfg.max_seq_len,
+    };
+    let weights = candle_hexagon::TransformerWeights {
+        blocks,
+        final_norm: &final_norm,
+        lm_head: Some(r(&head)),
+    };
+    Ok(match HexTransformer::new(dev, &hcfg, &weights)? {
+        Placed::Npu(t) => Some(t),
+        Placed::Cpu(_) => None,
+    })
 }

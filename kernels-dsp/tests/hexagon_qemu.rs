@@ -153,6 +153,8 @@ fn op_name(code: u32) -> &'static str {
         KDSP_OP_PACK_WEIGHT_F16 => "pack_weight_f16",
         KDSP_OP_PACK_Q4_0 => "pack_q4_0",
         KDSP_OP_DEQUANT_Q4_0 => "dequant_q4_0",
+        KDSP_OP_GET_ROWS => "get_rows",
+        KDSP_OP_CPY => "cpy",
         _ => "?",
     }
 }
@@ -330,7 +332,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
             selftests.len() >= 4 && selftests.iter().all(|s| s.ends_with(" ok")),
             "HVX known-answer self tests: {selftests:?}"
         );
-        assert!(cases.len() >= 18, "only {} cases", cases.len());
+        assert!(cases.len() >= 21, "only {} cases", cases.len());
         for c in &cases {
             assert_eq!(
                 c.status, KDSP_STATUS_OK,
@@ -366,16 +368,18 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
         .map(|(&k, _)| k)
         .collect();
     let summary = format!(
-        "hexagon-qemu: {} of 13 kernels bit-exact on qemu-hexagon -cpu v73 vs the host build ({} seeds, {} cases): \
+        "hexagon-qemu: {} of {} kernels bit-exact on qemu-hexagon -cpu v73 vs the host build ({} seeds, {} cases): \
          {} integer-path kernels, bit-exact required, {int_cases}/{int_cases} cases [{}] \
          (integer HVX: vand/vlsr nibble unpack, vrmpy dots, vmpyi/vasr/vpack Q8_0 quantize, vshuff/vdeal tiles; \
-         pack_weight_f16 and pack_q4_0 are scalar integer repacks); \
+         pack_weight_f16 and pack_q4_0 are scalar integer repacks; get_rows and cpy move data with the integer \
+         f16 conversion); \
          {} of {} scalar-float kernels also bit-exact, tolerance required, {float_exact}/{float_cases} cases bit-exact [{}]; \
          driver built by {}; compiled (integer-HVX build) for {}; HVX-float paths compile-checked for {} (not executable \
          under QEMU); HMX instructions are not emitted by any released clang: HMX semantics run through the portable \
          tile engine on the real tile layout; not checkable with the installed compiler: {} (clang-19 accepts up to \
          hexagonv73; clang-22 adds v75..v81)",
         int_kernels.len() + exact_float.len(),
+        KDSP_OP_COUNT - 1,
         seeds.len(),
         int_cases + float_cases,
         int_kernels.len(),
@@ -391,7 +395,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
     common::announce(&summary);
     std::fs::write(out_dir.join("summary.txt"), &summary).unwrap();
     assert!(
-        int_kernels.len() >= 7 && float_kernels.len() >= 6,
+        int_kernels.len() >= 9 && float_kernels.len() >= 6,
         "{summary}"
     );
 }
