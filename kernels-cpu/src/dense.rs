@@ -262,15 +262,7 @@ impl<'a> DenseView<'a> {
         }
         let kt_n = k.div_ceil(TILE);
         let kp = kt_n * TILE;
-        // The kernel reads whole tiles of K: pad rows with zeros when K is ragged.
-        let padded: Option<Vec<f32>> = (kp != k).then(|| {
-            let mut v = vec![0f32; m * kp];
-            for (d, s) in v.chunks_exact_mut(kp).zip(x.chunks_exact(k)) {
-                d[..k].copy_from_slice(s);
-            }
-            v
-        });
-        let xs = padded.as_deref().unwrap_or(x);
+        let xs = pack_pairs(x, m, k, kp);
         let nt = n.div_ceil(TILE);
         let bias_pad = bias.map(|b| {
             let mut v = b.to_vec();
@@ -279,8 +271,8 @@ impl<'a> DenseView<'a> {
         });
         let job = Job {
             w: *self,
-            x: xs,
-            ldx: kp,
+            x: &xs,
+            m,
             out: OutPtr(out),
             bias: bias_pad.as_deref(),
         };
@@ -292,10 +284,32 @@ impl<'a> DenseView<'a> {
     }
 }
 
+/// Activations re-laid K-pair-major: pair `p` of row `r` (`x[r][2p], x[r][2p + 1]`) at floats
+/// `(p * m + r) * 2`, K zero-padded to whole tiles. A micro-kernel's broadcasts for one K pair are
+/// then consecutive pairs at one address plus constant offsets (no per-row pointer arithmetic on
+/// the ports the FMAs need, one stream instead of one per row); the copy is one pass over `x`.
+fn pack_pairs(x: &[f32], m: usize, k: usize, kp: usize) -> Vec<f32> {
+    let pairs = kp / 2;
+    let mut v = vec![0f32; m * kp];
+    for (r, row) in x.chunks_exact(k).enumerate() {
+        for (p, pair) in row.chunks(2).enumerate() {
+            let at = (p * m + r) * 2;
+            v[at] = pair[0];
+            if let Some(&b) = pair.get(1) {
+                v[at + 1] = b;
+            }
+        }
+    }
+    debug_assert_eq!(v.len(), pairs * m * 2);
+    v
+}
+
 struct Job<'a> {
     w: DenseView<'a>,
+    /// Activations, K-pair-major ([`pack_pairs`]).
     x: &'a [f32],
-    ldx: usize,
+    /// Activation rows.
+    m: usize,
     out: OutPtr,
     bias: Option<&'a [f32]>,
 }
@@ -397,7 +411,9 @@ unsafe fn load_w<S: Simd, const T: u8>(p: *const u8, i: usize) -> S::F {
 unsafe fn k_dense<S: Simd, const MR: usize, const T: u8>(sl: &Slab, job: &Job<'_>, m0: usize) {
     let mut a0 = [S::fzero(); MR];
     let mut a1 = [S::fzero(); MR];
-    let x = job.x.as_ptr().add(m0 * job.ldx);
+    // Pair p of rows m0.. starts at (p * m + m0) * 2.
+    let mut x = job.x.as_ptr().add(m0 * 2);
+    let step = job.m * 2;
     for kt in 0..sl.kt_n {
         let t = kt * TILE_ELEMS;
         for kp in 0..TILE / 2 {
@@ -405,10 +421,11 @@ unsafe fn k_dense<S: Simd, const MR: usize, const T: u8>(sl: &Slab, job: &Job<'_
             let w0 = load_w::<S, T>(sl.tiles, e);
             let w1 = load_w::<S, T>(sl.tiles, e + S::LANES);
             for i in 0..MR {
-                let xb = S::splat_pair(x.add(i * job.ldx + kt * TILE + 2 * kp));
+                let xb = S::splat_pair(x.add(2 * i));
                 a0[i] = S::fma(w0, xb, a0[i]);
                 a1[i] = S::fma(w1, xb, a1[i]);
             }
+            x = x.add(step);
         }
     }
     for i in 0..MR {
