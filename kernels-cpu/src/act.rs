@@ -17,18 +17,24 @@ use rayon::prelude::*;
 
 use crate::isa::Isa;
 
-/// Quantized activations: `m` rows of `k` int8 codes plus per-group scales and sums.
+/// Quantized activations: `m` rows of `k` int8 codes plus per-group scales and sums, stored
+/// group-major (group `g` of every row, then group `g + 1`): a micro-kernel over rows
+/// `m0..m0 + MR` finds their codes, scales and sums for one group at one address plus constant
+/// offsets, and advances every array by a constant stride per group.
 #[derive(Debug, Default)]
 pub(crate) struct Acts {
+    /// Rows.
+    pub m: usize,
     /// Values per row.
     pub k: usize,
-    /// `m * k` codes.
+    /// Codes: value `32 b + j` of row `r` at `(b * m + r) * 32 + j`.
     pub q: Vec<i8>,
-    /// One scale per `scale_group` values of a row.
+    /// Scale of group `g` (32 values for Q8_0, 256 for Q8_K) of row `r` at `g * m + r`.
     pub scale: Vec<f32>,
-    /// `-offset * sum(q)` per `off_group` values of a row.
+    /// `-offset * sum(q)` of `off_group`-value group `g` of row `r` at `g * m + r`.
     pub off: Vec<i32>,
-    /// `sum(q)` as f32 per 32 values of a row (the Q4_K min term), when asked for.
+    /// `sum(q)` as f32 of 32-value block `b` of row `r` at `b * m + r` (the Q4_K min term),
+    /// when asked for.
     pub fsum: Vec<f32>,
 }
 
@@ -103,6 +109,7 @@ pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -
     debug_assert!(k.is_multiple_of(sg) && k.is_multiple_of(og) && x.len() == m * k);
     let fs_row = if spec.fsum { k / 32 } else { 0 };
     let mut a = Acts {
+        m,
         k,
         q: vec![0; m * k],
         scale: vec![0.0; m * (k / sg)],
@@ -140,7 +147,32 @@ pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -
     } else {
         (0..m).for_each(row);
     }
-    a
+    group_major(a, m)
+}
+
+/// Re-lay row-major arrays (as the row quantizers write them) group-major (see [`Acts`]).
+fn group_major(a: Acts, m: usize) -> Acts {
+    fn t<T: Copy + Default>(v: &[T], m: usize, unit: usize) -> Vec<T> {
+        if v.is_empty() {
+            return Vec::new();
+        }
+        let groups = v.len() / m / unit;
+        let mut out = vec![T::default(); v.len()];
+        for (r, row) in v.chunks_exact(groups * unit).enumerate() {
+            for (g, x) in row.chunks_exact(unit).enumerate() {
+                out[(g * m + r) * unit..][..unit].copy_from_slice(x);
+            }
+        }
+        out
+    }
+    Acts {
+        m,
+        k: a.k,
+        q: t(&a.q, m, 32),
+        scale: t(&a.scale, m, 1),
+        off: t(&a.off, m, 1),
+        fsum: t(&a.fsum, m, 1),
+    }
 }
 
 /// Sum of int8 codes.
@@ -267,7 +299,8 @@ mod tests {
             // Ties really occur and round as specified.
             if spec.k_quant {
                 // Row 1: iscale = 1; -1.5, -0.5, 0.5 round half to even.
-                assert_eq!([want.q[k + 1], want.q[k + 3], want.q[k + 5]], [-2, 0, 0]);
+                // (group-major: row 1's first block follows row 0's)
+                assert_eq!([want.q[32 + 1], want.q[32 + 3], want.q[32 + 5]], [-2, 0, 0]);
             } else {
                 // Row 0: d = 1; -5.5, -4.5 round half away from zero.
                 assert_eq!(&want.q[1..3], &[-6i8, -5]);

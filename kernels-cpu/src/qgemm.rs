@@ -368,16 +368,10 @@ unsafe fn k_b32<S: Simd, const MR: usize, const Q8: bool>(sl: &Slab, a: &Acts, m
     let mut acc = [S::fzero(); MR];
     let kb_n = sl.kb_n;
     let tb = if Q8 { 1024 } else { 512 };
-    // Per-row cursors, advanced one block at a time (keeps address arithmetic off the vector
-    // ports in the inner loop).
-    let mut xs = [std::ptr::null::<i8>(); MR];
-    let mut offs = [std::ptr::null::<i32>(); MR];
-    let mut scs = [std::ptr::null::<f32>(); MR];
-    for i in 0..MR {
-        xs[i] = a.q.as_ptr().add((m0 + i) * a.k);
-        offs[i] = a.off.as_ptr().add((m0 + i) * kb_n);
-        scs[i] = a.scale.as_ptr().add((m0 + i) * kb_n);
-    }
+    // Group-major activations: rows m0.. of block kb start at (kb * m + m0).
+    let mut x = a.q.as_ptr().add(m0 * 32);
+    let mut off = a.off.as_ptr().add(m0);
+    let mut sc = a.scale.as_ptr().add(m0);
     let mut t = sl.codes;
     let mut d = sl.scales.cast::<u16>().add(sl.g_off);
     for _ in 0..kb_n {
@@ -387,12 +381,12 @@ unsafe fn k_b32<S: Simd, const MR: usize, const Q8: bool>(sl: &Slab, a: &Acts, m
             for (j, wj) in w.iter_mut().enumerate() {
                 *wj = S::prep_s8(S::iload(t.add(j * 128)));
             }
-            for i in 0..MR {
-                let mut ia = S::isplat(offs[i]);
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let mut ia = S::isplat(off.add(i));
                 for (j, &wj) in w.iter().enumerate() {
-                    ia = S::dot4_s8(ia, wj, xs[i].add(4 * j));
+                    ia = S::dot4_s8(ia, wj, x.add(32 * i + 4 * j));
                 }
-                acc[i] = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(scs[i])), acc[i]);
+                *acc_i = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(sc.add(i))), *acc_i);
             }
         } else {
             let mut w = [S::izero(); 8];
@@ -401,19 +395,17 @@ unsafe fn k_b32<S: Simd, const MR: usize, const Q8: bool>(sl: &Slab, a: &Acts, m
                 w[2 * p] = S::nib_lo(v);
                 w[2 * p + 1] = S::nib_hi(v);
             }
-            for i in 0..MR {
-                let mut ia = S::isplat(offs[i]);
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let mut ia = S::isplat(off.add(i));
                 for (j, &wj) in w.iter().enumerate() {
-                    ia = S::dot4(ia, wj, xs[i].add(4 * j));
+                    ia = S::dot4(ia, wj, x.add(32 * i + 4 * j));
                 }
-                acc[i] = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(scs[i])), acc[i]);
+                *acc_i = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(sc.add(i))), *acc_i);
             }
         }
-        for i in 0..MR {
-            xs[i] = xs[i].add(32);
-            offs[i] = offs[i].add(1);
-            scs[i] = scs[i].add(1);
-        }
+        x = x.add(a.m * 32);
+        off = off.add(a.m);
+        sc = sc.add(a.m);
         t = t.add(tb);
         d = d.add(32);
     }
@@ -427,7 +419,7 @@ unsafe fn k_q4k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
     let mut acc = [S::fzero(); MR];
     let kb_n = sl.kb_n;
     let (q, fsum, sc) = (a.q.as_ptr(), a.fsum.as_ptr(), a.scale.as_ptr());
-    let fs_row = a.k / 32;
+    let m = a.m;
     for sb in 0..kb_n {
         let c = sl.codes.add(sb * 4096);
         let s = sl.scales.add(sb * 640);
@@ -444,19 +436,20 @@ unsafe fn k_q4k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
             }
             let ws = S::fmul(d, S::load_u8(s.add(128 + j * 32 + sl.g_off)));
             let wm = S::fmul(dmin, S::load_u8(s.add(384 + j * 32 + sl.g_off)));
+            // Block b = 8 sb + j of rows m0.. (group-major activations).
+            let b = (sb * 8 + j) * m + m0;
+            let (x, fs) = (q.add(b * 32), fsum.add(b));
             for (i, sacc_i) in sacc.iter_mut().enumerate() {
-                let r = m0 + i;
-                let x = q.add(r * a.k + sb * 256 + j * 32);
                 let mut ia = S::izero();
                 for (t, &wt) in w.iter().enumerate() {
-                    ia = S::dot4(ia, wt, x.add(4 * t));
+                    ia = S::dot4(ia, wt, x.add(32 * i + 4 * t));
                 }
                 let v = S::fma(S::itof(ia), ws, *sacc_i);
-                *sacc_i = S::fnma(wm, S::fsplat(fsum.add(r * fs_row + sb * 8 + j)), v);
+                *sacc_i = S::fnma(wm, S::fsplat(fs.add(i)), v);
             }
         }
         for (i, acc_i) in acc.iter_mut().enumerate() {
-            *acc_i = S::fma(sacc[i], S::fsplat(sc.add((m0 + i) * kb_n + sb)), *acc_i);
+            *acc_i = S::fma(sacc[i], S::fsplat(sc.add(sb * m + m0 + i)), *acc_i);
         }
     }
     store_rows::<S, MR>(sl, &acc, m0);
@@ -468,7 +461,7 @@ unsafe fn k_q6k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
     let mut acc = [S::fzero(); MR];
     let kb_n = sl.kb_n;
     let (q, off, sc) = (a.q.as_ptr(), a.off.as_ptr(), a.scale.as_ptr());
-    let off_row = a.k / 16;
+    let m = a.m;
     for sb in 0..kb_n {
         let c = sl.codes.add(sb * 8192);
         let s = sl.scales.add(sb * 576);
@@ -485,12 +478,14 @@ unsafe fn k_q6k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
                 d,
                 S::load_i8(s.add(64 + (2 * j + 1) * 32 + sl.g_off).cast()),
             );
+            // Block 8 sb + j and its two 16-value groups, rows m0.. (group-major activations).
+            let xb = q.add(((sb * 8 + j) * m + m0) * 32);
+            let oa = off.add((sb * 16 + 2 * j) * m + m0);
+            let ob = off.add((sb * 16 + 2 * j + 1) * m + m0);
             for (i, sacc_i) in sacc.iter_mut().enumerate() {
-                let r = m0 + i;
-                let x = q.add(r * a.k + sb * 256 + j * 32);
-                let o = off.add(r * off_row + sb * 16 + 2 * j);
-                let mut ia = S::isplat(o);
-                let mut ib = S::isplat(o.add(1));
+                let x = xb.add(32 * i);
+                let mut ia = S::isplat(oa.add(i));
+                let mut ib = S::isplat(ob.add(i));
                 for t in 0..4 {
                     ia = S::dot4(ia, w[t], x.add(4 * t));
                     ib = S::dot4(ib, w[4 + t], x.add(16 + 4 * t));
@@ -500,7 +495,7 @@ unsafe fn k_q6k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
             }
         }
         for (i, acc_i) in acc.iter_mut().enumerate() {
-            *acc_i = S::fma(sacc[i], S::fsplat(sc.add((m0 + i) * kb_n + sb)), *acc_i);
+            *acc_i = S::fma(sacc[i], S::fsplat(sc.add(sb * m + m0 + i)), *acc_i);
         }
     }
     store_rows::<S, MR>(sl, &acc, m0);
