@@ -98,7 +98,7 @@ struct Args {
     /// Compute dtype: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// CPU threads (default: all cores).
+    /// Threads for every CPU kernel, 1..=256 (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
     /// Where the model runs: cpu, or hexagon (the Hexagon NPU backend, CPU fallback per op).
@@ -198,11 +198,9 @@ fn decode_params(a: &Args, loaded: &LoadedModel) -> Result<DecodeParams> {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        if t == 0 {
-            bail!("--threads must be positive");
-        }
-        // candle and rayon read this when their pools start: set it before any tensor work.
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+        // Every CPU kernel (kernels-cpu's GEMMs, candle's ops) uses this many threads; set it
+        // before any tensor work, when the pools start.
+        dllm_models::threads::configure(t).context("--threads")?;
     }
     let backend = backend(&a)?;
     let opts = LoadOptions {

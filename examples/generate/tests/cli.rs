@@ -143,6 +143,14 @@ fn bad_input_exits_with_a_named_error() {
             &["--model", d, "--prompt-ids", "1,2", "--dtype", "f64"],
             "dtype",
         ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--threads", "0"],
+            "threads",
+        ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--threads", "10000"],
+            "thread count 10000 is outside 1..=256",
+        ),
         (&["--model", d, "--prompt", "hello"], "tokenizer"),
         (&["--model", d, "--prompt-ids", "1,255"], "mask token"),
         (&["--model", d], "prompt"),
@@ -166,6 +174,31 @@ fn bad_input_exits_with_a_named_error() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn thread_counts_give_the_same_tokens() {
+    // The shipped (embedded) model, which runs the packed f16 kernels; each count in its own
+    // process, since thread pools are sized once per process.
+    let args = |t: &'static str| {
+        [
+            "--prompt-ids",
+            "10,11,12,13,14,15",
+            "--gen-length",
+            "32",
+            "--block-length",
+            "16",
+            "--steps",
+            "32",
+            "--threads",
+            t,
+            "--json",
+        ]
+    };
+    let one = generated_ids(&args("1"));
+    assert_eq!(one.len(), 32);
+    assert_eq!(one, generated_ids(&args("2")));
+    assert_eq!(one, generated_ids(&args("3")));
 }
 
 fn generated_ids(args: &[&str]) -> Vec<u32> {
