@@ -35,7 +35,7 @@ fn run(args: &[&str]) -> std::process::Output {
 fn json_output_matches_the_library() {
     let dir = model_dir("json");
     let d = dir.to_str().unwrap();
-    for strategy in ["vanilla", "prefix-cache", "dual-cache"] {
+    for strategy in ["vanilla", "prefix-cache", "dual-cache", "mbsd"] {
         let out = run(&[
             "--model",
             d,
@@ -71,6 +71,15 @@ fn json_output_matches_the_library() {
             "forwards",
             "steps",
             "elapsed_ms",
+            "mean_active_per_forward",
+            "drafts",
+            "drafts_accepted",
+            "drafts_rejected",
+            "revised",
+            "refreshes",
+            "refresh_ms",
+            "merge_wait_ms",
+            "logits_rows_skipped",
         ] {
             assert!(v.get(key).is_some(), "missing `{key}` in {v}");
         }
@@ -90,6 +99,8 @@ fn json_output_matches_the_library() {
         let g = dllm_decode::generate(&mut m.model, &[5, 6, 7, 8], &p, &mut ()).unwrap();
         assert_eq!(ids, g.generated(), "{strategy}");
         assert_eq!(v["forwards"].as_u64().unwrap() as usize, g.forwards);
+        assert_eq!(v["drafts"].as_u64().unwrap() as usize, g.drafts);
+        assert_eq!(v["refreshes"].as_u64().unwrap() as usize, g.refreshes);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -257,6 +268,29 @@ fn hexagon_device_gives_the_cpu_tokens_and_prints_the_routing_report() {
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Hexagon routing report"), "{err}");
+    // The whole transformer as one module, one DSP batch per block.
+    assert!(err.contains("| block | npu (hmx) |"), "{err}");
+    let json = run(&with(&["--device", "hexagon", "--json"]));
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&json.stdout).trim()).unwrap();
+    let (batches, forwards) = (
+        v["dsp_batches"].as_u64().unwrap(),
+        v["forwards"].as_u64().unwrap(),
+    );
+    // The model has 2 blocks: at most one batch per block per forward.
+    assert_eq!(batches, 2 * forwards, "{v}");
+    assert!(v["bytes_staged"].as_u64().unwrap() > 0);
+    // The per-op path when the block module is denied.
+    let out = run(&with(&[
+        "--device",
+        "hexagon",
+        "--hexagon-deny",
+        "block",
+        "--no-live",
+    ]));
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("| block | cpu (denied) |"), "{err}");
     assert!(err.contains("| flash_attn | npu (hvx) |"), "{err}");
     assert!(err.contains("| linear_f16 | npu (hmx) |"), "{err}");
 
