@@ -80,7 +80,8 @@ pub enum Error {
         /// Epoch of the cache now.
         current: u64,
     },
-    /// An error from a CPU kernel.
+    /// An error from a CPU kernel (a shape it cannot take, a weight type or shape it cannot pack,
+    /// a thread count).
     #[error(transparent)]
     Kernel(#[from] kernels_cpu::Error),
     /// An error from candle.

@@ -23,11 +23,13 @@ pub mod gguf_write;
 pub mod hub;
 pub mod kv_cache;
 pub mod layers;
+pub mod linear;
 pub mod llada;
 pub mod lm;
 mod npu_seq;
 pub mod source;
 pub mod synthetic;
+pub mod threads;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
@@ -35,6 +37,7 @@ mod weights_model;
 
 pub use error::{Error, Result};
 pub use layers::{Backend, OpMode};
+pub use linear::CpuLinears;
 pub use lm::{
     Arch, DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
 };

@@ -189,6 +189,20 @@ pub fn attention<T: Element>(
     scale: f32,
     out: &mut [T],
 ) -> Result<()> {
+    attention_with(crate::isa::Isa::best(), q, segs, shape, scale, out)
+}
+
+/// [`attention`] on an explicit SIMD path (an error if this CPU does not run it). Every path gives
+/// bit-identical results.
+pub fn attention_with<T: Element>(
+    isa: crate::isa::Isa,
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    shape: AttnShape,
+    scale: f32,
+    out: &mut [T],
+) -> Result<()> {
+    isa.require()?;
     check(q, segs, shape, out.len())?;
     if !scale.is_finite() {
         return Err(Error::Shape {
@@ -219,7 +233,7 @@ pub fn attention<T: Element>(
         .par_iter()
         .map(|&(qb, kh)| {
             let rows = qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(q_rows);
-            task(q, segs, shape, scale, rows, kh)
+            task_dispatch(isa, q, segs, shape, scale, rows, kh)
         })
         .collect();
     let mut tmp = vec![T::ZERO; d];
@@ -237,8 +251,66 @@ pub fn attention<T: Element>(
     Ok(())
 }
 
+/// [`task`] compiled for the widest SIMD the CPU runs. The body uses explicit lanes and no fused
+/// multiply-add (Rust never contracts `a * b + c`), so every path computes bit-identical results;
+/// only the vector width the compiler may use differs.
+fn task_dispatch<T: Element>(
+    isa: crate::isa::Isa,
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::isa::Isa;
+        match isa {
+            Isa::Avx512 | Isa::Avx512Vnni => {
+                // SAFETY: the CPU runs AVX-512 F/BW/VL (`attention_with` checked the path).
+                return unsafe { task_avx512(q, segs, s, scale, rows, kh) };
+            }
+            Isa::Avx2 | Isa::AvxVnni => {
+                // SAFETY: the CPU runs AVX2 (`attention_with` checked the path).
+                return unsafe { task_avx2(q, segs, s, scale, rows, kh) };
+            }
+            Isa::Portable => {}
+        }
+    }
+    let _ = isa;
+    task(q, segs, s, scale, rows, kh)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+unsafe fn task_avx512<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    task(q, segs, s, scale, rows, kh)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn task_avx2<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    task(q, segs, s, scale, rows, kh)
+}
+
 /// The attention of query rows `rows` for the `group` query heads of kv head `kh`; returns
 /// `(rows, group, d)` f32.
+#[inline(always)]
 fn task<T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],

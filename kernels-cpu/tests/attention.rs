@@ -2,7 +2,10 @@
 //! skipping, segment order independence, GQA, thread-count invariance.
 
 use half::{bf16, f16};
-use kernels_cpu::attention::{attention, attention_reference, AttnShape, Element, KvSegment, Skip};
+use kernels_cpu::attention::{
+    attention, attention_reference, attention_with, AttnShape, Element, KvSegment, Skip,
+};
+use kernels_cpu::isa::Isa;
 
 struct Rng(u64);
 impl Rng {
@@ -270,6 +273,43 @@ fn bit_identical_for_any_thread_count() {
                 .zip(&one)
                 .all(|(a, b)| a.to_bits() == b.to_bits()),
             "{t} threads"
+        );
+    }
+}
+
+#[test]
+fn every_simd_path_gives_the_same_bits() {
+    let s = AttnShape {
+        q_rows: 21,
+        heads: 6,
+        kv_heads: 3,
+        head_dim: 80,
+    };
+    let mut rng = Rng(7);
+    let row = s.kv_heads * s.head_dim;
+    let k: Vec<half::f16> = rng.vec(130 * row);
+    let v: Vec<half::f16> = rng.vec(130 * row);
+    let q: Vec<half::f16> = rng.vec(s.q_rows * s.heads * s.head_dim);
+    let segs = [KvSegment {
+        k: &k,
+        v: &v,
+        rows: 130,
+        row_stride: row,
+        skip: Skip::Range { start: 40, end: 61 },
+    }];
+    let run = |isa: Isa| {
+        let mut out = vec![half::f16::ZERO; q.len()];
+        attention_with(isa, &q, &segs, s, 0.1, &mut out).unwrap();
+        out
+    };
+    let portable = run(Isa::Portable);
+    for isa in Isa::available() {
+        let o = run(isa);
+        assert!(
+            o.iter()
+                .zip(&portable)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{isa}"
         );
     }
 }

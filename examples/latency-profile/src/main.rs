@@ -76,7 +76,7 @@ struct Args {
     /// Timed runs per point (the median is reported; one warm-up run is not timed).
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// CPU threads for candle (default: candle's choice, all cores).
+    /// Threads for every CPU kernel, 1..=256 (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
     /// Write the table as JSON here.
@@ -187,11 +187,9 @@ fn run(a: Args) -> Result<()> {
     }
     let rows_spec = parse_rows(&a.rows)?;
     if let Some(t) = a.threads {
-        if t == 0 {
-            bail!("--threads must be positive");
-        }
-        // candle and rayon read this when their pools start: set it before any tensor work.
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+        // Every CPU kernel (kernels-cpu's GEMMs, candle's ops) uses this many threads; set it
+        // before any tensor work, when the pools start.
+        dllm_models::threads::configure(t).context("--threads")?;
     }
     let backend = backend(&a)?;
     let (mut m, source) = model(&a, &backend)?;
