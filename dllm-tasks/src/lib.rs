@@ -34,6 +34,7 @@
 
 pub mod error;
 pub mod eval;
+pub mod export;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;
