@@ -126,7 +126,11 @@ pub const TOKEN_TYPE_CONTROL: i32 = 3;
 ///
 /// Errors name what is unusable: a model other than BPE, ids that do not cover `0..n`, a merge
 /// that is not a pair.
-pub fn tokenizer_metadata(tok: &Tokenizer, pre: &str, add_bos: bool) -> Result<Vec<(String, Value)>> {
+pub fn tokenizer_metadata(
+    tok: &Tokenizer,
+    pre: &str,
+    add_bos: bool,
+) -> Result<Vec<(String, Value)>> {
     let err = |m: String| Error::Tokenizer(format!("GGUF tokenizer metadata: {m}"));
     let json: serde_json::Value = serde_json::from_str(
         &tok.to_string(false)
@@ -140,9 +144,12 @@ pub fn tokenizer_metadata(tok: &Tokenizer, pre: &str, add_bos: bool) -> Result<V
     let vocab = tok.get_vocab(true);
     let mut tokens: Vec<Option<String>> = vec![None; vocab.len()];
     for (text, &id) in &vocab {
-        let slot = tokens
-            .get_mut(id as usize)
-            .ok_or_else(|| err(format!("token id {id} ({text:?}) is outside 0..{}", vocab.len())))?;
+        let slot = tokens.get_mut(id as usize).ok_or_else(|| {
+            err(format!(
+                "token id {id} ({text:?}) is outside 0..{}",
+                vocab.len()
+            ))
+        })?;
         *slot = Some(text.clone());
     }
     let tokens: Vec<String> = tokens

@@ -45,9 +45,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     {
         let p = encode_prompt(&tok, &ex.prompt)?.len();
         let r = encode_response(&tok, &ex.response)?.len();
-        let e = stats
-            .entry(ex.kind)
-            .or_insert((0usize, 0usize, 0usize, 0usize, 0usize, usize::MAX));
+        let e =
+            stats
+                .entry(ex.kind)
+                .or_insert((0usize, 0usize, 0usize, 0usize, 0usize, usize::MAX));
         e.0 += 1;
         e.5 = e.5.min(r);
         e.1 = e.1.max(p);

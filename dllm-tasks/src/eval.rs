@@ -121,7 +121,10 @@ pub fn answer(
     let mut commit_step = vec![None; params.gen_length];
     let mut record = |e: &StepEvent<'_>| {
         for &p in e.unmasked {
-            if let Some(slot) = p.checked_sub(e.prompt_len).and_then(|i| commit_step.get_mut(i)) {
+            if let Some(slot) = p
+                .checked_sub(e.prompt_len)
+                .and_then(|i| commit_step.get_mut(i))
+            {
                 *slot = Some(e.step);
             }
         }

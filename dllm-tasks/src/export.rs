@@ -51,7 +51,10 @@ pub fn parse_gguf_type(name: &str) -> Result<GgmlDType> {
 pub fn suite_tokenizer_metadata(tok: &Tokenizer) -> Result<Vec<(String, Value)>> {
     check_special_tokens(tok)?;
     let mut md = tokenizer_metadata(tok, GGUF_PRE_TOKENIZER, true)?;
-    md.push(("tokenizer.ggml.seperator_token_id".into(), Value::U32(SEP_ID)));
+    md.push((
+        "tokenizer.ggml.seperator_token_id".into(),
+        Value::U32(SEP_ID),
+    ));
     md.push(("tokenizer.ggml.unknown_token_id".into(), Value::U32(UNK_ID)));
     md.push((
         "tokenizer.chat_template".into(),
@@ -69,7 +72,10 @@ pub fn export_gguf(model_dir: &Path, out: &Path, dtype: GgmlDType) -> Result<()>
     for (what, width) in [
         ("hidden size", cfg.hidden_size),
         ("MLP size", cfg.intermediate_size),
-        ("attention width (heads x head dim)", cfg.num_heads * cfg.head_dim()),
+        (
+            "attention width (heads x head dim)",
+            cfg.num_heads * cfg.head_dim(),
+        ),
     ] {
         if !width.is_multiple_of(block) {
             return Err(Error::InvalidArgument(format!(
@@ -81,9 +87,8 @@ pub fn export_gguf(model_dir: &Path, out: &Path, dtype: GgmlDType) -> Result<()>
     let extra = suite_tokenizer_metadata(&tok)?;
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     for file in weight_files(model_dir)? {
-        let t = candle_core::safetensors::load(&file, &Device::Cpu).map_err(|e| {
-            Error::InvalidArgument(format!("{}: {e}", file.display()))
-        })?;
+        let t = candle_core::safetensors::load(&file, &Device::Cpu)
+            .map_err(|e| Error::InvalidArgument(format!("{}: {e}", file.display())))?;
         tensors.extend(t);
     }
     write_gguf(out, &cfg, &tensors, dtype, &extra)?;

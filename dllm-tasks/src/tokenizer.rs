@@ -107,6 +107,9 @@ pub const LONG_MIN_RESPONSE_TOKENS: usize = 64;
 /// generates 128 positions, which leaves room for the EOS.
 pub const LONG_MAX_RESPONSE_TOKENS: usize = 127;
 
+/// Vocabulary size of [`build_long_suite_tokenizer`] (specials included; tested).
+pub const LONG_VOCAB_SIZE: usize = 709;
+
 /// Generation length of the long suite (4 blocks of 32).
 pub const LONG_GEN_LENGTH: usize = 128;
 
@@ -260,6 +263,10 @@ pub fn build_tokenizer(suite: Suite) -> Result<Tokenizer> {
 /// their ids). An error if the special tokens are not where the models expect them.
 pub fn suite_of(tok: &Tokenizer) -> Result<Suite> {
     check_special_tokens(tok)?;
+    // Building the long tokenizer to compare with takes seconds; a size mismatch settles it.
+    if tok.get_vocab_size(true) != LONG_VOCAB_SIZE {
+        return Ok(Suite::Short);
+    }
     type Vocab = std::collections::HashMap<String, u32>;
     static LONG_VOCAB: std::sync::OnceLock<std::result::Result<Vocab, String>> =
         std::sync::OnceLock::new();

@@ -56,7 +56,10 @@ fn logits(source: &str, tokenizer: &Path) -> Tensor {
     let tok = m.tokenizer.clone().unwrap();
     let mut ids = encode_prompt(tok.inner(), &test_set(TaskKind::LongMath)[0].prompt).unwrap();
     ids.resize(ids.len() + 32, MASK_ID);
-    let canvas = Tensor::new(ids.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let canvas = Tensor::new(ids.as_slice(), &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
     m.model
         .forward_full(&canvas, Rows::All)
         .unwrap()
@@ -65,8 +68,21 @@ fn logits(source: &str, tokenizer: &Path) -> Tensor {
 }
 
 fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
-    let d = (a - b).unwrap().sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
-    let n = a.sqr().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap();
+    let d = (a - b)
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let n = a
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
     (d / n).sqrt()
 }
 
@@ -83,11 +99,18 @@ fn f16_and_q4_0_carry_the_model_and_its_tokenizer() {
         let md = &c.metadata;
         assert_eq!(md["general.architecture"].to_string().unwrap(), "llada");
         assert_eq!(md["tokenizer.ggml.model"].to_string().unwrap(), "gpt2");
-        assert_eq!(md["tokenizer.ggml.pre"].to_string().unwrap(), GGUF_PRE_TOKENIZER);
+        assert_eq!(
+            md["tokenizer.ggml.pre"].to_string().unwrap(),
+            GGUF_PRE_TOKENIZER
+        );
         let tokens = strings(&md["tokenizer.ggml.tokens"]);
         assert_eq!(tokens.len(), tok.get_vocab_size(true));
         for (i, t) in tokens.iter().enumerate() {
-            assert_eq!(tok.id_to_token(i as u32).as_deref(), Some(t.as_str()), "id {i}");
+            assert_eq!(
+                tok.id_to_token(i as u32).as_deref(),
+                Some(t.as_str()),
+                "id {i}"
+            );
         }
         let types: Vec<i32> = md["tokenizer.ggml.token_type"]
             .to_vec()
@@ -96,18 +119,33 @@ fn f16_and_q4_0_carry_the_model_and_its_tokenizer() {
             .map(|v| v.to_i32().unwrap())
             .collect();
         assert_eq!(types.len(), tokens.len());
-        assert!(types[..6].iter().all(|&t| t == 3), "specials are control tokens");
+        assert!(
+            types[..6].iter().all(|&t| t == 3),
+            "specials are control tokens"
+        );
         assert!(types[6..].iter().all(|&t| t == 1));
         let merges = strings(&md["tokenizer.ggml.merges"]);
         assert!(merges.len() > 100 && merges.iter().all(|m| m.split(' ').count() == 2));
         // Every merged token is a vocabulary entry.
         assert!(merges.iter().all(|m| tokens.contains(&m.replace(' ', ""))));
-        assert_eq!(md["tokenizer.ggml.mask_token_id"].to_u32().unwrap(), MASK_ID);
-        assert_eq!(md["tokenizer.ggml.seperator_token_id"].to_u32().unwrap(), SEP_ID);
+        assert_eq!(
+            md["tokenizer.ggml.mask_token_id"].to_u32().unwrap(),
+            MASK_ID
+        );
+        assert_eq!(
+            md["tokenizer.ggml.seperator_token_id"].to_u32().unwrap(),
+            SEP_ID
+        );
         assert!(md["tokenizer.ggml.add_bos_token"].to_bool().unwrap());
-        assert_eq!(md["tokenizer.chat_template"].to_string().unwrap(), GGUF_CHAT_TEMPLATE);
+        assert_eq!(
+            md["tokenizer.chat_template"].to_string().unwrap(),
+            GGUF_CHAT_TEMPLATE
+        );
         assert_eq!(c.tensor_infos["blk.0.attn_q.weight"].ggml_dtype, dtype);
-        assert_eq!(c.tensor_infos["blk.0.attn_norm.weight"].ggml_dtype, GgmlDType::F32);
+        assert_eq!(
+            c.tensor_infos["blk.0.attn_norm.weight"].ggml_dtype,
+            GgmlDType::F32
+        );
 
         let got = logits(path.to_str().unwrap(), &dir.join("tokenizer.json"));
         let err = rel_err(&reference, &got);

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use dllm_tasks::tasks::long::{check_steps, steps, StepScore};
+use dllm_tasks::tokenizer::LONG_MIN_RESPONSE_TOKENS;
 use dllm_tasks::tokenizer::{
     build_long_suite_tokenizer, build_suite_tokenizer, decode, decode_response, encode_prompt,
     encode_response, sft_row, suite_of, to_json,
@@ -14,7 +15,6 @@ use dllm_tasks::{
     Suite, TaskKind, EOS_ID, LONG_GEN_LENGTH, LONG_MAX_PROMPT_TOKENS, LONG_MAX_RESPONSE_TOKENS,
     TEST_SET_SIZE,
 };
-use dllm_tasks::tokenizer::LONG_MIN_RESPONSE_TOKENS;
 use tokenizers::Tokenizer;
 
 fn tok() -> &'static Tokenizer {
@@ -59,18 +59,29 @@ fn test_sets_are_fixed_unique_and_never_trained_on() {
     }
     let mut seen = [0usize; 4];
     for ex in suite_train_stream(Suite::Long, 1).take(20_000) {
-        assert!(!held.contains(&ex.prompt), "held-out prompt in training: {ex:?}");
+        assert!(
+            !held.contains(&ex.prompt),
+            "held-out prompt in training: {ex:?}"
+        );
         assert_eq!(ex.kind.suite(), Suite::Long);
         seen[ex.kind.index_in_suite()] += 1;
     }
-    assert!(seen.iter().all(|&n| (4_500..5_500).contains(&n)), "{seen:?}");
+    assert!(
+        seen.iter().all(|&n| (4_500..5_500).contains(&n)),
+        "{seen:?}"
+    );
     // Weighted mixes follow the weights.
     let mut w = [0usize; 4];
-    let stream = suite_train_stream(Suite::Long, 2).with_weights([2, 2, 1, 1]).unwrap();
+    let stream = suite_train_stream(Suite::Long, 2)
+        .with_weights([2, 2, 1, 1])
+        .unwrap();
     for ex in stream.take(6_000) {
         w[ex.kind.index_in_suite()] += 1;
     }
-    assert!(w[0] > 1_800 && w[1] > 1_800 && w[2] < 1_200 && w[3] < 1_200, "{w:?}");
+    assert!(
+        w[0] > 1_800 && w[1] > 1_800 && w[2] < 1_200 && w[3] < 1_200,
+        "{w:?}"
+    );
 }
 
 /// The held-out sets are small; a contaminated stream would repeat their prompts. Training
@@ -82,7 +93,11 @@ fn prompt_spaces_are_large() {
     for kind in TaskKind::LONG {
         let mut r = Rng::new(123);
         let prompts: HashSet<String> = (0..5_000).map(|_| generate(kind, &mut r).prompt).collect();
-        assert!(prompts.len() > 4_900, "{kind}: {} distinct of 5000", prompts.len());
+        assert!(
+            prompts.len() > 4_900,
+            "{kind}: {} distinct of 5000",
+            prompts.len()
+        );
     }
 }
 
@@ -110,14 +125,24 @@ fn lengths_fit_the_canvas() {
         assert_eq!(row[pl + r], EOS_ID);
     }
     eprintln!("prompt max {pmax}, response {rmin}..={rmax} tokens");
-    assert!(LONG_MAX_RESPONSE_TOKENS < LONG_GEN_LENGTH);
+    const { assert!(LONG_MAX_RESPONSE_TOKENS < LONG_GEN_LENGTH) };
 }
 
 #[test]
 fn tokenizer_is_deterministic_lossless_and_line_starts_match_words() {
     let t = tok();
-    assert_eq!(to_json(t).unwrap(), to_json(&build_long_suite_tokenizer().unwrap()).unwrap());
-    for ex in TaskKind::LONG.into_iter().flat_map(|k| test_set(k).into_iter().take(20)) {
+    assert_eq!(
+        to_json(t).unwrap(),
+        to_json(&build_long_suite_tokenizer().unwrap()).unwrap()
+    );
+    assert_eq!(
+        t.get_vocab_size(true),
+        dllm_tasks::tokenizer::LONG_VOCAB_SIZE
+    );
+    for ex in TaskKind::LONG
+        .into_iter()
+        .flat_map(|k| test_set(k).into_iter().take(20))
+    {
         for text in [&ex.prompt, &ex.response] {
             let ids = encode_response(t, text).unwrap();
             assert_eq!(&decode(t, &ids).unwrap(), text);
@@ -133,7 +158,10 @@ fn tokenizer_is_deterministic_lossless_and_line_starts_match_words() {
     assert_eq!(a.iter().filter(|&&i| i == cara[0]).count(), 2, "{a:?}");
     // Each suite recognises its own tokenizer.
     assert_eq!(suite_of(t).unwrap(), Suite::Long);
-    assert_eq!(suite_of(&build_suite_tokenizer().unwrap()).unwrap(), Suite::Short);
+    assert_eq!(
+        suite_of(&build_suite_tokenizer().unwrap()).unwrap(),
+        Suite::Short
+    );
 }
 
 fn ex(kind: TaskKind, response: &str, answer: &str) -> Example {
@@ -156,12 +184,18 @@ fn worked_answers_are_checked_step_by_step() {
     let right = "January: 23+7=30\nFebruary:  30-5=25\n March: 25*2=50\nAnswer: 50<eos><eos>";
     let v = check(&math, right);
     assert!(v.exact && v.final_answer);
-    assert_eq!(check_steps(&math, right), Some(StepScore { right: 3, total: 3 }));
+    assert_eq!(
+        check_steps(&math, right),
+        Some(StepScore { right: 3, total: 3 })
+    );
     // A wrong middle step carried through: two steps and the answer wrong.
     let wrong = "January: 23+7=30\nFebruary: 30-5=26\nMarch: 26*2=52\nAnswer: 52";
     let v = check(&math, wrong);
     assert!(!v.exact && !v.final_answer);
-    assert_eq!(check_steps(&math, wrong), Some(StepScore { right: 1, total: 3 }));
+    assert_eq!(
+        check_steps(&math, wrong),
+        Some(StepScore { right: 1, total: 3 })
+    );
     // Right answer from wrong work: final answer right, steps not.
     let lucky = "January: 23+7=31\nFebruary: 31-5=25\nMarch: 25*2=50\nAnswer: 50";
     let v = check(&math, lucky);
@@ -171,7 +205,10 @@ fn worked_answers_are_checked_step_by_step() {
     let skipped = "January: 23+7=30\nMarch: 25*2=50\nAnswer: 50";
     assert_eq!(check_steps(&math, skipped).unwrap().right, 1);
     // Nothing generated.
-    assert_eq!(check_steps(&math, ""), Some(StepScore { right: 0, total: 3 }));
+    assert_eq!(
+        check_steps(&math, ""),
+        Some(StepScore { right: 0, total: 3 })
+    );
     assert!(!check(&math, "").final_answer);
 
     let yes = ex(
@@ -181,7 +218,10 @@ fn worked_answers_are_checked_step_by_step() {
     );
     let flipped = "Ben is taller than Dan.\nDan is taller than Gina.\nSo Ben is taller than Gina.\nAnswer: no";
     assert!(!check(&yes, flipped).final_answer);
-    assert_eq!(check_steps(&yes, flipped).unwrap(), StepScore { right: 3, total: 3 });
+    assert_eq!(
+        check_steps(&yes, flipped).unwrap(),
+        StepScore { right: 3, total: 3 }
+    );
     assert_eq!(steps(&yes.response).len(), 3);
 
     // Short-suite answers are not worked.
@@ -200,7 +240,10 @@ fn generated_references_pass_their_own_checks() {
             assert!(s.total >= 6, "{e:?}");
             // Every line but the last is a step; the last is the answer.
             assert_eq!(e.response.lines().count(), s.total + 1);
-            assert_eq!(e.response.lines().last().unwrap(), format!("Answer: {}", e.answer));
+            assert_eq!(
+                e.response.lines().last().unwrap(),
+                format!("Answer: {}", e.answer)
+            );
         }
     }
 }
@@ -214,9 +257,16 @@ fn suite_and_task_names_round_trip() {
         assert!(kind.suite().tasks().contains(&kind));
         assert_eq!(kind.is_worked(), kind.suite() == Suite::Long);
     }
-    assert_eq!("long-gsm8k".parse::<TaskKind>().unwrap(), TaskKind::LongMath);
+    assert_eq!(
+        "long-gsm8k".parse::<TaskKind>().unwrap(),
+        TaskKind::LongMath
+    );
     for s in Suite::ALL {
         assert_eq!(s.name().parse::<Suite>().unwrap(), s);
     }
-    assert!("medium".parse::<Suite>().unwrap_err().to_string().contains("medium"));
+    assert!("medium"
+        .parse::<Suite>()
+        .unwrap_err()
+        .to_string()
+        .contains("medium"));
 }

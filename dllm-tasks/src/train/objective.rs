@@ -56,9 +56,17 @@ pub fn sft_loss(
     }
     // Prompt positions are never masked, so their logits carry no loss: the log-softmax (and
     // its backward) runs over the response region only, from the shortest prompt on.
-    let start = prompt_lens.iter().copied().min().unwrap_or(0).min(t_len - 1);
+    let start = prompt_lens
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(0)
+        .min(t_len - 1);
     let span = t_len - start;
-    let targets: Vec<u32> = rows.iter().flat_map(|r| r[start..].iter().copied()).collect();
+    let targets: Vec<u32> = rows
+        .iter()
+        .flat_map(|r| r[start..].iter().copied())
+        .collect();
     let weights: Vec<f32> = weights
         .chunks(t_len)
         .flat_map(|w| w[start..].iter().copied())

@@ -403,7 +403,9 @@ fn main() -> Result<()> {
             let txt: Vec<String> = acc
                 .iter()
                 .map(|(k, v, st)| match st {
-                    Some(st) => format!("{} {:.0}% (steps {:.0}%)", k.name(), 100.0 * v, 100.0 * st),
+                    Some(st) => {
+                        format!("{} {:.0}% (steps {:.0}%)", k.name(), 100.0 * v, 100.0 * st)
+                    }
                     None => format!("{} {:.0}%", k.name(), 100.0 * v),
                 })
                 .collect();

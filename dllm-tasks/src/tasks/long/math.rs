@@ -143,9 +143,7 @@ pub fn generate(rng: &mut Rng) -> Example {
         lines.push(format!("{month}: {}", op.line(a)));
         a = op.apply(a);
     }
-    prompt.push_str(&format!(
-        " How many {items} does {name} have at the end?"
-    ));
+    prompt.push_str(&format!(" How many {items} does {name} have at the end?"));
     let answer = a.to_string();
     lines.push(format!("Answer: {answer}"));
     Example {

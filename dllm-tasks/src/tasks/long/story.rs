@@ -69,7 +69,11 @@ pub fn generate(rng: &mut Rng) -> Example {
         lines.push(format!("{} {verb} {} {thing}.", p.name, p.possessive));
     }
     for (i, (p, (thing, _))) in people.iter().zip(&things).enumerate() {
-        lines.push(format!("{} gives the {thing} to {}.", p.name, people[(i + 1) % n].name));
+        lines.push(format!(
+            "{} gives the {thing} to {}.",
+            p.name,
+            people[(i + 1) % n].name
+        ));
     }
     for (i, p) in people.iter().enumerate() {
         let (thing, verb) = things[(i + n - 1) % n];
@@ -107,7 +111,10 @@ mod tests {
             let verb = |t: &str| THINGS.iter().find(|x| x.0 == t).unwrap().1;
             for (i, (name, thing)) in owners.iter().enumerate() {
                 let p = PEOPLE.iter().find(|p| p.name == *name).unwrap();
-                assert_eq!(lines[i], format!("{name} {} {} {thing}.", verb(thing), p.possessive));
+                assert_eq!(
+                    lines[i],
+                    format!("{name} {} {} {thing}.", verb(thing), p.possessive)
+                );
                 let next = owners[(i + 1) % n].0;
                 assert_eq!(lines[n + i], format!("{name} gives the {thing} to {next}."));
                 let got = owners[(i + n - 1) % n].1;
