@@ -4,12 +4,15 @@
 use std::collections::HashSet;
 use std::sync::OnceLock;
 
-use dllm_tasks::tasks::long::{check_steps, steps, StepScore};
+use dllm_tasks::tasks::long::{
+    check_steps, generate_scaled, steps, Scale, StepScore, SMALL_MAX_RESPONSE_TOKENS,
+};
 use dllm_tasks::tokenizer::LONG_MIN_RESPONSE_TOKENS;
 use dllm_tasks::tokenizer::{
     build_long_suite_tokenizer, build_suite_tokenizer, decode, decode_response, encode_prompt,
     encode_response, sft_row, suite_of, to_json,
 };
+use dllm_tasks::train::Batcher;
 use dllm_tasks::{
     check, generate, held_out_prompts, suite_train_stream, test_set, train_stream, Example, Rng,
     Suite, TaskKind, EOS_ID, LONG_GEN_LENGTH, LONG_MAX_PROMPT_TOKENS, LONG_MAX_RESPONSE_TOKENS,
@@ -269,4 +272,63 @@ fn suite_and_task_names_round_trip() {
         .unwrap_err()
         .to_string()
         .contains("medium"));
+}
+
+#[test]
+fn small_training_instances_are_short_and_optional() {
+    let t = tok();
+    for kind in TaskKind::LONG {
+        let mut r = Rng::new(4);
+        for _ in 0..1_500 {
+            let e = generate_scaled(kind, &mut r, Scale::Small);
+            let n = encode_response(t, &e.response).unwrap().len();
+            assert!(n <= SMALL_MAX_RESPONSE_TOKENS, "{n} tokens: {e:?}");
+            let v = check(&e, &e.response);
+            assert!(v.exact && v.final_answer, "{e:?}");
+            assert!(check_steps(&e, &e.response).unwrap().total >= 1);
+        }
+        // Full scale is the plain generator, draw for draw.
+        let (mut a, mut b) = (Rng::new(8), Rng::new(8));
+        for _ in 0..50 {
+            assert_eq!(
+                generate(kind, &mut a),
+                generate_scaled(kind, &mut b, Scale::Full)
+            );
+        }
+    }
+    // Fraction 0 is the stream without small instances; a fraction mixes them in (never a
+    // held-out prompt) and the batcher gives them the short canvas.
+    let plain: Vec<Example> = suite_train_stream(Suite::Long, 5).take(30).collect();
+    let zero: Vec<Example> = suite_train_stream(Suite::Long, 5)
+        .with_small_fraction(0.0)
+        .unwrap()
+        .take(30)
+        .collect();
+    assert_eq!(plain, zero);
+    let held = held_out_prompts();
+    let mixed = suite_train_stream(Suite::Long, 5)
+        .with_small_fraction(0.5)
+        .unwrap();
+    let small = mixed
+        .clone()
+        .take(4_000)
+        .inspect(|e| assert!(!held.contains(&e.prompt)))
+        .filter(|e| encode_response(t, &e.response).unwrap().len() < LONG_MIN_RESPONSE_TOKENS)
+        .count();
+    assert!((1_800..2_200).contains(&small), "{small} small of 4000");
+    let mut batcher = Batcher::with_gen_lens(mixed, 4, vec![128, 64]);
+    let mut seen = HashSet::new();
+    for _ in 0..12 {
+        let b = batcher.next_batch(t).unwrap();
+        let len = b.rows[0].len() - b.prompt_len;
+        assert!(b.rows.iter().all(|r| r.len() == b.prompt_len + len));
+        seen.insert(len);
+    }
+    assert_eq!(seen, HashSet::from([64, 128]));
+    assert!(suite_train_stream(Suite::Short, 1)
+        .with_small_fraction(0.5)
+        .is_err());
+    assert!(suite_train_stream(Suite::Long, 1)
+        .with_small_fraction(1.5)
+        .is_err());
 }

@@ -334,6 +334,7 @@ pub fn suite_train_stream(suite: Suite, seed: u64) -> TrainStream {
         rng: train_rng(seed),
         weights: [1; 4],
         suite,
+        small: 0.0,
     }
 }
 
@@ -344,6 +345,8 @@ pub struct TrainStream {
     /// Relative frequency of each task, in [`Suite::tasks`] order.
     weights: [u32; 4],
     suite: Suite,
+    /// Probability that a worked task is drawn at [`long::Scale::Small`].
+    small: f64,
 }
 
 impl TrainStream {
@@ -364,7 +367,27 @@ impl TrainStream {
             rng: Rng::from_state(state),
             weights: [1; 4],
             suite,
+            small: 0.0,
         }
+    }
+
+    /// Draw each worked (long-suite) example at [`long::Scale::Small`] with probability
+    /// `fraction` — a training aid: small instances teach the same formats and lookups on short
+    /// prompts and canvases. `0` (the default) draws exactly the stream without it. An error
+    /// outside `[0, 1]` or for the short suite (its tasks have no scales).
+    pub fn with_small_fraction(mut self, fraction: f64) -> crate::Result<Self> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "small-instance fraction {fraction} is not in [0, 1]"
+            )));
+        }
+        if fraction > 0.0 && self.suite == Suite::Short {
+            return Err(crate::Error::InvalidArgument(
+                "small instances exist only for the long suite".into(),
+            ));
+        }
+        self.small = fraction;
+        Ok(self)
     }
 
     /// The suite whose tasks it draws.
@@ -408,8 +431,13 @@ impl Iterator for TrainStream {
     fn next(&mut self) -> Option<Example> {
         let kind = self.draw_kind();
         let held_out = held_out_prompts();
+        let scale = if self.small > 0.0 && kind.is_worked() && self.rng.f64() < self.small {
+            long::Scale::Small
+        } else {
+            long::Scale::Full
+        };
         loop {
-            let ex = generate(kind, &mut self.rng);
+            let ex = long::generate_scaled(kind, &mut self.rng, scale);
             if !held_out.contains(&ex.prompt) {
                 return Some(ex);
             }

@@ -58,6 +58,15 @@ struct Args {
     /// Response region per row (answer + EOS padding); match the eval's --gen-length.
     #[arg(long, default_value_t = 24)]
     gen_len: usize,
+    /// Long suite: fraction of examples drawn as small training-only instances (fewer steps,
+    /// facts, options or people), trained on --small-gen-len canvases.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    small_fraction: f64,
+    /// Response region of the small instances' rows.
+    #[arg(long, default_value_t = 64)]
+    #[serde(default = "default_small_gen_len")]
+    small_gen_len: usize,
     /// Block length recommended in generation_config.json (the decoders' default).
     #[arg(long, default_value_t = 8)]
     block_length: usize,
@@ -113,6 +122,10 @@ struct Args {
 
 fn default_suite() -> String {
     "short".into()
+}
+
+fn default_small_gen_len() -> usize {
+    64
 }
 
 #[derive(Serialize, Deserialize)]
@@ -242,7 +255,20 @@ fn main() -> Result<()> {
     })?;
     suite_train_stream(suite, a.seed)
         .with_weights(weights)
-        .context("--task-weights")?;
+        .context("--task-weights")?
+        .with_small_fraction(a.small_fraction)
+        .context("--small-fraction")?;
+    if a.small_fraction > 0.0
+        && (a.small_gen_len < dllm_tasks::tasks::long::SMALL_MAX_RESPONSE_TOKENS + 1
+            || a.small_gen_len > a.gen_len)
+    {
+        bail!(
+            "--small-gen-len {} must hold a small answer + EOS ({} tokens) and not exceed --gen-len {}",
+            a.small_gen_len,
+            dllm_tasks::tasks::long::SMALL_MAX_RESPONSE_TOKENS + 1,
+            a.gen_len
+        );
+    }
     if a.gen_len < tk::max_response_tokens(suite) + 1 {
         bail!(
             "--gen-len {} is shorter than the {suite} suite's longest answer + EOS ({} tokens)",
@@ -333,7 +359,18 @@ fn main() -> Result<()> {
         cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
         tk::max_prompt_tokens(suite), a.gen_len, a.batch
     );
-    let mut batcher = Batcher::new(stream.with_weights(weights)?, a.batch, a.gen_len);
+    let gen_lens = if a.small_fraction > 0.0 {
+        vec![a.small_gen_len, a.gen_len]
+    } else {
+        vec![a.gen_len]
+    };
+    let mut batcher = Batcher::with_gen_lens(
+        stream
+            .with_weights(weights)?
+            .with_small_fraction(a.small_fraction)?,
+        a.batch,
+        gen_lens,
+    );
     let log_path = a.out.join("training_log.jsonl");
     if step > 0 {
         truncate_log(&log_path, step)?;

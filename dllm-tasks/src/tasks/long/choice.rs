@@ -18,14 +18,26 @@
 
 use super::super::choice::KNOWLEDGE;
 use super::super::{Example, TaskKind};
+use super::Scale;
 use crate::rng::Rng;
 
 /// The option letters, in order.
 pub const LETTERS: [&str; 6] = ["A", "B", "C", "D", "E", "F"];
 
+/// Options of a [`Scale::Small`] (training-only) question.
+pub const SMALL_OPTIONS: usize = 3;
+
 /// Draws one question.
 pub fn generate(rng: &mut Rng) -> Example {
-    let n = LETTERS.len();
+    generate_scaled(rng, Scale::Full)
+}
+
+/// Draws one question of `scale`.
+pub fn generate_scaled(rng: &mut Rng, scale: Scale) -> Example {
+    let n = match scale {
+        Scale::Full => LETTERS.len(),
+        Scale::Small => SMALL_OPTIONS,
+    };
     let cat = rng.index(KNOWLEDGE.len());
     let others: Vec<usize> = (0..KNOWLEDGE.len()).filter(|&c| c != cat).collect();
     let mut cats = vec![cat];

@@ -25,12 +25,15 @@
 
 use super::super::words::PEOPLE;
 use super::super::{Example, TaskKind};
+use super::Scale;
 use crate::rng::Rng;
 
 /// Fewest steps in a problem.
 pub const MIN_STEPS: usize = 6;
 /// Most steps in a problem.
 pub const MAX_STEPS: usize = 10;
+/// Steps of a [`Scale::Small`] (training-only) problem.
+pub const SMALL_STEPS: (usize, usize) = (1, 4);
 
 /// Month names, the step markers (step `i` happens in `MONTHS[i]`).
 pub const MONTHS: [&str; 12] = [
@@ -123,9 +126,18 @@ fn draw_op(rng: &mut Rng, a: u32) -> Op {
 
 /// Draws one problem.
 pub fn generate(rng: &mut Rng) -> Example {
+    generate_scaled(rng, Scale::Full)
+}
+
+/// Draws one problem of `scale`.
+pub fn generate_scaled(rng: &mut Rng, scale: Scale) -> Example {
+    let (lo, hi) = match scale {
+        Scale::Full => (MIN_STEPS, MAX_STEPS),
+        Scale::Small => SMALL_STEPS,
+    };
     let person = PEOPLE[rng.index(PEOPLE.len())];
     let items = ITEMS[rng.index(ITEMS.len())];
-    let steps = MIN_STEPS + rng.index(MAX_STEPS - MIN_STEPS + 1);
+    let steps = lo + rng.index(hi - lo + 1);
     let start = 10 + rng.below(50) as u32;
     let (name, pron) = (person.name, person.subject_lc);
     let mut prompt = format!("{name} has {start} {items}.");

@@ -24,6 +24,35 @@ use serde::{Deserialize, Serialize};
 
 use super::{cut_at_eos, normalize_whitespace, Example, ANSWER_MARKER};
 
+/// The size of a generated instance. Held-out sets and the documented lengths are
+/// [`Scale::Full`]; [`Scale::Small`] instances (fewer steps, facts, options or people; answers
+/// under 64 tokens) exist for training only: they teach the same formats and lookups on short
+/// prompts and short canvases, which a small model learns from far sooner and trains on far
+/// cheaper (see `TrainStream::with_small_fraction`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Scale {
+    /// The suite's instances (64-128-token answers).
+    Full,
+    /// Training-only small instances (answers of at most [`SMALL_MAX_RESPONSE_TOKENS`] tokens).
+    Small,
+}
+
+/// Most tokens of a [`Scale::Small`] response (without EOS; tested), so a 64-position response
+/// region holds it and its EOS.
+pub const SMALL_MAX_RESPONSE_TOKENS: usize = 63;
+
+/// Draws one instance of a long task at `scale`.
+pub fn generate_scaled(kind: super::TaskKind, rng: &mut crate::rng::Rng, scale: Scale) -> Example {
+    use super::TaskKind as K;
+    match kind {
+        K::LongMath => math::generate_scaled(rng, scale),
+        K::LongYesNo => yesno::generate_scaled(rng, scale),
+        K::LongChoice => choice::generate_scaled(rng, scale),
+        K::LongStory => story::generate_scaled(rng, scale),
+        short => super::generate(short, rng),
+    }
+}
+
 /// The separator between the steps of a worked answer.
 pub const STEP_SEPARATOR: char = '\n';
 

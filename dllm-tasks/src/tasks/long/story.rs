@@ -23,12 +23,16 @@
 
 use super::super::words::PEOPLE;
 use super::super::{Example, TaskKind};
+use super::Scale;
 use crate::rng::Rng;
 
 /// Fewest people in a story.
 pub const MIN_PEOPLE: usize = 4;
 /// Most people in a story.
 pub const MAX_PEOPLE: usize = 5;
+
+/// People of a [`Scale::Small`] (training-only) story.
+pub const SMALL_PEOPLE: (usize, usize) = (2, 3);
 
 /// Things and what one does with them.
 pub const THINGS: [(&str, &str); 8] = [
@@ -44,7 +48,16 @@ pub const THINGS: [(&str, &str); 8] = [
 
 /// Draws one story.
 pub fn generate(rng: &mut Rng) -> Example {
-    let n = MIN_PEOPLE + rng.index(MAX_PEOPLE - MIN_PEOPLE + 1);
+    generate_scaled(rng, Scale::Full)
+}
+
+/// Draws one story of `scale`.
+pub fn generate_scaled(rng: &mut Rng, scale: Scale) -> Example {
+    let (lo, hi) = match scale {
+        Scale::Full => (MIN_PEOPLE, MAX_PEOPLE),
+        Scale::Small => SMALL_PEOPLE,
+    };
+    let n = lo + rng.index(hi - lo + 1);
     let people: Vec<_> = rng
         .sample_indices(PEOPLE.len(), n)
         .into_iter()

@@ -23,6 +23,7 @@
 
 use super::super::words::PEOPLE;
 use super::super::{Example, TaskKind};
+use super::Scale;
 use crate::rng::Rng;
 
 /// Fewest people in a passage.
@@ -34,6 +35,9 @@ pub const MIN_YES_HOPS: usize = 8;
 /// Fewest facts below X in a `no` question (the chain from X down to the last person).
 pub const MIN_NO_HOPS: usize = 7;
 
+/// People of a [`Scale::Small`] (training-only) passage; its chains need one hop or more.
+pub const SMALL_PEOPLE: (usize, usize) = (3, 6);
+
 /// Relations: the comparative and the superlative naming the last person of the order.
 pub const RELATIONS: [(&str, &str); 3] = [
     ("taller", "shortest"),
@@ -43,8 +47,17 @@ pub const RELATIONS: [(&str, &str); 3] = [
 
 /// Draws one passage and question.
 pub fn generate(rng: &mut Rng) -> Example {
+    generate_scaled(rng, Scale::Full)
+}
+
+/// Draws one passage and question of `scale`.
+pub fn generate_scaled(rng: &mut Rng, scale: Scale) -> Example {
+    let ((lo, hi), min_yes, min_no) = match scale {
+        Scale::Full => ((MIN_PEOPLE, MAX_PEOPLE), MIN_YES_HOPS, MIN_NO_HOPS),
+        Scale::Small => (SMALL_PEOPLE, 1, 1),
+    };
     let (rel, last) = RELATIONS[rng.index(RELATIONS.len())];
-    let k = MIN_PEOPLE + rng.index(MAX_PEOPLE - MIN_PEOPLE + 1);
+    let k = lo + rng.index(hi - lo + 1);
     let order: Vec<&str> = rng
         .sample_indices(PEOPLE.len(), k)
         .into_iter()
@@ -53,13 +66,13 @@ pub fn generate(rng: &mut Rng) -> Example {
     let yes = rng.below(2) == 0;
     // Positions in the order (0 = first): X at i, Y at j.
     let (i, j) = if yes {
-        // j - i hops from X down to Y, at least MIN_YES_HOPS.
-        let hops = MIN_YES_HOPS + rng.index(k - MIN_YES_HOPS);
+        // j - i hops from X down to Y, at least `min_yes`.
+        let hops = min_yes + rng.index(k - min_yes);
         let i = rng.index(k - hops);
         (i, i + hops)
     } else {
-        // X has at least MIN_NO_HOPS people below it and at least one above it (Y).
-        let i = 1 + rng.index(k - MIN_NO_HOPS - 1);
+        // X has at least `min_no` people below it and at least one above it (Y).
+        let i = 1 + rng.index(k - min_no - 1);
         (i, rng.index(i))
     };
     let (x, y) = (order[i], order[j]);
