@@ -20,7 +20,7 @@ use dllm_models::gguf_write::{tokenizer_metadata, write_gguf};
 use dllm_models::source::{read_config, weight_files};
 use tokenizers::Tokenizer;
 
-use crate::tokenizer::{check_special_tokens, SEP_ID, UNK_ID};
+use crate::tokenizer::{check_special_tokens, BOS_ID, PAD_ID, SEP_ID, UNK_ID};
 use crate::{Error, Result};
 
 /// llama.cpp's pre-tokeniser whose split rules equal the suite tokenizers' (single digits,
@@ -67,7 +67,23 @@ pub fn suite_tokenizer_metadata(tok: &Tokenizer) -> Result<Vec<(String, Value)>>
 /// tokenizer.json) as a GGUF file with matrices in `dtype`. Quantized types need every matrix's
 /// input width to be a multiple of the type's block (32 for Q4_0/Q8_0): an error otherwise.
 pub fn export_gguf(model_dir: &Path, out: &Path, dtype: GgmlDType) -> Result<()> {
-    let cfg = read_config(&model_dir.join("config.json"))?;
+    let mut cfg = read_config(&model_dir.join("config.json"))?;
+    // LLaDA's config.json has no BOS/PAD ids (generation_config.json does); the suite's are
+    // fixed, and llama.cpp would otherwise assume GPT-2's defaults.
+    for (name, slot, id) in [
+        ("bos_token_id", &mut cfg.special.bos, BOS_ID),
+        ("pad_token_id", &mut cfg.special.pad, PAD_ID),
+    ] {
+        match *slot {
+            None => *slot = Some(id),
+            Some(x) if x == id => {}
+            Some(x) => {
+                return Err(Error::InvalidArgument(format!(
+                    "config.json: {name} {x} is not the suite's {id}"
+                )))
+            }
+        }
+    }
     let block = dtype.block_size();
     for (what, width) in [
         ("hidden size", cfg.hidden_size),

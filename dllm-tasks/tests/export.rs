@@ -15,7 +15,7 @@ use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource, Rows};
 use dllm_tasks::export::{export_gguf, parse_gguf_type, GGUF_CHAT_TEMPLATE, GGUF_PRE_TOKENIZER};
 use dllm_tasks::tokenizer::{self as tk, build_long_suite_tokenizer, encode_prompt};
 use dllm_tasks::train::{suite_config, ModelShape};
-use dllm_tasks::{test_set, TaskKind, MASK_ID, SEP_ID};
+use dllm_tasks::{test_set, TaskKind, BOS_ID, EOS_ID, MASK_ID, PAD_ID, SEP_ID};
 
 fn model_dir(name: &str, hidden: usize) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("dllm-export-{}-{name}", std::process::id()));
