@@ -35,6 +35,7 @@
 pub mod error;
 pub mod eval;
 pub mod export;
+pub mod long_tokenizer;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;

@@ -159,6 +159,41 @@ fn tokenizer_is_deterministic_lossless_and_line_starts_match_words() {
     let cara = encode_response(t, "Cara").unwrap();
     assert_eq!(cara.len(), 1);
     assert_eq!(a.iter().filter(|&&i| i == cara[0]).count(), 2, "{a:?}");
+    // Every long-suite word is one token (digits one each), so copying a word is copying a token.
+    for e in TaskKind::LONG
+        .into_iter()
+        .flat_map(|k| test_set(k).into_iter().take(50))
+    {
+        for text in [&e.prompt, &e.response] {
+            for word in text.split([' ', '\n']) {
+                let core = word.trim_end_matches(['.', '?', ',', ':']);
+                if core.is_empty() || core.chars().any(|c| c.is_ascii_digit()) {
+                    continue;
+                }
+                assert_eq!(
+                    encode_response(t, core).unwrap().len(),
+                    1,
+                    "{core:?} in {text:?}"
+                );
+            }
+        }
+    }
+    // The long tokenizer extends the short one: same ids for every short token, and short-suite
+    // text tokenizes identically.
+    let short = build_suite_tokenizer().unwrap();
+    for (token, id) in short.get_vocab(true) {
+        assert_eq!(t.token_to_id(&token), Some(id), "{token:?}");
+    }
+    for e in dllm_tasks::test_suite().iter().take(400) {
+        assert_eq!(
+            encode_prompt(t, &e.prompt).unwrap(),
+            encode_prompt(&short, &e.prompt).unwrap()
+        );
+        assert_eq!(
+            encode_response(t, &e.response).unwrap(),
+            encode_response(&short, &e.response).unwrap()
+        );
+    }
     // Each suite recognises its own tokenizer.
     assert_eq!(suite_of(t).unwrap(), Suite::Long);
     assert_eq!(

@@ -20,8 +20,8 @@ use dllm_tasks::rng::Rng;
 use dllm_tasks::tasks::{suite_train_stream, Suite, TaskKind, TrainStream};
 use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, MASK_ID, PAD_ID};
 use dllm_tasks::train::{
-    inference_copy, init_varmap, lr_at, named_vars, sft_loss, suite_config, trainable, AdamW,
-    AdamWConfig, Batcher, ModelShape,
+    inference_copy, init_from, init_varmap, lr_at, named_vars, sft_loss, suite_config, trainable,
+    AdamW, AdamWConfig, Batcher, ModelShape,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -112,6 +112,11 @@ struct Args {
     /// Save a resumable checkpoint every N steps.
     #[arg(long, default_value_t = 250)]
     checkpoint_every: usize,
+    /// Warm start: initialise from this HF checkpoint (same shape; its tokenizer's vocabulary a
+    /// prefix of the suite's, e.g. models/tiny-llada for the long suite) instead of at random.
+    #[arg(long)]
+    #[serde(default)]
+    init_from: Option<PathBuf>,
     /// Continue from `<out>/checkpoint` if it exists.
     #[arg(long)]
     resume: bool,
@@ -321,6 +326,17 @@ fn main() -> Result<()> {
     let dev = Device::Cpu;
     let mut varmap = VarMap::new();
     init_varmap(&varmap, &cfg, a.seed)?;
+    if let Some(dir) = &a.init_from {
+        let w = init_from(&varmap, dir, &tok)
+            .with_context(|| format!("--init-from {}", dir.display()))?;
+        eprintln!(
+            "warm start from {}: {} tensors copied, {} vocabulary matrices extended from {} to {vocab} rows",
+            dir.display(),
+            w.copied,
+            w.extended,
+            w.old_vocab
+        );
+    }
     let model = trainable(&varmap, &cfg)?;
     let vars = named_vars(&varmap)?;
     let n_params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
