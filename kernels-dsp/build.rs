@@ -17,6 +17,7 @@ const SOURCES: &[&str] = &[
     "elementwise_ops.c",
     "quant_ops.c",
     "layout_ops.c",
+    "rows_ops.c",
 ];
 
 fn main() {

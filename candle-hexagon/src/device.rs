@@ -1,5 +1,6 @@
 //! The device: a DSP session opened from a [`HexagonConfig`], owning the transport, the NPU
-//! address window, the weight arena, the staging buffer and the routing counters.
+//! address window, the weight arena, the buffer pool (staging and activations) and the routing
+//! counters.
 //!
 //! candle's `Device` enum is closed, so tensors stay `Device::Cpu` (on a phone the NPU shares that
 //! memory); a [`HexagonDevice`] is a handle the weight-owning modules and custom ops carry.
@@ -13,14 +14,15 @@ use candle_core::DType;
 use kernels_dsp::kdsp_op;
 
 use crate::error::{Error, KernelStatus, Result};
+use crate::memory::leases::batch_touches;
 use crate::memory::{
-    DeviceBuffer, Memory, MemoryStats, Staging, VaWindow, WeightArena, WeightSlot,
+    BufferPool, DeviceBuffer, Memory, MemoryStats, PooledBuffer, VaWindow, WeightArena, WeightSlot,
 };
 use crate::routing::{
     Decision, OpDesc, OpKind, Reason, RoutingReport, RoutingStats, Support, Tier, WeightFormat,
 };
 use crate::transport::emulated::EmulatedTransport;
-use crate::transport::{Batch, Fence, OpCheck, Transport};
+use crate::transport::{Batch, Completion, Fence, OpCheck, Transport};
 
 /// Default DSP worker threads (HVX contexts on a phone; pthreads on the emulated DSP).
 pub const DEFAULT_WORKERS: usize = 2;
@@ -185,7 +187,7 @@ struct Plan {
 struct Inner {
     cfg: HexagonConfig,
     mem: Arc<Memory>,
-    staging: Mutex<Staging>,
+    pool: Arc<BufferPool>,
     arena: Mutex<WeightArena>,
     stats: RoutingStats,
     plans: Mutex<HashMap<PlanKey, Plan>>,
@@ -246,7 +248,7 @@ impl HexagonDevice {
                 arena: Mutex::new(WeightArena::new(cfg.weight_chunk_bytes as usize)),
                 cfg,
                 mem,
-                staging: Mutex::new(Staging::default()),
+                pool: Arc::new(BufferPool::default()),
                 stats: RoutingStats::default(),
                 plans: Mutex::new(HashMap::new()),
             }),
@@ -281,6 +283,18 @@ impl HexagonDevice {
     /// Memory counters (maps, unmaps, peak VA, bytes staged).
     pub fn memory_stats(&self) -> MemoryStats {
         self.inner.mem.stats()
+    }
+
+    /// DSP batches and ops submitted and bytes staged so far, as numbers (take two snapshots and
+    /// [`DeviceCounters::since`] for one run).
+    pub fn counters(&self) -> DeviceCounters {
+        let m = self.inner.mem.stats();
+        DeviceCounters {
+            dsp_batches: self.inner.stats.batches(),
+            dsp_ops: self.inner.stats.dsp_ops(),
+            bytes_staged_in: m.staged_in,
+            bytes_staged_out: m.staged_out,
+        }
     }
 
     /// The routing decisions and memory counters as a printable table.
@@ -392,6 +406,25 @@ impl HexagonDevice {
                 }
                 Support::Yes(Tier::Hvx)
             }
+            OpDesc::Block {
+                heads,
+                kv_heads,
+                head_dim,
+                widest,
+            } => {
+                if head_dim % 2 != 0 || *head_dim == 0 || *head_dim > MAX_HEAD_DIM {
+                    return Support::No(Reason::Shape(format!(
+                        "head dim {head_dim} (RoPE needs it even, FlashAttention at most \
+                         {MAX_HEAD_DIM})"
+                    )));
+                }
+                if *kv_heads == 0 || heads % kv_heads != 0 {
+                    return Support::No(Reason::Shape(format!(
+                        "{heads} query heads are not a multiple of {kv_heads} key/value heads"
+                    )));
+                }
+                too_big("a dimension", *widest).unwrap_or(Support::Yes(Tier::Hmx))
+            }
             OpDesc::Rope {
                 rows,
                 heads,
@@ -410,9 +443,10 @@ impl HexagonDevice {
     }
 
     /// Run one call where [`Self::supports`] sends it, and count it with its wall time: on the
-    /// NPU, `npu` gets the staging buffer (locked for the call, at least `staging_bytes` long);
-    /// otherwise `cpu` runs. A full address window sends the call to the CPU (counted as
-    /// `va_budget`); other errors are returned.
+    /// NPU, `npu` gets a staging buffer of at least `staging_bytes` from the pool (the call's own
+    /// until it returns: concurrent calls get different buffers); otherwise `cpu` runs. A full
+    /// address window sends the call to the CPU (counted as `va_budget`); other errors are
+    /// returned.
     pub(crate) fn dispatch<T>(
         &self,
         op: &OpDesc,
@@ -424,19 +458,13 @@ impl HexagonDevice {
         let kind = op.kind();
         let (decision, out) = match self.supports(op) {
             Support::No(r) => (Decision::Cpu(r.key()), cpu()),
-            Support::Yes(tier) => {
-                let mut staging = self.inner.staging.lock().expect("staging lock");
-                match staging.ensure(&self.inner.mem, staging_bytes) {
-                    Ok(buf) => (Decision::Npu(tier), npu(buf)),
-                    Err(e) => match Reason::from_error(&e) {
-                        Some(r) => {
-                            drop(staging);
-                            (Decision::Cpu(r.key()), cpu())
-                        }
-                        None => return Err(e),
-                    },
-                }
-            }
+            Support::Yes(tier) => match self.take_buffer(staging_bytes) {
+                Ok(buf) => (Decision::Npu(tier), npu(&buf)),
+                Err(e) => match Reason::from_error(&e) {
+                    Some(r) => (Decision::Cpu(r.key()), cpu()),
+                    None => return Err(e),
+                },
+            },
         };
         let bytes = if matches!(decision, Decision::Npu(_)) {
             staging_bytes as u64
@@ -462,6 +490,27 @@ impl HexagonDevice {
         &self.inner.mem
     }
 
+    /// A pooled shared buffer of at least `bytes`, the caller's until the guard drops.
+    pub(crate) fn take_buffer(&self, bytes: usize) -> Result<PooledBuffer> {
+        self.inner.pool.take(&self.inner.mem, bytes)
+    }
+
+    /// Idle buffers in the staging/activation pool.
+    pub fn pooled_buffers(&self) -> usize {
+        self.inner.pool.idle_count()
+    }
+
+    /// Map `count` pool buffers of `bytes` each ahead of time (at most the pool's idle limit),
+    /// so that the first concurrent calls do not each pay a mapping (mapping and registering a
+    /// buffer is a DSP round trip that queues behind work already submitted).
+    pub fn prewarm_pool(&self, count: usize, bytes: usize) -> Result<()> {
+        let held: Vec<PooledBuffer> = (0..count.min(crate::memory::MAX_IDLE_BUFFERS))
+            .map(|_| self.take_buffer(bytes))
+            .collect::<Result<_>>()?;
+        drop(held);
+        Ok(())
+    }
+
     /// Map a shared buffer of at least `len` bytes into the NPU window and register it with the
     /// DSP. Fails with [`Error::VaBudget`] / [`Error::MapperEntries`] when the session is full.
     pub fn map_buffer(&self, len: usize) -> Result<DeviceBuffer> {
@@ -469,10 +518,26 @@ impl HexagonDevice {
     }
 
     /// Queue a batch; returns at once. See [`Fence`].
+    ///
+    /// Before the batch can start, the byte ranges its ops read (sources) and write
+    /// (destination) are leased on their buffers until it completes, whether or not the fence is
+    /// waited for: meanwhile a conflicting host access through [`DeviceBuffer`]'s safe methods
+    /// fails with [`Error::Busy`].
     pub fn submit(&self, batch: &Batch) -> Result<Fence> {
-        let fence = self.inner.mem.transport.submit(batch)?;
-        self.inner.stats.record_batch(batch.len());
-        Ok(fence)
+        let done = Completion::default();
+        let touches = batch_touches(batch.ops(), |i| batch.label(i));
+        self.inner.mem.leases.register(&touches, &done);
+        match self.inner.mem.transport.submit(batch, &done) {
+            Ok(fence) => {
+                self.inner.stats.record_batch(batch.len());
+                Ok(fence)
+            }
+            Err(e) => {
+                // Nothing was queued: the DSP will never touch the batch's memory.
+                done.set();
+                Err(e)
+            }
+        }
     }
 
     /// Run a batch and fail with [`Error::Kernel`] naming the first op that did not succeed.
@@ -497,26 +562,42 @@ impl HexagonDevice {
     }
 
     /// The largest number of rows `<= m` whose op (built by `make`) fits the DSP scratch arena,
-    /// found with `kdsp_op_check` and remembered per shape.
+    /// found with `kdsp_op_check` and remembered per shape. (The plan lock is not held during
+    /// the checks, which are DSP round trips.)
     pub(crate) fn rows_per_op(
         &self,
         key: PlanKey,
         m: usize,
         make: impl Fn(usize) -> kdsp_op,
     ) -> Result<usize> {
-        let mut plans = self.inner.plans.lock().expect("plan lock");
-        let plan = plans.entry(key).or_default();
-        if m <= plan.max_ok {
+        let known = *self
+            .inner
+            .plans
+            .lock()
+            .expect("plan lock")
+            .entry(key)
+            .or_default();
+        if m <= known.max_ok {
             return Ok(m);
         }
-        if plan.min_fail.is_some_and(|f| f <= m) && plan.max_ok > 0 {
-            return Ok(plan.max_ok);
+        if known.min_fail.is_some_and(|f| f <= m) && known.max_ok > 0 {
+            return Ok(known.max_ok);
         }
+        let update = |ok: Option<usize>, fail: Option<usize>| {
+            let mut plans = self.inner.plans.lock().expect("plan lock");
+            let plan = plans.entry(key).or_default();
+            if let Some(r) = ok {
+                plan.max_ok = plan.max_ok.max(r);
+            }
+            if let Some(r) = fail {
+                plan.min_fail = Some(plan.min_fail.map_or(r, |f| f.min(r)));
+            }
+        };
         let mut rows = m;
         loop {
             let c = self.check(&make(rows))?;
             if c.status == kernels_dsp::KDSP_STATUS_OK {
-                plan.max_ok = plan.max_ok.max(rows);
+                update(Some(rows), None);
                 return Ok(rows);
             }
             if c.status != kernels_dsp::KDSP_STATUS_OUT_OF_BUDGET || rows == 1 {
@@ -526,13 +607,45 @@ impl HexagonDevice {
                     status: KernelStatus(c.status),
                 });
             }
-            plan.min_fail = Some(plan.min_fail.map_or(rows, |f| f.min(rows)));
+            update(None, Some(rows));
             // Keep chunks whole tiles where possible.
             rows = if rows > 64 {
                 (rows / 2).div_ceil(32) * 32
             } else {
                 rows / 2
             };
+        }
+    }
+}
+
+/// Per-device totals, as numbers (e.g. for `generate --json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Batches submitted to the DSP (one round trip each).
+    pub dsp_batches: u64,
+    /// Ops in those batches.
+    pub dsp_ops: u64,
+    /// Bytes the host copied into shared buffers.
+    pub bytes_staged_in: u64,
+    /// Bytes the host copied out of shared buffers.
+    pub bytes_staged_out: u64,
+}
+
+impl DeviceCounters {
+    /// Bytes staged in both directions.
+    pub fn bytes_staged(&self) -> u64 {
+        self.bytes_staged_in + self.bytes_staged_out
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &DeviceCounters) -> DeviceCounters {
+        DeviceCounters {
+            dsp_batches: self.dsp_batches.saturating_sub(earlier.dsp_batches),
+            dsp_ops: self.dsp_ops.saturating_sub(earlier.dsp_ops),
+            bytes_staged_in: self.bytes_staged_in.saturating_sub(earlier.bytes_staged_in),
+            bytes_staged_out: self
+                .bytes_staged_out
+                .saturating_sub(earlier.bytes_staged_out),
         }
     }
 }

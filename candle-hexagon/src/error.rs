@@ -118,6 +118,38 @@ pub enum Error {
         /// The returned code.
         code: i32,
     },
+    /// A host access to a device buffer conflicts with a submitted batch that has not finished.
+    #[error(
+        "host {host} of bytes [{start}, {end}) of NPU buffer {buffer} conflicts with a batch in \
+         flight that {dsp} [{dsp_start}, {dsp_end}) (op `{op}`); wait for its fence first"
+    )]
+    Busy {
+        /// The buffer id.
+        buffer: u32,
+        /// `read` or `write`.
+        host: &'static str,
+        /// First byte the host asked for.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+        /// `reads` or `writes`.
+        dsp: &'static str,
+        /// Label of the op holding the lease.
+        op: &'static str,
+        /// First byte the batch may touch.
+        dsp_start: u64,
+        /// One past the last byte the batch may touch.
+        dsp_end: u64,
+    },
+    /// A batch of a block-level forward failed.
+    #[error("transformer block {block}: {source}")]
+    InBlock {
+        /// Index of the block whose batch failed.
+        block: usize,
+        /// What failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// The DSP queue or session is gone.
     #[error("DSP transport: {0}")]
     Transport(String),

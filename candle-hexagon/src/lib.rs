@@ -5,6 +5,10 @@
 //! is reached through candle's two public seams, the way candle itself integrates quantized
 //! weights (`impl CustomOp1 for QTensor`):
 //!
+//! - a block-level module that *is* the op where the hardware wants it: [`HexTransformer`] runs a
+//!   stack of transformer blocks one DSP batch per block over resident weights, a resident fp16
+//!   KV cache ([`DeviceKv`]) and planned activations, returning a [`ForwardHandle`] with the
+//!   fences ([`block`]);
 //! - weight-owning modules that *are* the op: [`HexLinear`] owns weights packed at load time
 //!   (fp16 HMX tiles or Q4_0 tiles) in NPU-mapped shared memory;
 //! - fused custom ops: [`ops::flash_attn`], [`ops::rms_norm`], [`ops::swiglu`], [`ops::rope`], each
@@ -23,15 +27,18 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers: [`device`] (session, config, routing entry point), [`transport`] (emulated DSP thread;
-//! FastRPC via `dlopen`), [`memory`] (shared buffers, the bounded NPU address window), [`layout`]
-//! (weight packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`error`].
+//! Layers: [`device`] (session, config, routing entry point, counters), [`transport`] (emulated
+//! DSP thread; FastRPC via `dlopen`), [`memory`] (shared buffers, the bounded NPU address window,
+//! leases that keep host access from racing the DSP, the buffer pool), [`layout`] (weight
+//! packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`block`] (block-level
+//! execution), [`error`].
 //!
 //! This crate knows nothing of tokens, diffusion or models.
 //!
 //! [candle]: https://github.com/huggingface/candle
 #![warn(missing_docs)]
 
+pub mod block;
 pub mod device;
 pub mod error;
 pub mod layout;
@@ -43,7 +50,11 @@ pub mod transport;
 /// The host <-> DSP ABI (`kdsp_ops.h` bindings): op descriptors for [`transport::Batch`].
 pub use kernels_dsp as abi;
 
-pub use device::{HexagonConfig, HexagonDevice, TransportConfig};
+pub use block::{
+    BlockWeights, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
+    TransformerWeights, WeightRef,
+};
+pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{Error, Result};
 pub use ops::linear::{PackedFormat, Placed};
 pub use ops::HexLinear;

@@ -32,11 +32,13 @@ pub enum OpKind {
     Swiglu,
     /// NeoX rotary embedding.
     Rope,
+    /// A whole transformer block as one DSP batch ([`crate::block::HexTransformer`]).
+    Block,
 }
 
 impl OpKind {
     /// Every op kind.
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::LinearF16,
         OpKind::LinearQ4_0,
         OpKind::LinearQuant,
@@ -44,6 +46,7 @@ impl OpKind {
         OpKind::RmsNorm,
         OpKind::Swiglu,
         OpKind::Rope,
+        OpKind::Block,
     ];
 
     /// The name used in deny-lists and reports.
@@ -56,6 +59,7 @@ impl OpKind {
             OpKind::RmsNorm => "rms_norm",
             OpKind::Swiglu => "swiglu",
             OpKind::Rope => "rope",
+            OpKind::Block => "block",
         }
     }
 
@@ -153,6 +157,19 @@ pub enum OpDesc {
         /// Dtype.
         dtype: DType,
     },
+    /// A stack of transformer blocks as one batch per block ([`crate::block::HexTransformer`]);
+    /// weight formats are checked per fused group by the module.
+    Block {
+        /// Query heads.
+        heads: usize,
+        /// Key/value heads.
+        kv_heads: usize,
+        /// Head dimension.
+        head_dim: usize,
+        /// The widest dimension any of its ops sees (hidden, fused QKV, fused gate/up, vocab,
+        /// RoPE positions).
+        widest: usize,
+    },
     /// NeoX RoPE of `x (b, n, heads, head_dim)` with per-row tables.
     Rope {
         /// `b * n`.
@@ -179,6 +196,7 @@ impl OpDesc {
             OpDesc::RmsNorm { .. } => OpKind::RmsNorm,
             OpDesc::Swiglu { .. } => OpKind::Swiglu,
             OpDesc::Rope { .. } => OpKind::Rope,
+            OpDesc::Block { .. } => OpKind::Block,
         }
     }
 
@@ -190,6 +208,8 @@ impl OpDesc {
             | OpDesc::RmsNorm { dtype, .. }
             | OpDesc::Swiglu { dtype, .. }
             | OpDesc::Rope { dtype, .. } => *dtype,
+            // activations stay f32 between the block's ops
+            OpDesc::Block { .. } => DType::F32,
         }
     }
 }

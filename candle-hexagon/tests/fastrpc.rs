@@ -16,8 +16,10 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Module, Tensor};
 use candle_hexagon::transport::fastrpc::shim_stats;
 use candle_hexagon::{
-    ops, Error, HexLinear, HexagonConfig, HexagonDevice, OpKind, Placed, TransportConfig,
+    ops, Error, HexLinear, HexTransformer, HexagonConfig, HexagonDevice, OpKind, Placed,
+    TransportConfig,
 };
+use common::block_ref::{Model, Spec};
 use common::*;
 
 fn shim() -> PathBuf {
@@ -76,6 +78,49 @@ fn run_all(dev: &HexagonDevice) -> Vec<Tensor> {
         )
         .unwrap(),
     );
+    // The block module: one batch per block over the resident KV cache (grown once), a window
+    // inside the cache (key-exclusion range), row selection, a commit that moves rows.
+    let spec = Spec {
+        hidden: 64,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 16,
+        ffn: 80,
+        vocab: 33,
+        layers: 2,
+        bias: true,
+        head: true,
+        dtype: DType::F16,
+        q4: false,
+    };
+    let m = Model::random(&spec, 9);
+    let Placed::Npu(t) = HexTransformer::new(dev, &m.config(64), &m.weights()).unwrap() else {
+        panic!("block placement refused")
+    };
+    let mut kv = t.new_kv(1, 8).unwrap();
+    let before = dev.counters();
+    out.push(
+        t.forward(&mut kv, &tensor(&[1, 10, 64], 16, 1.0, DType::F32), 0, None)
+            .unwrap(),
+    );
+    kv.commit(0..10).unwrap();
+    out.push(
+        t.forward(
+            &mut kv,
+            &tensor(&[1, 6, 64], 17, 1.0, DType::F32),
+            7,
+            Some(&[0, 4]),
+        )
+        .unwrap(),
+    );
+    kv.commit(7..13).unwrap();
+    assert_eq!(
+        dev.counters().since(&before).dsp_batches,
+        4,
+        "2 forwards x 2 blocks"
+    );
+    assert_eq!(kv.stats().grows, 1);
+    out.push(kv.read_rows(1, 0..13).unwrap().0);
     for k in [
         OpKind::LinearF16,
         OpKind::LinearQ4_0,
@@ -104,7 +149,11 @@ fn fastrpc_transport_end_to_end_against_the_shim() {
         assert_eq!(dev.transport_name(), "fastrpc");
         let d = dev.description();
         assert!(
-            d.contains("FastRPC via") && d.contains("kernels-dsp abi=1"),
+            d.contains("FastRPC via")
+                && d.contains(&format!(
+                    "kernels-dsp abi={}",
+                    candle_hexagon::abi::KDSP_ABI_VERSION
+                )),
             "{d}"
         );
         let s = shim_stats(&lib).unwrap();
@@ -119,7 +168,7 @@ fn fastrpc_transport_end_to_end_against_the_shim() {
             );
         }
         let s = shim_stats(&lib).unwrap();
-        // Two weight chunks (fp16 + Q4_0 share one) and the staging buffer are mapped on the DSP.
+        // Weight chunks and the pooled staging/activation buffers are mapped on the DSP.
         let live = dev.memory_stats().va.entries as u64;
         assert!(live >= 2);
         assert_eq!(

@@ -65,13 +65,15 @@ fn submission_returns_before_the_dsp_runs_and_cpu_work_overlaps() {
 
     dev.pause_queue();
     let fence = dev.submit(&batch).unwrap();
-    // The DSP is held: nothing ran, the data is untouched, and the host is free.
-    assert!(!fence.is_signaled());
-    assert_eq!(from_bytes(&buf.read(0, 1024).unwrap()), x);
+    // The DSP is held: nothing ran, and the host is free to work. (Results are collected before
+    // asserting: a failed assertion with the queue held would leave the buffer undroppable.)
+    let held = !fence.is_signaled();
+    let weights_untouched = buf.read(4096, 256).map(|b| from_bytes(&b));
     let cpu_work: f64 = (0..100_000).map(|i| (i as f64).sqrt()).sum();
-    assert!(cpu_work > 0.0);
-    assert!(!fence.is_signaled());
+    let still_held = !fence.is_signaled();
     dev.resume_queue();
+    assert!(held && still_held && cpu_work > 0.0);
+    assert_eq!(weights_untouched.unwrap(), vec![1.0; 64]);
     let statuses = fence.wait().unwrap();
     assert_eq!(statuses, vec![KDSP_STATUS_OK]);
     let y = from_bytes(&buf.read(0, 1024).unwrap());
@@ -82,6 +84,73 @@ fn submission_returns_before_the_dsp_runs_and_cpu_work_overlaps() {
             assert!((*a as f64 - *b as f64 * rs).abs() < 1e-5);
         }
     }
+}
+
+#[test]
+fn host_access_that_conflicts_with_a_held_batch_is_refused_until_it_completes() {
+    let dev = emulated();
+    let buf = dev.map_buffer(8192).unwrap();
+    let x = uniform(256, 2);
+    buf.write(0, &f32_bytes(&x)).unwrap();
+    buf.write(4096, &f32_bytes(&[2.0; 64])).unwrap();
+    let mut batch = Batch::new();
+    // writes [0, 1024) (x, in place), reads [0, 1024) and [4096, 4352) (the norm weight)
+    batch.push("rms_norm", rms_norm_op(buf.id(), 64, 4));
+
+    dev.pause_queue();
+    let fence = dev.submit(&batch).unwrap();
+    let write_output = buf.write(512, &[0; 16]);
+    let read_output = buf.read(0, 16);
+    let write_weight = buf.write(4096, &[0; 4]);
+    let read_weight = buf.read(4096, 256);
+    let disjoint_write = buf.write(6000, &[7; 8]);
+    let disjoint_read = buf.read(1024, 64);
+    let idle_while_held = buf.is_idle();
+    dev.resume_queue();
+    for (what, r) in [
+        ("write of the output", write_output.map(|_| ())),
+        ("read of the output", read_output.map(|_| ())),
+        ("write of the weight", write_weight.map(|_| ())),
+    ] {
+        match r {
+            Err(Error::Busy { buffer, op, .. }) => {
+                assert_eq!((buffer, op), (buf.id(), "rms_norm"), "{what}")
+            }
+            r => panic!("{what}: expected Busy, got {r:?}"),
+        }
+    }
+    assert_eq!(
+        from_bytes(&read_weight.unwrap()),
+        vec![2.0; 64],
+        "read vs read"
+    );
+    disjoint_write.unwrap();
+    disjoint_read.unwrap();
+    assert!(!idle_while_held);
+    // The lease ends with the batch, whether or not anybody waits on the fence.
+    let completion = fence.completion();
+    drop(fence);
+    while !completion.is_done() {
+        std::thread::yield_now();
+    }
+    assert!(buf.is_idle());
+    buf.write(512, &[0; 16]).unwrap();
+    let e = Error::Busy {
+        buffer: 3,
+        host: "write",
+        start: 0,
+        end: 8,
+        dsp: "reads",
+        op: "flash_attn",
+        dsp_start: 4,
+        dsp_end: 64,
+    }
+    .to_string();
+    assert!(
+        e.contains("host write of bytes [0, 8) of NPU buffer 3")
+            && e.contains("reads [4, 64) (op `flash_attn`)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -230,4 +299,47 @@ fn rust_packings_equal_the_kernels_pack_ops_and_invert_exactly() {
             .unwrap();
         assert_eq!(deq, want, "dequantized {n}x{k}");
     }
+}
+
+#[test]
+fn concurrent_routed_ops_do_not_wait_for_each_others_staging() {
+    // Two threads run routed ops while the DSP is held. With one device-wide staging lock the
+    // second op could not even stage its inputs until the first one's batch had run; with
+    // pooled staging buffers both batches are submitted (and the threads wait on their own
+    // fences).
+    let dev = emulated();
+    let (g, u) = (
+        tensor(&[5, 300], 1, 3.0, DType::F32),
+        tensor(&[5, 300], 2, 1.0, DType::F32),
+    );
+    let want = candle_hexagon::ops::elementwise::swiglu_cpu(&g, &u).unwrap();
+    // Mapping a buffer is itself a DSP round trip (registration), which a held queue would
+    // block: map the two staging buffers first.
+    dev.prewarm_pool(2, 64 << 10).unwrap();
+    assert_eq!(dev.pooled_buffers(), 2);
+    let before = dev.counters().dsp_batches;
+    dev.pause_queue();
+    let outs = std::thread::scope(|s| {
+        let run = || candle_hexagon::ops::swiglu(&dev, &g, &u);
+        let a = s.spawn(run);
+        let b = s.spawn(run);
+        let t0 = std::time::Instant::now();
+        while dev.counters().dsp_batches < before + 2 && t0.elapsed().as_secs() < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let submitted = dev.counters().dsp_batches - before;
+        dev.resume_queue();
+        (submitted, a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(
+        outs.0, 2,
+        "both batches were submitted while the DSP was held"
+    );
+    for y in [outs.1.unwrap(), outs.2.unwrap()] {
+        assert!(nmse(&y, &want) < 1e-10);
+    }
+    assert!(
+        dev.pooled_buffers() >= 2,
+        "each call had its own staging buffer"
+    );
 }

@@ -1,23 +1,23 @@
-//! Semi-autoregressive block decoding: LLaDA's reference `generate` (whole canvas every step) and
-//! Fast-dLLM's prefix- and dual-cache variants, with either the step schedule or threshold parallel
-//! decoding.
+//! The block loop: semi-autoregressive decoding over blocks, with the window policy and the selector
+//! as plug-in roles ([`crate::roles`]). LLaDA's reference `generate` (vanilla), Fast-dLLM's prefix
+//! and dual cache and multi-block speculative decoding are all this loop with different policies.
 //!
-//! Per block, the candidates of a step are the still-masked positions of the current block only
-//! (LLaDA sets the confidence of later positions to -inf and of unmasked ones to -inf), so only
-//! their logits are requested from the model.
-
-use std::ops::Range;
+//! Per block, the candidates of a step are the still-undecided positions of the current block only
+//! (LLaDA sets the confidence of later positions to -inf and of decided ones to -inf), so only their
+//! logits are requested — plus, when the policy asks for them, the undecided positions of the window
+//! beyond the block, whose predictions are kept as drafts.
 
 use candle_core::Tensor;
-use dllm_models::{DiffusionLm, Rows};
+use dllm_models::{DiffusionLm, RefreshRequest, Rows};
 
-use crate::confidence::LladaScorer;
-use crate::error::Result;
-use crate::generation::{Generation, StopReason};
+use crate::confidence::{LladaScorer, Scored};
+use crate::error::{DecodeError, Result};
+use crate::generation::{ForwardTrace, Generation, StopReason};
 use crate::observer::{Control, StepEvent, StepObserver};
 use crate::params::{DecodeParams, Strategy};
 use crate::rng::Rng;
-use crate::select::{above_threshold, top_n, transfer_counts};
+use crate::roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
+use crate::states::{transition, TokenEvent, TokenState};
 
 /// Logits rows as `Vec<f32>` per requested position (batch item 0).
 pub(crate) fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
@@ -29,61 +29,110 @@ pub(crate) fn canvas_tensor(ids: &[u32], model: &dyn DiffusionLm) -> Result<Tens
     Ok(Tensor::from_slice(ids, (1, ids.len()), model.device())?)
 }
 
-/// The forward of one step: the window it computes and the logits of `rows`.
-fn step_logits(
+/// The forward of one step: logits of `rows` (classifier-free guidance batches the unconditional
+/// canvas, prompt masked, with the conditional one).
+fn forward(
     model: &mut dyn DiffusionLm,
     p: &DecodeParams,
     canvas: &[u32],
     prompt_len: usize,
-    block: Range<usize>,
-    first_step_of_block: bool,
+    plan: &WindowPlan,
     rows: &[usize],
-) -> Result<(Range<usize>, Tensor)> {
-    let len = canvas.len();
+) -> Result<Tensor> {
     let t = canvas_tensor(canvas, model)?;
-    match p.strategy {
-        Strategy::Vanilla if p.cfg_scale > 0.0 => {
-            let mask = model.info().special.mask;
-            let mut uncond = canvas.to_vec();
-            uncond[..prompt_len].iter_mut().for_each(|x| *x = mask);
-            let both = Tensor::cat(&[&t, &canvas_tensor(&uncond, model)?], 0)?;
-            let l = model.forward_full(&both, Rows::Positions(rows))?;
-            let (c, u) = (l.narrow(0, 0, 1)?, l.narrow(0, 1, 1)?);
-            let guided = (&u + ((c - &u)? * (p.cfg_scale as f64 + 1.0))?)?;
-            Ok((0..len, guided))
-        }
-        Strategy::Vanilla => Ok((0..len, model.forward_full(&t, Rows::Positions(rows))?)),
-        Strategy::PrefixCache | Strategy::DualCache if first_step_of_block => {
-            model.clear_cache()?;
-            let l = model.forward_full(&t, Rows::Positions(rows))?;
-            let keep = if p.strategy == Strategy::PrefixCache {
-                0..block.start
-            } else {
-                0..len
-            };
-            model.commit(keep)?;
-            Ok((0..len, l))
-        }
-        Strategy::PrefixCache => {
-            let w = block.start..len;
-            Ok((w.clone(), model.forward(&t, w, Rows::Positions(rows))?))
-        }
-        Strategy::DualCache => {
-            let w = block.clone();
-            Ok((w.clone(), model.forward(&t, w, Rows::Positions(rows))?))
-        }
+    if plan.fresh_cache {
+        model.clear_cache()?;
     }
+    let window = plan.start..plan.end;
+    if p.cfg_scale > 0.0 {
+        let mask = model.info().special.mask;
+        let mut uncond = canvas.to_vec();
+        uncond[..prompt_len].iter_mut().for_each(|x| *x = mask);
+        let both = Tensor::cat(&[&t, &canvas_tensor(&uncond, model)?], 0)?;
+        let l = model.forward(&both, window, Rows::Positions(rows))?;
+        let (c, u) = (l.narrow(0, 0, 1)?, l.narrow(0, 1, 1)?);
+        return Ok((&u + ((c - &u)? * (p.cfg_scale as f64 + 1.0))?)?);
+    }
+    Ok(model.forward(&t, window, Rows::Positions(rows))?)
 }
 
-/// Run block decoding from a prepared canvas (`prompt ++ [MASK] * gen_length`).
+fn check_plan(
+    policy: &dyn WindowPolicy,
+    plan: &WindowPlan,
+    len: usize,
+    cache_len: usize,
+    cands: &[usize],
+) -> Result<()> {
+    let bad = |why: String| {
+        Err(DecodeError::Policy {
+            policy: policy.name().to_string(),
+            reason: why,
+        })
+    };
+    if plan.start >= plan.end || plan.end > len {
+        return bad(format!(
+            "window [{}, {}) is empty or outside the canvas of {len}",
+            plan.start, plan.end
+        ));
+    }
+    if plan.fresh_cache && plan.start != 0 {
+        return bad(format!(
+            "a forward that empties the cache must start at 0, not {}",
+            plan.start
+        ));
+    }
+    if !plan.fresh_cache && plan.start > cache_len {
+        return bad(format!(
+            "window [{}, {}) starts after the cached [0, {cache_len})",
+            plan.start, plan.end
+        ));
+    }
+    if let Some(p) = cands.iter().find(|&&p| p < plan.start || p >= plan.end) {
+        return bad(format!(
+            "window [{}, {}) leaves out position {p}, undecided in the current block",
+            plan.start, plan.end
+        ));
+    }
+    Ok(())
+}
+
+/// The Visible positions the sparse refresh recomputes this step: cached, outside the window.
+fn refresh_set(states: &[TokenState], prompt_len: usize, plan: &WindowPlan) -> Vec<usize> {
+    if plan.fresh_cache {
+        return Vec::new();
+    }
+    (prompt_len..plan.start)
+        .filter(|&p| states[p] == TokenState::Visible)
+        .collect()
+}
+
+/// The state a decision puts a position in: through the state machine under staged stabilization,
+/// final at once otherwise.
+fn decided_state(selector: &dyn Selector, confidence: f64) -> Result<TokenState> {
+    let Some(t) = selector.thresholds() else {
+        return Ok(TokenState::Stable);
+    };
+    let event = if confidence >= t.visible {
+        TokenEvent::Predicted(confidence)
+    } else {
+        TokenEvent::Promoted
+    };
+    Ok(transition(TokenState::Invisible, event, t)?)
+}
+
+/// Run block decoding from a prepared canvas (`prompt ++ [MASK] * gen_length`) with the given roles.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     model: &mut dyn DiffusionLm,
     mut canvas: Vec<u32>,
     prompt_len: usize,
     p: &DecodeParams,
+    policy: &mut dyn WindowPolicy,
+    selector: &mut dyn Selector,
     observer: &mut dyn StepObserver,
 ) -> Result<Generation> {
-    let special = model.info().special.clone();
+    let info = model.info().clone();
+    let special = info.special.clone();
     let (mask, stop_ids) = (special.mask, special.stop_ids());
     let scorer = LladaScorer {
         remasking: p.remasking,
@@ -92,41 +141,244 @@ pub(crate) fn run(
         confidence_eos_eot_inf: p.confidence_eos_eot_inf,
         eos: special.eos,
         eot: special.eot,
+        mask,
     };
     let mut rng = Rng::new(p.seed);
-    let (num_blocks, spb) = (p.num_blocks(), p.steps_per_block());
+    let num_blocks = p.num_blocks();
+    let len = canvas.len();
     let mut gen = Generation::start(prompt_len);
+    // Drafts: predictions for undecided positions beyond the current block.
+    let mut drafts: Vec<Option<Scored>> = vec![None; len];
+    let mut states: Vec<TokenState> = (0..len)
+        .map(|k| {
+            if k < prompt_len || canvas[k] != mask {
+                TokenState::Stable
+            } else {
+                TokenState::Invisible
+            }
+        })
+        .collect();
+    let draft_context = policy.draft_context();
+    let revising = p.strategy == Strategy::Mbsd && selector.thresholds().is_some();
+    let scr = revising && p.revision.scr;
+    // Without selective logits skipping, every window row goes through the LM head.
+    let sls = p.strategy != Strategy::Mbsd || p.revision.sls;
     model.clear_cache()?;
     for b in 0..num_blocks {
         let block = prompt_len + b * p.block_length..prompt_len + (b + 1) * p.block_length;
         let masked_in =
             |c: &[u32]| -> Vec<usize> { block.clone().filter(|&i| c[i] == mask).collect() };
-        let counts = transfer_counts(masked_in(&canvas).len(), spb);
+        // The block becomes current: its drafts are accepted if they meet the criterion now.
+        let pending: Vec<(usize, f64)> = block
+            .clone()
+            .filter(|&i| canvas[i] == mask)
+            .filter_map(|i| drafts[i].map(|d| (i, d.confidence)))
+            .collect();
+        let mut accepted = Vec::new();
+        if !pending.is_empty() {
+            accepted = selector.accept_drafts(&pending);
+            accepted.sort_unstable();
+            for &pos in &accepted {
+                let d = drafts[pos].expect("accepted among drafts");
+                canvas[pos] = d.token;
+                states[pos] = decided_state(selector, d.confidence)?;
+            }
+            gen.drafts += pending.len();
+            gen.drafts_accepted += accepted.len();
+            gen.drafts_rejected += pending.len() - accepted.len();
+            gen.tokens_decoded += accepted.len();
+        }
+        block.clone().for_each(|i| drafts[i] = None);
+        if !accepted.is_empty() && masked_in(&canvas).is_empty() {
+            // Every undecided position of the block came from its drafts: report them now (no
+            // forward ran for this event).
+            let event = StepEvent {
+                step: gen.steps,
+                block: b,
+                num_blocks,
+                forwards: gen.forwards,
+                canvas: &canvas,
+                prompt_len,
+                unmasked: &accepted,
+                revised: &[],
+                window: block.start..block.start,
+                masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
+                mask_id: mask,
+            };
+            if observer.on_step(&event) == Control::Stop {
+                gen.stop = StopReason::Observer;
+                gen.canvas = canvas;
+                return Ok(gen);
+            }
+            accepted.clear();
+        }
+        selector.begin_block(masked_in(&canvas).len());
+        let step_bound = p.steps_per_block().max(p.block_length) + 1;
         let mut i = 0;
         loop {
             let cands = masked_in(&canvas);
             if cands.is_empty() {
                 break;
             }
-            let (window, logits) =
-                step_logits(model, p, &canvas, prompt_len, block.clone(), i == 0, &cands)?;
+            // What the model sees: decided tokens, plus confident drafts when the policy shows them.
+            let seen: Vec<u32> = match draft_context {
+                None => canvas.clone(),
+                Some(t) => (0..len)
+                    .map(|k| match drafts[k] {
+                        Some(d) if canvas[k] == mask && d.confidence >= t => d.token,
+                        _ => canvas[k],
+                    })
+                    .collect(),
+            };
+            let view = DecodeView {
+                canvas: &canvas,
+                mask,
+                prompt_len,
+                block: &block,
+                block_index: b,
+                num_blocks,
+                step_in_block: i,
+                cache_len: model.cache_len(),
+                info: &info,
+            };
+            let plan = policy.plan(&view)?;
+            check_plan(policy, &plan, len, view.cache_len, &cands)?;
+            let draft_rows: Vec<usize> = if plan.drafts {
+                (plan.start..plan.end)
+                    .filter(|&k| !block.contains(&k) && canvas[k] == mask)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let wanted: Vec<usize> = cands.iter().chain(&draft_rows).copied().collect();
+            let rows: Vec<usize> = if sls {
+                wanted.clone()
+            } else {
+                (plan.start..plan.end).collect()
+            };
+            gen.logits_rows_skipped += plan.end - plan.start - rows.len();
+            let refresh = if scr {
+                refresh_set(&states, prompt_len, &plan)
+            } else {
+                Vec::new()
+            };
+            let (logits, refreshed) = if refresh.is_empty() {
+                (forward(model, p, &seen, prompt_len, &plan, &rows)?, None)
+            } else {
+                if plan.fresh_cache || p.cfg_scale > 0.0 {
+                    return Err(DecodeError::Policy {
+                        policy: policy.name().to_string(),
+                        reason: "a sparse refresh needs a cached window forward".into(),
+                    });
+                }
+                let (l, r) = model.forward_with_refresh(
+                    &canvas_tensor(&seen, model)?,
+                    plan.start..plan.end,
+                    Rows::Positions(&rows),
+                    RefreshRequest {
+                        positions: &refresh,
+                        logits: Some(&refresh),
+                        score_masked: true,
+                    },
+                )?;
+                (l, Some(r))
+            };
             gen.forwards += 1;
-            let scored: Vec<_> = rows_of(&logits)?
-                .iter_mut()
-                .map(|row| scorer.score(row, &mut rng))
-                .collect();
+            let active = (plan.start..plan.end)
+                .filter(|&k| k >= prompt_len && canvas[k] == mask)
+                .count();
+            gen.active_positions += active;
+            gen.trace.push(ForwardTrace {
+                step: gen.steps,
+                start: plan.start,
+                end: plan.end,
+                rows: rows.len(),
+                cached: if plan.fresh_cache { 0 } else { view.cache_len },
+                active,
+                refreshed: refresh.len(),
+            });
+            // Step boundary: merge the refreshed K/V first (they were computed against the cache
+            // this forward read), then let the policy commit the window's fresh rows.
+            if let Some(r) = &refreshed {
+                model.apply_refresh(r)?;
+                gen.refreshes += r.positions.len();
+                if let Some(t) = &r.timing {
+                    gen.refresh_ms += 1e3 * t.refresh_secs();
+                    gen.merge_wait_ms += 1e3 * t.wait_secs();
+                }
+            }
+            let view = DecodeView {
+                cache_len: model.cache_len(),
+                ..view
+            };
+            if let Some((a, e)) = policy.commit(&view, &plan) {
+                model.commit(a..e)?;
+            }
+            let mut all_rows = rows_of(&logits)?;
+            let index: std::collections::HashMap<usize, usize> =
+                rows.iter().enumerate().map(|(k, &pos)| (pos, k)).collect();
+            let mut scored: Vec<Scored> = Vec::with_capacity(wanted.len());
+            for pos in &wanted {
+                let row = &mut all_rows[index[pos]];
+                scored.push(scorer.score(row, &mut rng));
+            }
+            let draft_scores = scored.split_off(cands.len());
+            for (&pos, s) in draft_rows.iter().zip(&draft_scores) {
+                drafts[pos] = Some(*s);
+            }
+            gen.draft_predictions += draft_rows.len();
+            // Revisions from the refresh's masked re-scoring.
+            let mut revised = Vec::new();
+            if let (Some(r), Some(t)) = (&refreshed, selector.thresholds()) {
+                let rl = r
+                    .logits
+                    .as_ref()
+                    .map(rows_of)
+                    .transpose()?
+                    .unwrap_or_default();
+                for (&pos, row) in r.positions.iter().zip(rl) {
+                    let mut row = row;
+                    let s = scorer.score(&mut row, &mut rng);
+                    if s.token != canvas[pos] {
+                        // A new identity: it stays Visible until a refresh confirms it with its
+                        // own K/V.
+                        canvas[pos] = s.token;
+                        revised.push(pos);
+                    } else {
+                        states[pos] =
+                            transition(states[pos], TokenEvent::Rescored(s.confidence), t)?;
+                    }
+                }
+                gen.revised += revised.len();
+            }
             let conf: Vec<(usize, f64)> = cands
                 .iter()
                 .zip(&scored)
                 .map(|(&pos, s)| (pos, s.confidence))
                 .collect();
-            let chosen = match p.threshold {
-                Some(t) => above_threshold(&conf, t as f64),
-                None => top_n(&conf, counts.get(i).copied().unwrap_or(cands.len())),
-            };
+            let chosen = selector.select(&conf, i);
+            // A step may decide nothing (LLaDA's schedule with more steps than positions runs such
+            // forwards), but a block cannot take more steps than this: every step after the
+            // schedule decides something, so only a broken selector gets here.
+            if chosen.is_empty() && i >= step_bound {
+                return Err(DecodeError::Policy {
+                    policy: "selector".into(),
+                    reason: format!(
+                        "block {b} made no progress in {} steps ({} positions undecided)",
+                        i + 1,
+                        cands.len()
+                    ),
+                });
+            }
+            let mut unmasked = std::mem::take(&mut accepted);
             for &pos in &chosen {
-                let k = cands.binary_search(&pos).expect("chosen among candidates");
+                let k = cands.binary_search(&pos).map_err(|_| DecodeError::Policy {
+                    policy: "selector".into(),
+                    reason: format!("chose position {pos}, which is not a candidate"),
+                })?;
                 canvas[pos] = scored[k].token;
+                states[pos] = decided_state(selector, scored[k].confidence)?;
+                unmasked.push(pos);
             }
             gen.tokens_decoded += chosen.len();
             gen.steps += 1;
@@ -138,8 +390,9 @@ pub(crate) fn run(
                 forwards: gen.forwards,
                 canvas: &canvas,
                 prompt_len,
-                unmasked: &chosen,
-                window,
+                unmasked: &unmasked,
+                revised: &revised,
+                window: plan.start..plan.end,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
                 mask_id: mask,
             };
@@ -149,6 +402,10 @@ pub(crate) fn run(
                 return Ok(gen);
             }
         }
+        gen.unstable_at_block_end += block
+            .clone()
+            .filter(|&k| states[k] == TokenState::Visible)
+            .count();
         if p.early_stop && b + 1 < num_blocks && stop_ids.contains(&canvas[block.end - 1]) {
             canvas[block.end..]
                 .iter_mut()

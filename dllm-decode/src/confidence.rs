@@ -79,11 +79,22 @@ pub struct LladaScorer {
     pub eos: u32,
     /// EoT id, if any.
     pub eot: Option<u32>,
+    /// The mask id: never a prediction (its logit is set to -inf first). A trained model never
+    /// predicts it; a corrupted or untrained one must not leave a decided position masked.
+    pub mask: u32,
+}
+
+/// Remove the mask id from the candidates of a prediction.
+fn forbid_mask(row: &mut [f32], mask: u32) {
+    if let Some(x) = row.get_mut(mask as usize) {
+        *x = f32::NEG_INFINITY;
+    }
 }
 
 impl LladaScorer {
     /// Predict and score one row (modified in place by the EOS options).
     pub fn score(&self, row: &mut [f32], rng: &mut Rng) -> Scored {
+        forbid_mask(row, self.mask);
         let eos = self.eos as usize;
         if self.logits_eos_inf && eos < row.len() {
             row[eos] = f32::NEG_INFINITY;
@@ -129,11 +140,14 @@ pub struct DreamSampler {
     pub top_p: Option<f32>,
     /// Top-k filter.
     pub top_k: Option<usize>,
+    /// The mask id: never a prediction.
+    pub mask: u32,
 }
 
 impl DreamSampler {
     /// Sample/predict and score one row (modified in place by temperature and filters).
     pub fn score(&self, row: &mut [f32], rng: &mut Rng) -> Scored {
+        forbid_mask(row, self.mask);
         if self.temperature > 0.0 {
             row.iter_mut().for_each(|x| *x /= self.temperature);
         }
@@ -216,6 +230,7 @@ mod tests {
             confidence_eos_eot_inf: false,
             eos: 3,
             eot: Some(4),
+            mask: 99,
         }
     }
 
@@ -227,6 +242,23 @@ mod tests {
         assert_eq!(s.token, 1);
         let p = softmax(&[0.0, 2.0, 1.0, 0.5, 0.0]);
         assert!((s.confidence - p[1]).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_mask_id_is_never_predicted() {
+        let mut rng = Rng::new(0);
+        let mut sc = scorer(Remasking::LowConfidence);
+        sc.mask = 2;
+        let s = sc.score(&mut [0.0, 1.0, 50.0, 0.5], &mut rng);
+        assert_eq!(s.token, 1);
+        let d = DreamSampler {
+            alg: DreamAlg::MaskgitPlus,
+            temperature: 0.0,
+            top_p: None,
+            top_k: None,
+            mask: 0,
+        };
+        assert_eq!(d.score(&mut [9.0, 1.0, 2.0], &mut rng).token, 2);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use dllm_models::{DiffusionLm, Rows};
 use crate::blockwise::{canvas_tensor, rows_of};
 use crate::confidence::DreamSampler;
 use crate::error::Result;
-use crate::generation::{Generation, StopReason};
+use crate::generation::{ForwardTrace, Generation, StopReason};
 use crate::observer::{Control, StepEvent, StepObserver};
 use crate::params::{DecodeParams, DreamAlg};
 use crate::rng::Rng;
@@ -30,6 +30,7 @@ pub(crate) fn run(
         temperature: p.temperature,
         top_p: d.top_p,
         top_k: d.top_k,
+        mask,
     };
     let ts = dream_timesteps(p.steps, d.eps);
     let mut rng = Rng::new(p.seed);
@@ -44,6 +45,16 @@ pub(crate) fn run(
         let logits =
             model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(&masked))?;
         gen.forwards += 1;
+        gen.active_positions += masked.len();
+        gen.trace.push(ForwardTrace {
+            step: i,
+            start: 0,
+            end: len,
+            rows: masked.len(),
+            cached: 0,
+            active: masked.len(),
+            refreshed: 0,
+        });
         let mut rows = rows_of(&logits)?;
         let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
             let p_transfer = if i + 1 < p.steps {
@@ -90,6 +101,7 @@ pub(crate) fn run(
             canvas: &canvas,
             prompt_len,
             unmasked: &chosen,
+            revised: &[],
             window: 0..len,
             masked_left: masked.len() - chosen.len(),
             mask_id: mask,

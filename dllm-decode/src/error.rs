@@ -11,9 +11,23 @@ pub enum DecodeError {
         /// What is wrong.
         reason: String,
     },
+    /// A decoding role (window policy or selector) produced an impossible plan.
+    #[error("decoding policy `{policy}`: {reason}")]
+    Policy {
+        /// The role's name.
+        policy: String,
+        /// What is wrong with its plan.
+        reason: String,
+    },
+    /// A token-state transition the state machine does not admit (a decoder bug, reported).
+    #[error(transparent)]
+    State(#[from] crate::states::InvalidTransition),
     /// The prompt cannot be decoded with this model.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),
+    /// A latency table that cannot be read or used; the message names the file and the problem.
+    #[error("latency table: {0}")]
+    LatencyTable(String),
     /// The model failed.
     #[error(transparent)]
     Model(#[from] dllm_models::Error),

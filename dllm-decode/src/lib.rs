@@ -8,7 +8,14 @@
 //!   or, for Dream models, Dream's `diffusion_generate` (`origin`, `maskgit_plus`, `topk_margin`,
 //!   `entropy`; `eps`, `alg_temp`, `top_p`, `top_k`, temperature);
 //! * [`Strategy::PrefixCache`] / [`Strategy::DualCache`] — Fast-dLLM's block-wise KV caching;
+//! * [`Strategy::Mbsd`] — multi-block speculative decoding (paper §3.2): the dual cache with a
+//!   decoding window that slides along the commit frontier into future blocks and looks ahead late
+//!   in a block, priced by a [`LatencyTable`] (see [`window`]);
 //! * threshold parallel decoding (`DecodeParams::threshold`) with any block strategy.
+//!
+//! The block loop takes its roles as traits ([`roles`]): a [`WindowPolicy`] (what a forward computes,
+//! what the cache keeps) and a [`Selector`] (what a step decides, which drafts a block accepts); the
+//! built-in strategies are policies, and [`Decoder`] runs a user's own.
 //!
 //! Decoding stops early when a completed block ends in EOS/EoT (`early_stop`), and reports every
 //! step to a [`StepObserver`] (progress bars, streaming, visualisation). Invalid parameters are
@@ -23,17 +30,27 @@ pub mod confidence;
 mod dream;
 mod error;
 pub mod generation;
+pub mod latency;
 pub mod observer;
 pub mod params;
 pub mod rng;
+pub mod roles;
 pub mod select;
+pub mod states;
+pub mod window;
+
+use std::sync::Arc;
 
 use dllm_models::{Arch, DiffusionLm};
 
 pub use error::{DecodeError, Result};
-pub use generation::{Generation, StopReason};
+pub use generation::{ForwardTrace, Generation, StopReason};
+pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{Control, StepEvent, StepObserver};
-pub use params::{DecodeParams, DreamAlg, DreamParams, Remasking, Strategy};
+pub use params::{
+    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
+};
+pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 
 /// Check the prompt against the model and build `prompt ++ [MASK] * gen_length`.
 pub fn prepare_canvas(
@@ -58,7 +75,7 @@ pub fn prepare_canvas(
             info.vocab_size
         )));
     }
-    let total = prompt.len() + p.gen_length;
+    let total = prompt.len().saturating_add(p.gen_length);
     if total > info.max_seq_len {
         return Err(DecodeError::param(
             "gen-length",
@@ -75,21 +92,109 @@ pub fn prepare_canvas(
     Ok(canvas)
 }
 
-/// Generate `p.gen_length` tokens after `prompt`.
+/// Generate `p.gen_length` tokens after `prompt` with the built-in roles of `p.strategy`.
 pub fn generate(
     model: &mut dyn DiffusionLm,
     prompt: &[u32],
     p: &DecodeParams,
     observer: &mut dyn StepObserver,
 ) -> Result<Generation> {
-    p.validate()?;
-    let arch = model.info().arch;
-    check_options_apply(arch, p)?;
-    let canvas = prepare_canvas(model, prompt, p)?;
-    if uses_dream_algorithm(arch, p) {
-        dream::run(model, canvas, prompt.len(), p, observer)
-    } else {
-        blockwise::run(model, canvas, prompt.len(), p, observer)
+    Decoder::new(*p).run(model, prompt, observer)
+}
+
+/// A decoder: parameters plus the roles of the block loop. The built-in roles follow
+/// `params.strategy` and `params.threshold`; a user's own [`WindowPolicy`] or [`Selector`] replaces
+/// them (see [`roles`] for an example).
+pub struct Decoder<'a> {
+    params: DecodeParams,
+    latency: Option<Arc<LatencyTable>>,
+    window: Option<Box<dyn WindowPolicy + 'a>>,
+    selector: Option<Box<dyn Selector + 'a>>,
+}
+
+impl<'a> Decoder<'a> {
+    /// A decoder with the built-in roles.
+    pub fn new(params: DecodeParams) -> Self {
+        Self {
+            params,
+            latency: None,
+            window: None,
+            selector: None,
+        }
+    }
+
+    /// The latency table that prices multi-block lookahead (default: the SM8750 NPU profile derived
+    /// from the paper, [`latency::sm8750_npu`]).
+    pub fn latency_table(mut self, table: Arc<LatencyTable>) -> Self {
+        self.latency = Some(table);
+        self
+    }
+
+    /// Use this window policy instead of the strategy's.
+    pub fn window_policy(mut self, policy: impl WindowPolicy + 'a) -> Self {
+        self.window = Some(Box::new(policy));
+        self
+    }
+
+    /// Use this selector instead of the schedule / threshold rule.
+    pub fn selector(mut self, selector: impl Selector + 'a) -> Self {
+        self.selector = Some(Box::new(selector));
+        self
+    }
+
+    /// Decode `params.gen_length` positions after `prompt`.
+    pub fn run(
+        self,
+        model: &mut dyn DiffusionLm,
+        prompt: &[u32],
+        observer: &mut dyn StepObserver,
+    ) -> Result<Generation> {
+        let p = self.params;
+        p.validate()?;
+        let arch = model.info().arch;
+        check_options_apply(arch, &p)?;
+        let canvas = prepare_canvas(model, prompt, &p)?;
+        if uses_dream_algorithm(arch, &p) && self.window.is_none() && self.selector.is_none() {
+            return dream::run(model, canvas, prompt.len(), &p, observer);
+        }
+        let mut window: Box<dyn WindowPolicy + 'a> = match self.window {
+            Some(w) => w,
+            None => match p.strategy {
+                Strategy::Vanilla => Box::new(window::VanillaWindow),
+                Strategy::PrefixCache => Box::new(window::PrefixCacheWindow),
+                Strategy::DualCache => Box::new(window::DualCacheWindow),
+                Strategy::Mbsd => Box::new(window::MbsdWindow::new(
+                    p.mbsd,
+                    self.latency
+                        .unwrap_or_else(|| Arc::new(latency::sm8750_npu())),
+                )),
+            },
+        };
+        let sts = p.strategy == Strategy::Mbsd && p.revision.sts;
+        let mut selector: Box<dyn Selector + 'a> = match self.selector {
+            Some(s) => s,
+            None if sts => Box::new(select::StsSelector {
+                thresholds: states::Thresholds {
+                    visible: p.revision.theta_visible as f64,
+                    stable: p.revision.theta_stable as f64,
+                },
+            }),
+            None => match p.threshold {
+                Some(t) => Box::new(select::ThresholdSelector {
+                    threshold: t as f64,
+                }),
+                None => Box::new(select::ScheduleSelector::new(p.steps_per_block())),
+            },
+        };
+        blockwise::run(
+            model,
+            canvas,
+            prompt.len(),
+            &p,
+            window.as_mut(),
+            selector.as_mut(),
+            observer,
+        )
     }
 }
 

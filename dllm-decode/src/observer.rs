@@ -28,6 +28,8 @@ pub struct StepEvent<'a> {
     pub prompt_len: usize,
     /// Positions unmasked in this step.
     pub unmasked: &'a [usize],
+    /// Visible positions whose token a refresh changed in this step (staged stabilization).
+    pub revised: &'a [usize],
     /// Canvas positions the forward of this step computed.
     pub window: Range<usize>,
     /// Positions still masked in the whole canvas.

@@ -14,6 +14,28 @@ pub const DEFAULT_THRESHOLD: f32 = 0.9;
 pub const DEFAULT_DREAM_EPS: f64 = 1e-3;
 /// Default seed for sampled decoding.
 pub const DEFAULT_SEED: u64 = 0;
+/// Multi-block speculative decoding: look ahead once the current block has at most this many
+/// undecided positions (the paper's operating point, §5.5).
+pub const DEFAULT_LOOKAHEAD_TRIGGER: usize = 4;
+/// Multi-block speculative decoding: lookahead may add at most this fraction of the window's own
+/// latency (per the latency table).
+pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
+/// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
+pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
+
+/// The lengths and schedule a user asked for explicitly (`None`: not given). See
+/// [`DecodeParams::resolve`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Requested {
+    /// `--gen-length`.
+    pub gen_length: Option<usize>,
+    /// `--block-length`.
+    pub block_length: Option<usize>,
+    /// `--steps`.
+    pub steps: Option<usize>,
+    /// `--threshold`.
+    pub threshold: Option<f32>,
+}
 
 /// How the canvas is recomputed between steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +49,89 @@ pub enum Strategy {
     /// Fast-dLLM dual cache: the full forward at block start caches prefix *and* suffix; later steps
     /// forward only the current block.
     DualCache,
+    /// Multi-block speculative decoding (paper §3.2): the dual cache with a decoding window that
+    /// slides along the commit frontier into future blocks and looks ahead when the block is
+    /// nearly done (see [`MbsdParams`] and `window::MbsdWindow`).
+    Mbsd,
+}
+
+impl Strategy {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Vanilla => "vanilla",
+            Strategy::PrefixCache => "prefix-cache",
+            Strategy::DualCache => "dual-cache",
+            Strategy::Mbsd => "mbsd",
+        }
+    }
+}
+
+/// Staged token stabilization: the confidence at which a prediction becomes visible context.
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
+/// Staged token stabilization: the confidence at which a token becomes final.
+pub const DEFAULT_THETA_STABLE: f32 = 0.9;
+
+/// Dual-path progressive revision switches (paper §3.3; used with [`Strategy::Mbsd`], all on by
+/// default there).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RevisionParams {
+    /// Staged token stabilization: decisions are Visible (context, revisable) at `theta_visible` and
+    /// Stable (final) at `theta_stable`, instead of final at once.
+    pub sts: bool,
+    /// Sparse cache refresh: Visible tokens in the cached prefix are re-scored and their K/V
+    /// recomputed on a second (CPU) path beside each window forward, merged at the step boundary.
+    pub scr: bool,
+    /// Selective logits skipping: no logits for positions whose decisions are final (off: every
+    /// window row goes through the LM head, as a naive NPU graph would).
+    pub sls: bool,
+    /// Confidence at which a prediction becomes Visible.
+    pub theta_visible: f32,
+    /// Confidence at which a token becomes Stable.
+    pub theta_stable: f32,
+}
+
+impl Default for RevisionParams {
+    fn default() -> Self {
+        Self {
+            sts: true,
+            scr: true,
+            sls: true,
+            theta_visible: DEFAULT_THETA_VISIBLE,
+            theta_stable: DEFAULT_THETA_STABLE,
+        }
+    }
+}
+
+/// Multi-block speculative decoding switches (used with [`Strategy::Mbsd`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MbsdParams {
+    /// Slide the window along the commit frontier into future blocks.
+    pub sliding: bool,
+    /// Extend the window late in a block while the latency table says it is nearly free.
+    pub lookahead: bool,
+    /// Look ahead once the current block has at most this many undecided positions.
+    pub trigger: usize,
+    /// The extra latency lookahead may add, as a fraction of the window's own latency.
+    pub allowance: f64,
+    /// The extra memory lookahead may add (K/V and activations of the added positions), MiB.
+    pub budget_mib: f64,
+    /// Show drafts at least this confident to later forwards instead of the mask (`None`: drafts
+    /// stay masked until their block decides them).
+    pub draft_context: Option<f32>,
+}
+
+impl Default for MbsdParams {
+    fn default() -> Self {
+        Self {
+            sliding: true,
+            lookahead: true,
+            trigger: DEFAULT_LOOKAHEAD_TRIGGER,
+            allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
+            budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
+            draft_context: None,
+        }
+    }
 }
 
 impl std::str::FromStr for Strategy {
@@ -36,9 +141,10 @@ impl std::str::FromStr for Strategy {
             "vanilla" => Ok(Strategy::Vanilla),
             "prefix-cache" => Ok(Strategy::PrefixCache),
             "dual-cache" => Ok(Strategy::DualCache),
+            "mbsd" => Ok(Strategy::Mbsd),
             _ => Err(DecodeError::param(
                 "strategy",
-                format!("`{s}` (expected vanilla, prefix-cache or dual-cache)"),
+                format!("`{s}` (expected vanilla, prefix-cache, dual-cache or mbsd)"),
             )),
         }
     }
@@ -160,6 +266,10 @@ pub struct DecodeParams {
     pub early_stop: bool,
     /// Dream's algorithm parameters.
     pub dream: DreamParams,
+    /// Multi-block speculative decoding switches ([`Strategy::Mbsd`]).
+    pub mbsd: MbsdParams,
+    /// Dual-path progressive revision switches ([`Strategy::Mbsd`]).
+    pub revision: RevisionParams,
 }
 
 impl Default for DecodeParams {
@@ -178,11 +288,60 @@ impl Default for DecodeParams {
             confidence_eos_eot_inf: false,
             early_stop: true,
             dream: DreamParams::default(),
+            mbsd: MbsdParams::default(),
+            revision: RevisionParams::default(),
         }
     }
 }
 
 impl DecodeParams {
+    /// The one rule that turns what a user asked for and what a checkpoint recommends
+    /// (`generation_config.json`, see `dllm_models::source::DecodeDefaults`) into lengths and a
+    /// schedule; `generate`, `eval` and library users all go through it. Other fields come from
+    /// `self`.
+    ///
+    /// * `gen_length`: asked, else the checkpoint's, else [`DEFAULT_GEN_LENGTH`].
+    /// * `block_length`: asked, else the checkpoint's if it divides `gen_length`, else
+    ///   [`DEFAULT_BLOCK_LENGTH`] if it divides `gen_length`, else `gen_length` (one block).
+    /// * `steps`: asked; else, when `gen_length` was asked, `gen_length` (one token per step: the
+    ///   checkpoint's step count belongs to its own length); else the checkpoint's; else
+    ///   `gen_length`.
+    /// * `threshold`: asked; else the checkpoint's unless `steps` was asked (a step count means the
+    ///   schedule); else none.
+    pub fn resolve(
+        self,
+        asked: Requested,
+        checkpoint: &dllm_models::source::DecodeDefaults,
+    ) -> DecodeParams {
+        let gen_length = asked
+            .gen_length
+            .or(checkpoint.gen_length)
+            .unwrap_or(DEFAULT_GEN_LENGTH);
+        let divides = |b: &usize| *b > 0 && gen_length.is_multiple_of(*b);
+        let block_length = asked
+            .block_length
+            .or(checkpoint.block_length.filter(divides))
+            .or(Some(DEFAULT_BLOCK_LENGTH).filter(divides))
+            .unwrap_or(gen_length);
+        let steps = match (asked.steps, asked.gen_length) {
+            (Some(s), _) => s,
+            (None, Some(_)) => gen_length,
+            (None, None) => checkpoint.steps.unwrap_or(gen_length),
+        };
+        let threshold = asked.threshold.or(if asked.steps.is_none() {
+            checkpoint.threshold.map(|t| t as f32)
+        } else {
+            None
+        });
+        DecodeParams {
+            gen_length,
+            block_length,
+            steps,
+            threshold,
+            ..self
+        }
+    }
+
     /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.gen_length / self.block_length.max(1)
@@ -213,6 +372,15 @@ impl DecodeParams {
         }
         if self.steps == 0 {
             return Err(p("steps", "must be positive".into()));
+        }
+        if self.steps > self.gen_length {
+            return Err(p(
+                "steps",
+                format!(
+                    "{} exceeds gen-length {}: a step that decides no position is a wasted forward",
+                    self.steps, self.gen_length
+                ),
+            ));
         }
         if !self.steps.is_multiple_of(self.num_blocks()) {
             return Err(p(
@@ -264,6 +432,158 @@ impl DecodeParams {
         if d.top_k == Some(0) {
             return Err(p("top-k", "must be positive".into()));
         }
+        let m = &self.mbsd;
+        if !(m.allowance.is_finite() && m.allowance >= 0.0) {
+            return Err(p(
+                "lookahead-allowance",
+                format!("{} must be a finite fraction >= 0", m.allowance),
+            ));
+        }
+        if !(m.budget_mib.is_finite() && m.budget_mib >= 0.0) {
+            return Err(p(
+                "lookahead-budget",
+                format!("{} MiB must be a finite value >= 0", m.budget_mib),
+            ));
+        }
+        if let Some(t) = m.draft_context {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p("draft-context", format!("{t} is not in (0, 1]")));
+            }
+        }
+        let r = &self.revision;
+        for (name, t) in [
+            ("theta-visible", r.theta_visible),
+            ("theta-stable", r.theta_stable),
+        ] {
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(p(name, format!("{t} is not in (0, 1]")));
+            }
+        }
+        if r.theta_visible > r.theta_stable {
+            return Err(p(
+                "theta-visible",
+                format!(
+                    "{} is above theta-stable {}: a token cannot be final before it is visible",
+                    r.theta_visible, r.theta_stable
+                ),
+            ));
+        }
+        if self.strategy == Strategy::Mbsd && r.sts && self.threshold.is_some() {
+            return Err(p(
+                "threshold",
+                "with staged stabilization (--strategy mbsd) decisions follow --theta-visible and \
+                 --theta-stable; add --no-sts to decide by --threshold"
+                    .into(),
+            ));
+        }
+        if self.strategy != Strategy::Mbsd {
+            let d = RevisionParams::default();
+            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            if r.sts != d.sts {
+                return why("no-sts");
+            }
+            if r.scr != d.scr {
+                return why("no-scr");
+            }
+            if r.sls != d.sls {
+                return why("no-sls");
+            }
+            if r.theta_visible != d.theta_visible {
+                return why("theta-visible");
+            }
+            if r.theta_stable != d.theta_stable {
+                return why("theta-stable");
+            }
+        }
+        if self.strategy != Strategy::Mbsd {
+            let d = MbsdParams::default();
+            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            if m.sliding != d.sliding {
+                return why("no-sliding");
+            }
+            if m.lookahead != d.lookahead {
+                return why("no-lookahead");
+            }
+            if m.trigger != d.trigger {
+                return why("lookahead-trigger");
+            }
+            if m.allowance != d.allowance {
+                return why("lookahead-allowance");
+            }
+            if m.budget_mib != d.budget_mib {
+                return why("lookahead-budget");
+            }
+            if m.draft_context.is_some() {
+                return why("draft-context");
+            }
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dllm_models::source::DecodeDefaults;
+
+    #[test]
+    fn one_rule_for_asked_and_checkpoint_lengths() {
+        let ck = DecodeDefaults {
+            gen_length: Some(24),
+            block_length: Some(8),
+            steps: Some(24),
+            threshold: Some(0.9),
+        };
+        let none = DecodeDefaults::default();
+        let ask = |g, b, s, t| Requested {
+            gen_length: g,
+            block_length: b,
+            steps: s,
+            threshold: t,
+        };
+        // (asked, checkpoint) -> (gen, block, steps, threshold)
+        let table: &[(
+            Requested,
+            &DecodeDefaults,
+            (usize, usize, usize, Option<f32>),
+        )] = &[
+            (ask(None, None, None, None), &ck, (24, 8, 24, Some(0.9))),
+            (ask(None, None, None, None), &none, (128, 32, 128, None)),
+            // An explicit length without steps: one token per step, not the checkpoint's 24.
+            (
+                ask(Some(128), None, None, None),
+                &ck,
+                (128, 8, 128, Some(0.9)),
+            ),
+            (
+                ask(Some(224), None, None, None),
+                &ck,
+                (224, 8, 224, Some(0.9)),
+            ),
+            // The checkpoint's block does not divide the length: the default 32 does not either.
+            (
+                ask(Some(20), None, None, None),
+                &ck,
+                (20, 20, 20, Some(0.9)),
+            ),
+            (ask(Some(40), None, None, None), &none, (40, 40, 40, None)),
+            (ask(Some(64), None, None, None), &none, (64, 32, 64, None)),
+            // Explicit steps: the schedule, not the checkpoint's threshold.
+            (ask(None, None, Some(12), None), &ck, (24, 8, 12, None)),
+            (
+                ask(None, Some(24), Some(6), Some(0.5)),
+                &ck,
+                (24, 24, 6, Some(0.5)),
+            ),
+        ];
+        for (asked, ckpt, want) in table {
+            let p = DecodeParams::default().resolve(*asked, ckpt);
+            assert_eq!(
+                (p.gen_length, p.block_length, p.steps, p.threshold),
+                *want,
+                "{asked:?} with {ckpt:?}"
+            );
+            p.validate().unwrap();
+        }
     }
 }

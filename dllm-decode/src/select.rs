@@ -84,6 +84,86 @@ pub fn sample_without_replacement(
     out
 }
 
+/// LLaDA's schedule: step `i` of a block unmasks the `n[i]` most confident candidates
+/// ([`transfer_counts`] over the block's masked positions and `steps_per_block`).
+#[derive(Debug, Clone)]
+pub struct ScheduleSelector {
+    steps_per_block: usize,
+    counts: Vec<usize>,
+}
+
+impl ScheduleSelector {
+    /// A schedule of `steps_per_block` steps per block.
+    pub fn new(steps_per_block: usize) -> Self {
+        Self {
+            steps_per_block: steps_per_block.max(1),
+            counts: Vec::new(),
+        }
+    }
+}
+
+impl crate::roles::Selector for ScheduleSelector {
+    fn begin_block(&mut self, masked: usize) {
+        self.counts = transfer_counts(masked, self.steps_per_block);
+    }
+
+    fn select(&mut self, candidates: &[(usize, f64)], step: usize) -> Vec<usize> {
+        // Past the schedule (or with an empty one) every remaining candidate goes, so a block
+        // always completes.
+        let n = self.counts.get(step).copied().unwrap_or(candidates.len());
+        top_n(candidates, n)
+    }
+}
+
+/// Fast-dLLM's threshold rule ([`above_threshold`]); drafts are accepted when their confidence
+/// reaches the threshold.
+#[derive(Debug, Clone, Copy)]
+pub struct ThresholdSelector {
+    /// Confidence needed.
+    pub threshold: f64,
+}
+
+impl crate::roles::Selector for ThresholdSelector {
+    fn select(&mut self, candidates: &[(usize, f64)], _step: usize) -> Vec<usize> {
+        above_threshold(candidates, self.threshold)
+    }
+
+    fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
+        ranked(drafts)
+            .into_iter()
+            .filter(|c| c.1 >= self.threshold)
+            .map(|c| c.0)
+            .collect()
+    }
+}
+
+/// Staged token stabilization's rule (paper §3.3): every candidate at `theta_visible` or above
+/// becomes Visible (Stable at `theta_stable`), and if none does, the most confident one becomes
+/// Visible; drafts are accepted at `theta_visible`.
+#[derive(Debug, Clone, Copy)]
+pub struct StsSelector {
+    /// The two thresholds.
+    pub thresholds: crate::states::Thresholds,
+}
+
+impl crate::roles::Selector for StsSelector {
+    fn select(&mut self, candidates: &[(usize, f64)], _step: usize) -> Vec<usize> {
+        above_threshold(candidates, self.thresholds.visible)
+    }
+
+    fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
+        ranked(drafts)
+            .into_iter()
+            .filter(|c| c.1 >= self.thresholds.visible)
+            .map(|c| c.0)
+            .collect()
+    }
+
+    fn thresholds(&self) -> Option<crate::states::Thresholds> {
+        Some(self.thresholds)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,6 +70,20 @@ pub enum Error {
     /// A call with impossible arguments (window out of range, cache hole, batch mismatch, ...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A sparse refresh computed against an older state of the KV cache than the current one
+    /// (the cache changed between `compute_refresh` and `apply_refresh`); merging it would silently
+    /// overwrite newer entries with K/V computed from stale context.
+    #[error("stale refresh: computed against KV-cache epoch {computed}, the cache is now at epoch {current}")]
+    StaleRefresh {
+        /// Epoch the refresh was computed against.
+        computed: u64,
+        /// Epoch of the cache now.
+        current: u64,
+    },
+    /// An error from a CPU kernel (a shape it cannot take, a weight type or shape it cannot pack,
+    /// a thread count).
+    #[error(transparent)]
+    Kernel(#[from] kernels_cpu::Error),
     /// An error from candle.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

@@ -1,7 +1,9 @@
 //! llama.cpp GGUF checkpoints of LLaDA (`general.architecture = "llada"`) and Dream (`"dream"`).
 //!
-//! Tensors keep their GGUF type: F32/F16/BF16 become dense tensors in the compute dtype, quantized
-//! ones (Q8_0, Q4_0, ...) go through candle's `QMatMul` (embeddings are gathered row by row).
+//! Matrices keep their GGUF type (quantized blocks, and F16/BF16 half in memory) and are packed
+//! once for the kernels-cpu GEMMs by [`crate::linear`] (types it has no kernel for go through
+//! candle's `QMatMul`; embeddings are gathered row by row); F32 matrices and the 1-D norms and
+//! biases become dense tensors in the compute dtype.
 //! llama.cpp's converter permutes LLaDA's q/k rows for its interleaved RoPE; the loader undoes that
 //! permutation on the raw rows so the same rotate-half code serves both sources.
 
@@ -36,6 +38,8 @@ pub struct GgufWeights {
     num_kv_heads: usize,
     dtype: DType,
     device: Device,
+    /// Hand F16/BF16 matrices over half (as `Param::Quant`) instead of converting them.
+    keep_half: bool,
 }
 
 fn meta_int(v: &Value) -> Option<u64> {
@@ -126,8 +130,16 @@ impl GgufWeights {
             reader: Mutex::new(reader),
             dtype,
             device: device.clone(),
+            keep_half: true,
         };
         Ok((cfg, w))
+    }
+
+    /// Whether F16/BF16 matrices stay half in memory (the default, for the packed CPU kernels)
+    /// or are converted to the compute dtype (training, and candle's CPU path).
+    pub fn keep_half_matrices(mut self, keep: bool) -> Self {
+        self.keep_half = keep;
+        self
     }
 
     fn read(&self, name: &str) -> Result<QTensor> {
@@ -341,12 +353,16 @@ impl WeightSource for GgufWeights {
             }
         }
         match q.dtype() {
-            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => Ok(Param::Dense(
-                q.dequantize(&self.device)?.to_dtype(self.dtype)?,
-            )),
             _ if !role.is_matrix() => Ok(Param::Dense(
                 q.dequantize(&self.device)?.to_dtype(self.dtype)?,
             )),
+            GgmlDType::F32 => Ok(Param::Dense(
+                q.dequantize(&self.device)?.to_dtype(self.dtype)?,
+            )),
+            GgmlDType::F16 | GgmlDType::BF16 if !self.keep_half => Ok(Param::Dense(
+                q.dequantize(&self.device)?.to_dtype(self.dtype)?,
+            )),
+            // Matrices keep their file type: quantized blocks, and F16/BF16 stay half in memory.
             _ => Ok(Param::Quant(Arc::new(q))),
         }
     }

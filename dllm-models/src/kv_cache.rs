@@ -1,35 +1,151 @@
-//! Per-layer K/V storage for canvas positions `[0, len)`.
+//! Per-layer K/V storage of one sequence, read without copies.
 //!
-//! Each layer keeps one contiguous `(batch, capacity, kv_heads, head_dim)` buffer for keys and one
-//! for values, written in place (`slice_set`) so committing a block or merging a sparse refresh costs
-//! only the rows written. Keys are stored with RoPE applied, so attention never needs positions.
+//! Each layer holds one key and one value buffer laid out **position-major**, `(capacity, batch,
+//! kv_heads, head_dim)`, in the model's compute dtype. Rows `[0, len)` are the cache; rows from
+//! `len` on are free, and a forward writes its window's fresh K/V there (the *pending* rows, see
+//! [`Pending`]). Because the cached rows are a prefix of every buffer, a forward can append into the
+//! free rows while a sparse refresh on another thread reads the cached rows: [`KvCache::split`]
+//! hands out exactly those two disjoint borrows. Attention then reads the cache and the pending rows
+//! in place as two segments (`kernels_cpu::attention`), never concatenating them.
+//!
+//! Committing a pending window whose start equals the cached length costs nothing (its rows are
+//! already where they belong); committing elsewhere (dual cache: the window lies inside the cache)
+//! moves only the committed rows. Merging a refresh writes only the refreshed rows. Capacity grows
+//! geometrically, so appends allocate rarely; nothing per step is proportional to the cache.
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor, WithDType};
+use half::{bf16, f16};
+use kernels_cpu::attention::Element;
 
 use crate::{Error, Result};
 
-#[derive(Debug, Clone)]
-struct LayerKv {
-    k: Tensor,
-    v: Tensor,
+/// Element types the cache stores: the compute dtypes.
+pub trait KvElem: Element + WithDType {
+    #[doc(hidden)]
+    fn layers(store: &mut Store) -> Option<&mut Vec<LayerBuf<Self>>>;
+    #[doc(hidden)]
+    fn layers_ref(store: &Store) -> Option<&Vec<LayerBuf<Self>>>;
+    #[doc(hidden)]
+    fn wrap(layers: Vec<LayerBuf<Self>>) -> Store;
 }
 
-/// The cache of one model instance.
-#[derive(Debug)]
-pub struct KvCache {
-    layers: Vec<Option<LayerKv>>,
-    len: usize,
-    batch: usize,
+/// One layer's key and value buffers.
+#[doc(hidden)]
+#[derive(Debug, Clone)]
+pub struct LayerBuf<T> {
+    k: Vec<T>,
+    v: Vec<T>,
 }
+
+/// The buffers of every layer, in one of the compute dtypes.
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub enum Store {
+    /// Nothing allocated yet.
+    #[default]
+    Empty,
+    /// f32 buffers.
+    F32(Vec<LayerBuf<f32>>),
+    /// f16 buffers.
+    F16(Vec<LayerBuf<f16>>),
+    /// bf16 buffers.
+    BF16(Vec<LayerBuf<bf16>>),
+}
+
+macro_rules! kv_elem {
+    ($t:ty, $v:ident) => {
+        impl KvElem for $t {
+            fn layers(store: &mut Store) -> Option<&mut Vec<LayerBuf<Self>>> {
+                match store {
+                    Store::$v(l) => Some(l),
+                    _ => None,
+                }
+            }
+            fn layers_ref(store: &Store) -> Option<&Vec<LayerBuf<Self>>> {
+                match store {
+                    Store::$v(l) => Some(l),
+                    _ => None,
+                }
+            }
+            fn wrap(layers: Vec<LayerBuf<Self>>) -> Store {
+                Store::$v(layers)
+            }
+        }
+    };
+}
+kv_elem!(f32, F32);
+kv_elem!(f16, F16);
+kv_elem!(bf16, BF16);
+
+/// The cached rows `[0, len)` of one layer, read-only (shared by a forward and a refresh).
+#[derive(Debug, Clone, Copy)]
+pub struct CachedRows<'a, T> {
+    /// Keys, `(len, batch, kv_heads, head_dim)`.
+    pub k: &'a [T],
+    /// Values, same layout.
+    pub v: &'a [T],
+}
+
+/// The free rows `[len, capacity)` of one layer, where a forward writes its window.
+#[derive(Debug)]
+pub struct FreeRows<'a, T> {
+    /// Keys, `(capacity - len, batch, kv_heads, head_dim)`.
+    pub k: &'a mut [T],
+    /// Values, same layout.
+    pub v: &'a mut [T],
+}
+
+/// Where the last forward's K/V wait to be committed: canvas positions `[start, end)` stored in
+/// buffer rows `[at, at + (end - start))` (the free rows after the cache as it was then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pending {
+    /// First canvas position of the window.
+    pub start: usize,
+    /// One past the last.
+    pub end: usize,
+    /// Buffer row holding position `start`.
+    pub at: usize,
+    /// Batch of the forward.
+    pub batch: usize,
+}
+
+/// The cached rows and the free rows of every layer (see [`KvCache::split`]).
+pub type SplitRows<'a, T> = (Vec<CachedRows<'a, T>>, Vec<FreeRows<'a, T>>);
+
+/// The K/V cache of one sequence.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    num_layers: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    batch: usize,
+    capacity: usize,
+    len: usize,
+    store: Store,
+}
+
+/// Rows are allocated in multiples of this.
+const ROW_QUANTUM: usize = 64;
 
 impl KvCache {
-    /// An empty cache for `num_layers` layers.
-    pub fn new(num_layers: usize) -> Self {
-        Self {
-            layers: vec![None; num_layers],
-            len: 0,
-            batch: 0,
+    /// An empty cache for `num_layers` layers of `kv_heads x head_dim` in `dtype` (f32, f16, bf16).
+    pub fn new(num_layers: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::InvalidArgument(format!(
+                "the KV cache stores f32, f16 or bf16, not {dtype:?}"
+            )));
         }
+        Ok(Self {
+            num_layers,
+            kv_heads,
+            head_dim,
+            dtype,
+            batch: 0,
+            capacity: 0,
+            len: 0,
+            store: Store::Empty,
+        })
     }
 
     /// Cached positions `[0, len)`.
@@ -42,9 +158,24 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Batch size of the cached entries (meaningful when non-empty).
+    /// Storage dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Batch size of the buffers (meaningful once something was written).
     pub fn batch(&self) -> usize {
         self.batch
+    }
+
+    /// Rows allocated per layer.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Elements of one position (all batch items).
+    fn row(&self) -> usize {
+        self.batch * self.kv_heads * self.head_dim
     }
 
     /// Forget positions `>= len`.
@@ -70,123 +201,228 @@ impl KvCache {
         Ok(())
     }
 
-    /// Keys/values for a window `[ws, we)` whose fresh entries are `k`/`v` `(b, we - ws, h, d)`:
-    /// cached `[0, ws)`, the window, then cached `[we, len)` (attention is order-free).
-    pub fn around(
-        &self,
-        layer: usize,
-        ws: usize,
-        we: usize,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let Some(c) = self.layers[layer].as_ref().filter(|_| self.len > 0) else {
-            return Ok((k.clone(), v.clone()));
-        };
-        let mut ks = Vec::with_capacity(3);
-        let mut vs = Vec::with_capacity(3);
-        let before = ws.min(self.len);
-        if before > 0 {
-            ks.push(c.k.narrow(1, 0, before)?);
-            vs.push(c.v.narrow(1, 0, before)?);
+    /// Make room for `rows` rows of `batch` items, keeping the cached rows. Allocation is
+    /// geometric, so a sequence that grows position by position reallocates O(log n) times.
+    pub fn reserve(&mut self, batch: usize, rows: usize) -> Result<()> {
+        self.check_batch(batch)?;
+        if batch == self.batch && rows <= self.capacity {
+            return Ok(());
         }
-        ks.push(k.clone());
-        vs.push(v.clone());
-        if we < self.len {
-            ks.push(c.k.narrow(1, we, self.len - we)?);
-            vs.push(c.v.narrow(1, we, self.len - we)?);
-        }
-        if ks.len() == 1 {
-            return Ok((k.clone(), v.clone()));
-        }
-        Ok((Tensor::cat(&ks, 1)?, Tensor::cat(&vs, 1)?))
-    }
-
-    /// The cached positions not in `positions` (sorted, unique, `< len`), as an index tensor for
-    /// [`Self::with_rows_replaced`]; `None` when every cached position is replaced. Build it once
-    /// per refresh: it is the same for every layer.
-    pub fn kept_rows(&self, positions: &[usize], device: &Device) -> Result<Option<Tensor>> {
-        let keep: Vec<u32> = {
-            let mut it = positions.iter().peekable();
-            (0..self.len)
-                .filter(|p| {
-                    if it.peek() == Some(&p) {
-                        it.next();
-                        false
-                    } else {
-                        true
-                    }
-                })
-                .map(|p| p as u32)
-                .collect()
-        };
-        Ok(if keep.is_empty() {
-            None
+        let cap = if batch == self.batch {
+            rows.max(self.capacity.saturating_mul(2))
         } else {
-            Some(Tensor::new(keep, device)?)
-        })
-    }
-
-    /// Keys/values of the cached rows `kept` (from [`Self::kept_rows`]) followed by the replaced
-    /// rows `k`/`v` `(b, positions.len(), h, d)`.
-    pub fn with_rows_replaced(
-        &self,
-        layer: usize,
-        kept: Option<&Tensor>,
-        k: &Tensor,
-        v: &Tensor,
-    ) -> Result<(Tensor, Tensor)> {
-        let c = self.layers[layer]
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
-        let Some(idx) = kept else {
-            return Ok((k.clone(), v.clone()));
+            rows
         };
-        let kk = c.k.narrow(1, 0, self.len)?.index_select(idx, 1)?;
-        let vv = c.v.narrow(1, 0, self.len)?.index_select(idx, 1)?;
-        Ok((Tensor::cat(&[&kk, k], 1)?, Tensor::cat(&[&vv, v], 1)?))
-    }
-
-    /// Write `k`/`v` `(b, n, h, d)` at positions `[offset, offset + n)`, growing the buffers as needed.
-    /// Does not change `len`.
-    pub fn write(&mut self, layer: usize, offset: usize, k: &Tensor, v: &Tensor) -> Result<()> {
-        let (b, n, h, d) = k.dims4()?;
-        let need = offset + n;
-        let slot = &mut self.layers[layer];
-        let grow = match slot {
-            None => true,
-            Some(c) => c.k.dim(1)? < need || c.k.dim(0)? != b,
-        };
-        if grow {
-            let cap = need.next_power_of_two().max(64);
-            let nk = Tensor::zeros((b, cap, h, d), k.dtype(), k.device())?;
-            let nv = Tensor::zeros((b, cap, h, d), v.dtype(), v.device())?;
-            if let Some(c) = slot.as_ref() {
-                if c.k.dim(0)? == b && self.len > 0 {
-                    nk.slice_set(&c.k.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-                    nv.slice_set(&c.v.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
-                }
-            }
-            *slot = Some(LayerKv { k: nk, v: nv });
+        let cap = cap
+            .checked_next_multiple_of(ROW_QUANTUM)
+            .ok_or_else(|| Error::InvalidArgument(format!("KV cache of {rows} rows")))?;
+        match self.dtype {
+            DType::F32 => self.realloc::<f32>(batch, cap),
+            DType::F16 => self.realloc::<f16>(batch, cap),
+            _ => self.realloc::<bf16>(batch, cap),
         }
-        let c = slot.as_ref().expect("allocated above");
-        c.k.slice_set(&k.contiguous()?, 1, offset)?;
-        c.v.slice_set(&v.contiguous()?, 1, offset)?;
+    }
+
+    fn realloc<T: KvElem>(&mut self, batch: usize, cap: usize) -> Result<()> {
+        let row = batch * self.kv_heads * self.head_dim;
+        let elems = cap.checked_mul(row).ok_or_else(|| {
+            Error::InvalidArgument(format!("KV cache of {cap} rows x {row} elements"))
+        })?;
+        let keep = if batch == self.batch {
+            self.len * row
+        } else {
+            0
+        };
+        let old = std::mem::take(&mut self.store);
+        let old = T::layers_ref(&old);
+        let mut layers = Vec::with_capacity(self.num_layers);
+        for l in 0..self.num_layers {
+            let mut k = vec![T::ZERO; elems];
+            let mut v = vec![T::ZERO; elems];
+            if let Some(o) = old.and_then(|o| o.get(l)) {
+                k[..keep].copy_from_slice(&o.k[..keep]);
+                v[..keep].copy_from_slice(&o.v[..keep]);
+            }
+            layers.push(LayerBuf { k, v });
+        }
+        self.store = T::wrap(layers);
+        self.batch = batch;
+        self.capacity = cap;
         Ok(())
     }
 
-    /// Extend or keep the valid range after writes: `len = max(len, end)`.
-    pub fn set_valid(&mut self, end: usize, batch: usize) {
-        self.len = self.len.max(end);
-        self.batch = batch;
+    /// The cached rows of every layer and the free rows after them, as disjoint borrows (a forward
+    /// writes the free rows while a refresh reads the cached ones). `None` when the buffers hold
+    /// another dtype than `T` or are not allocated.
+    pub fn split<T: KvElem>(&mut self) -> Option<SplitRows<'_, T>> {
+        let cut = self.len * self.row();
+        let layers = T::layers(&mut self.store)?;
+        let mut cached = Vec::with_capacity(layers.len());
+        let mut free = Vec::with_capacity(layers.len());
+        for LayerBuf { k, v } in layers.iter_mut() {
+            let (kc, kf) = k.split_at_mut(cut);
+            let (vc, vf) = v.split_at_mut(cut);
+            cached.push(CachedRows { k: &*kc, v: &*vc });
+            free.push(FreeRows { k: kf, v: vf });
+        }
+        Some((cached, free))
+    }
+
+    /// The cached rows of every layer (read-only).
+    pub fn cached<T: KvElem>(&self) -> Option<Vec<CachedRows<'_, T>>> {
+        let cut = self.len * self.row();
+        let layers = T::layers_ref(&self.store)?;
+        Some(
+            layers
+                .iter()
+                .map(|l| CachedRows {
+                    k: &l.k[..cut],
+                    v: &l.v[..cut],
+                })
+                .collect(),
+        )
+    }
+
+    /// Make pending rows part of the cache: positions `range` of the window `p` (checked by the
+    /// caller to lie inside it, starting at or before `len`). Returns whether the move overwrote
+    /// pending rows of positions outside `range` (then the pending window cannot be committed again).
+    pub fn commit(&mut self, p: &Pending, range: std::ops::Range<usize>) -> Result<bool> {
+        if range.is_empty() {
+            return Ok(false);
+        }
+        let row = self.row();
+        let n = p.end - p.start;
+        if p.at + n > self.capacity || p.batch != self.batch {
+            return Err(Error::InvalidArgument(
+                "the pending window no longer fits the KV cache buffers".into(),
+            ));
+        }
+        let src = p.at + (range.start - p.start);
+        let dst = range.start;
+        let rows = range.len();
+        let mut clobbered = false;
+        if src != dst {
+            // Rows move left (src > dst: the window starts at or before the cache end). Pending
+            // rows of other positions that the destination covers are lost.
+            let pend = p.at..p.at + n;
+            let own = src..src + rows;
+            clobbered = (dst..dst + rows).any(|r| pend.contains(&r) && !own.contains(&r));
+            fn mv<T: KvElem>(s: &mut Store, a: usize, b: usize, to: usize) {
+                if let Some(layers) = T::layers(s) {
+                    for l in layers.iter_mut() {
+                        l.k.copy_within(a..b, to);
+                        l.v.copy_within(a..b, to);
+                    }
+                }
+            }
+            let (a, b, to) = (src * row, (src + rows) * row, dst * row);
+            match self.dtype {
+                DType::F32 => mv::<f32>(&mut self.store, a, b, to),
+                DType::F16 => mv::<f16>(&mut self.store, a, b, to),
+                _ => mv::<bf16>(&mut self.store, a, b, to),
+            }
+        }
+        self.len = self.len.max(range.end);
+        Ok(clobbered)
+    }
+
+    /// Overwrite cached rows: `k`/`v` `(batch, positions.len(), kv_heads, head_dim)` for the sorted
+    /// cached `positions`.
+    pub fn write_rows(
+        &mut self,
+        layer: usize,
+        positions: &[usize],
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
+        if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
+            return Err(Error::InvalidArgument(format!(
+                "position {bad} is not cached (cache covers [0, {}))",
+                self.len
+            )));
+        }
+        match self.dtype {
+            DType::F32 => self.write_rows_t::<f32>(layer, positions, k, v),
+            DType::F16 => self.write_rows_t::<f16>(layer, positions, k, v),
+            _ => self.write_rows_t::<bf16>(layer, positions, k, v),
+        }
+    }
+
+    fn write_rows_t<T: KvElem>(
+        &mut self,
+        layer: usize,
+        positions: &[usize],
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
+        let (batch, heads, hd) = (self.batch, self.kv_heads, self.head_dim);
+        let layers = T::layers(&mut self.store)
+            .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
+        let l = layers
+            .get_mut(layer)
+            .ok_or_else(|| Error::InvalidArgument(format!("no layer {layer}")))?;
+        scatter_rows(k, &mut l.k, positions.iter().copied(), batch, heads, hd)?;
+        scatter_rows(v, &mut l.v, positions.iter().copied(), batch, heads, hd)
     }
 
     /// Bytes held by the buffers.
     pub fn bytes(&self) -> usize {
-        self.layers
-            .iter()
-            .flatten()
-            .map(|c| 2 * c.k.elem_count() * c.k.dtype().size_in_bytes())
-            .sum()
+        2 * self.num_layers * self.capacity * self.row() * self.dtype.size_in_bytes()
     }
+
+    /// The cached rows of `layer` as `(batch, len, kv_heads, head_dim)` tensors (a copy: for the
+    /// per-op NPU path, whose kernel takes one key tensor).
+    pub fn layer_tensors(&self, layer: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+        fn get<T: KvElem>(c: &KvCache, layer: usize, device: &Device) -> Result<(Tensor, Tensor)> {
+            let rows = c
+                .cached::<T>()
+                .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
+            let l = rows[layer];
+            let shape = (c.len, c.batch, c.kv_heads, c.head_dim);
+            let k = Tensor::from_slice(l.k, shape, device)?.transpose(0, 1)?;
+            let v = Tensor::from_slice(l.v, shape, device)?.transpose(0, 1)?;
+            Ok((k, v))
+        }
+        match self.dtype {
+            DType::F32 => get::<f32>(self, layer, device),
+            DType::F16 => get::<f16>(self, layer, device),
+            _ => get::<bf16>(self, layer, device),
+        }
+    }
+}
+
+/// Copy a `(batch, n, heads, hd)` tensor into position-major rows `dst_rows` of `dst`
+/// (`(rows, batch, heads, hd)`).
+pub(crate) fn scatter_rows<T: KvElem>(
+    t: &Tensor,
+    dst: &mut [T],
+    dst_rows: impl Iterator<Item = usize>,
+    batch: usize,
+    heads: usize,
+    hd: usize,
+) -> Result<()> {
+    let (b, n, h, d) = t.dims4()?;
+    if b != batch || h != heads || d != hd {
+        return Err(Error::InvalidArgument(format!(
+            "K/V of shape {:?} for a cache of batch {batch}, {heads} heads of {hd}",
+            t.dims()
+        )));
+    }
+    let t = t.to_dtype(T::DTYPE)?.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*storage else {
+        return Err(Error::InvalidArgument("K/V must be on the CPU".into()));
+    };
+    let src = &cpu.as_slice::<T>()?[layout.start_offset()..];
+    let row = h * d;
+    for (i, r) in dst_rows.enumerate().take(n) {
+        for bi in 0..b {
+            let s = &src[(bi * n + i) * row..][..row];
+            let o = (r * b + bi) * row;
+            dst.get_mut(o..o + row)
+                .ok_or_else(|| Error::InvalidArgument(format!("row {r} is outside the KV buffer")))?
+                .copy_from_slice(s);
+        }
+    }
+    Ok(())
 }

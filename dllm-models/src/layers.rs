@@ -1,21 +1,23 @@
-//! Building blocks shared by LLaDA and Dream: linear layers over dense or GGUF-quantized weights,
-//! embeddings, RMSNorm, NeoX ("rotate half") RoPE and bidirectional attention.
+//! Building blocks shared by LLaDA and Dream: RMSNorm, NeoX ("rotate half") RoPE, SwiGLU and
+//! bidirectional attention; the weight-owning layers ([`Linear`], [`Embedding`]) live in
+//! [`crate::linear`] and are re-exported here, where the model code has always found them.
 //!
 //! Every op has two forms selected by [`OpMode`]: the fused CPU kernels candle ships for inference
 //! (`rms_norm`, `rope_thd`, CPU flash attention), and differentiable compositions for training
 //! (candle's fused ops have no backward pass).
 //!
 //! With [`Backend::Hexagon`] the fused forms run on the Hexagon NPU through `candle-hexagon`:
-//! linear layers own weights packed into NPU memory at load time ([`Linear::Hex`]), and RMSNorm,
+//! linear layers own weights packed into NPU memory at load time ([`Linear::Hex`]); on the CPU
+//! they own weights packed for `kernels-cpu` ([`Linear::Cpu`]). RMSNorm,
 //! RoPE, attention and SwiGLU call the device's custom ops, which route each call (and fall back
 //! to the same CPU kernels when the device does not take it). Tensors stay on `Device::Cpu`.
 
-use std::sync::{Arc, RwLock};
+use std::sync::RwLock;
 
-use candle_core::quantized::{QMatMul, QTensor};
-use candle_core::{DType, Device, Module, Tensor, D};
-use candle_hexagon::{HexLinear, HexagonDevice, Placed};
+use candle_core::{DType, Device, Tensor, D};
+use candle_hexagon::HexagonDevice;
 
+pub use crate::linear::{CpuLinear, CpuLinears, Embedding, Linear, Param};
 use crate::Result;
 
 /// Where the fused inference ops run.
@@ -46,193 +48,6 @@ pub enum OpMode {
     Fused,
     /// Differentiable compositions of primitive ops: training.
     Differentiable,
-}
-
-/// A weight as it comes out of a checkpoint.
-#[derive(Debug, Clone)]
-pub enum Param {
-    /// A dense tensor already in the compute dtype.
-    Dense(Tensor),
-    /// A GGUF-quantized tensor (row-major `(rows, cols)`).
-    Quant(Arc<QTensor>),
-}
-
-/// `y = x W^T (+ b)` over dense or quantized weights.
-#[derive(Debug, Clone)]
-pub enum Linear {
-    /// Dense weight in the compute dtype.
-    Dense {
-        /// Weight `(out, in)` as in the checkpoint, or `(in, out)` contiguous when `transposed`.
-        weight: Tensor,
-        /// Stored as `(in, out)`: candle's gemm runs 1.2-2x faster on a contiguous right-hand
-        /// side than on a transposed view, so inference models store weights this way (training
-        /// keeps the checkpoint layout: its weights are variables being updated).
-        transposed: bool,
-        /// Optional bias `(out)`.
-        bias: Option<Tensor>,
-    },
-    /// Weights packed in Hexagon NPU memory (fp16 HMX tiles or Q4_0 tiles), bias included.
-    Hex(HexLinear),
-    /// Quantized weight; activations are converted to f32 for the quantized matmul.
-    Quant {
-        /// The quantized matmul (quantizes activations to Q8_0 for Q4_0/Q8_0 weights).
-        weight: QMatMul,
-        /// Optional bias `(out)`.
-        bias: Option<Tensor>,
-        /// Output features.
-        out_dim: usize,
-        /// Input features.
-        in_dim: usize,
-    },
-}
-
-impl Linear {
-    /// Build from a checkpoint parameter.
-    pub fn new(weight: Param, bias: Option<Tensor>) -> Result<Self> {
-        Ok(match weight {
-            Param::Dense(weight) => Linear::Dense {
-                weight,
-                transposed: false,
-                bias,
-            },
-            Param::Quant(q) => {
-                let (out_dim, in_dim) = q.shape().dims2()?;
-                Linear::Quant {
-                    weight: QMatMul::from_arc(q)?,
-                    bias,
-                    out_dim,
-                    in_dim,
-                }
-            }
-        })
-    }
-
-    /// Build from a checkpoint parameter on `backend`: on the Hexagon NPU when the device takes
-    /// the weights (dense -> fp16 tiles, Q4_0 -> Q4_0 tiles), otherwise exactly [`Linear::new`]
-    /// (the device counts the decision and its reason).
-    pub fn on_backend(weight: Param, bias: Option<Tensor>, backend: &Backend) -> Result<Self> {
-        let Some(dev) = backend.hexagon() else {
-            return Linear::new(weight, bias);
-        };
-        let placed = match &weight {
-            Param::Dense(t) => HexLinear::from_dense(dev, t, bias.as_ref())?,
-            Param::Quant(q) => HexLinear::from_qtensor(dev, q, bias.as_ref())?,
-        };
-        match placed {
-            Placed::Npu(h) => Ok(Linear::Hex(h)),
-            Placed::Cpu(_) => Linear::new(weight, bias),
-        }
-    }
-
-    /// Store a dense weight as `(in, out)` contiguous for inference (no-op for other kinds).
-    pub fn for_inference(self) -> Result<Self> {
-        Ok(match self {
-            Linear::Dense {
-                weight,
-                transposed: false,
-                bias,
-            } => Linear::Dense {
-                weight: weight.t()?.contiguous()?,
-                transposed: true,
-                bias,
-            },
-            other => other,
-        })
-    }
-
-    /// `(out, in)`.
-    pub fn dims(&self) -> (usize, usize) {
-        match self {
-            Linear::Dense {
-                weight, transposed, ..
-            } => {
-                let d = weight.dims();
-                if *transposed {
-                    (d[1], d[0])
-                } else {
-                    (d[0], d[1])
-                }
-            }
-            Linear::Hex(h) => h.dims(),
-            Linear::Quant {
-                out_dim, in_dim, ..
-            } => (*out_dim, *in_dim),
-        }
-    }
-
-    /// Apply to `x` of shape `(..., in)`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = match self {
-            Linear::Dense {
-                weight, transposed, ..
-            } => {
-                let dims = x.dims().to_vec();
-                let k = dims[dims.len() - 1];
-                let rows: usize = dims[..dims.len() - 1].iter().product();
-                let x2 = x.reshape((rows, k))?;
-                let y = if *transposed {
-                    x2.matmul(weight)?
-                } else {
-                    x2.matmul(&weight.t()?)?
-                };
-                let mut out = dims.clone();
-                *out.last_mut().expect("rank >= 1") = self.dims().0;
-                y.reshape(out)?
-            }
-            Linear::Quant { weight, .. } => {
-                let dt = x.dtype();
-                weight.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dt)?
-            }
-            // The bias is applied on the NPU in the same batch.
-            Linear::Hex(h) => return Ok(h.forward_hex(x)?),
-        };
-        match self.bias() {
-            Some(b) => Ok(y.broadcast_add(b)?),
-            None => Ok(y),
-        }
-    }
-
-    fn bias(&self) -> Option<&Tensor> {
-        match self {
-            Linear::Dense { bias, .. } | Linear::Quant { bias, .. } => bias.as_ref(),
-            Linear::Hex(_) => None,
-        }
-    }
-}
-
-/// Token embedding over a dense or quantized table; quantized tables are gathered row by row and
-/// never dequantized whole.
-#[derive(Debug, Clone)]
-pub struct Embedding {
-    table: Param,
-    dtype: DType,
-}
-
-impl Embedding {
-    /// Wrap a `(vocab, hidden)` table; outputs are produced in `dtype`.
-    pub fn new(table: Param, dtype: DType) -> Self {
-        Self { table, dtype }
-    }
-
-    /// Rows of the table.
-    pub fn rows(&self) -> Result<usize> {
-        Ok(match &self.table {
-            Param::Dense(t) => t.dim(0)?,
-            Param::Quant(q) => q.shape().dims2()?.0,
-        })
-    }
-
-    /// `(b, n)` ids to `(b, n, hidden)`.
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let (b, n) = ids.dims2()?;
-        match &self.table {
-            Param::Dense(t) => {
-                let flat = ids.flatten_all()?;
-                Ok(t.index_select(&flat, 0)?.reshape((b, n, ()))?)
-            }
-            Param::Quant(q) => Ok(q.embedding(ids)?.to_dtype(self.dtype)?),
-        }
-    }
 }
 
 /// RMSNorm `x * rsqrt(mean(x^2) + eps) * w`, normalised in f32.

@@ -14,6 +14,7 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod config_json;
 pub mod dream;
 mod error;
@@ -22,17 +23,24 @@ pub mod gguf_write;
 pub mod hub;
 pub mod kv_cache;
 pub mod layers;
+pub mod linear;
 pub mod llada;
 pub mod lm;
+mod npu_seq;
 pub mod source;
 pub mod synthetic;
+pub mod threads;
 pub mod tokenizer;
 pub mod transformer;
 pub mod weights;
+mod weights_model;
 
 pub use error::{Error, Result};
 pub use layers::{Backend, OpMode};
-pub use lm::{Arch, DiffusionLm, ModelInfo, Refresh, Rows, SpecialTokens};
+pub use linear::CpuLinears;
+pub use lm::{
+    Arch, DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
+};
 pub use source::{load, LoadOptions, LoadedModel, ModelSource};
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};
-pub use transformer::{DiffusionTransformer, TransformerConfig};
+pub use transformer::{DiffusionTransformer, TransformerConfig, TransformerWeights};

@@ -15,8 +15,11 @@
 //!   into the cache (prefix cache: commit the finished prefix; dual cache: commit everything).
 //! * [`DiffusionLm::compute_refresh`] recomputes the K/V of an arbitrary sparse set of cached positions
 //!   (attending to the cache, with those positions' own entries replaced layer by layer) without
-//!   touching the cache; [`DiffusionLm::apply_refresh`] merges the result. The split lets a later CPU
-//!   path compute refreshes while the NPU runs the window and merge at a step boundary.
+//!   touching the cache; [`DiffusionLm::apply_refresh`] merges the result.
+//!   [`DiffusionLm::forward_with_refresh`] computes a refresh beside a window forward (on two threads
+//!   in this crate's model) and returns it for a merge at the step boundary. Every change of the
+//!   cache bumps the [epoch](DiffusionLm::epoch); a refresh computed against an older epoch is
+//!   rejected, never merged silently.
 //! * [`DiffusionLm::cache_len`] / [`DiffusionLm::truncate_cache`] snapshot and roll back.
 //!
 //! ## Logits
@@ -29,6 +32,7 @@
 //! always see "the distribution for the token at position `i`".
 
 use std::ops::Range;
+use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -122,9 +126,91 @@ pub struct ModelInfo {
     pub num_params: usize,
 }
 
+/// Wall-clock intervals of a [`DiffusionLm::forward_with_refresh`]: what the refresh cost and
+/// how much of it overlapped the forward.
+#[derive(Debug, Clone, Copy)]
+pub struct DualPathTiming {
+    /// When the forward (this thread) started and ended.
+    pub forward: (Instant, Instant),
+    /// When the refresh (its own thread) started and ended.
+    pub refresh: (Instant, Instant),
+}
+
+impl DualPathTiming {
+    /// Seconds both were running.
+    pub fn overlap_secs(&self) -> f64 {
+        let start = self.forward.0.max(self.refresh.0);
+        let end = self.forward.1.min(self.refresh.1);
+        end.saturating_duration_since(start).as_secs_f64()
+    }
+
+    /// Seconds the forward's caller waited for the refresh after the forward was done (the time the
+    /// refresh added to the critical path).
+    pub fn wait_secs(&self) -> f64 {
+        self.refresh
+            .1
+            .saturating_duration_since(self.forward.1)
+            .as_secs_f64()
+    }
+
+    /// Seconds the refresh ran.
+    pub fn refresh_secs(&self) -> f64 {
+        (self.refresh.1 - self.refresh.0).as_secs_f64()
+    }
+}
+
+/// What a sparse refresh should recompute: cached `positions`, and the subset of them whose logits
+/// to return.
+#[derive(Debug, Clone, Copy)]
+pub struct RefreshRequest<'a> {
+    /// Cached canvas positions whose K/V to recompute from their current ids.
+    pub positions: &'a [usize],
+    /// Positions (a subset of `positions`) whose logits to return.
+    pub logits: Option<&'a [usize]>,
+    /// Compute the logits with the `logits` positions masked (the model's mask id), i.e. re-score
+    /// those tokens as a masked-diffusion model scores a prediction, instead of from the tokens
+    /// themselves. The K/V are still computed from the current ids (a second sparse pass).
+    pub score_masked: bool,
+}
+
+impl RefreshRequest<'_> {
+    /// Run this request through `refresh(canvas, logits)` (a `compute_refresh` against one cache
+    /// state): one pass, or with `score_masked` a scoring pass over the canvas with the scored
+    /// positions masked followed by the K/V pass over the real canvas.
+    pub fn run_with(
+        &self,
+        canvas: &Tensor,
+        mask: u32,
+        refresh: impl Fn(&Tensor, Option<&[usize]>) -> Result<Refresh>,
+    ) -> Result<Refresh> {
+        match (self.score_masked, self.logits) {
+            (true, Some(want)) if !want.is_empty() => {
+                let (b, l) = canvas.dims2()?;
+                let mut ids: Vec<u32> = canvas.flatten_all()?.to_vec1()?;
+                for bi in 0..b {
+                    for &p in want {
+                        if p < l {
+                            ids[bi * l + p] = mask;
+                        }
+                    }
+                }
+                let masked = Tensor::from_vec(ids, (b, l), canvas.device())?;
+                let scored = refresh(&masked, Some(want))?;
+                let mut kv = refresh(canvas, None)?;
+                kv.logits = scored.logits;
+                Ok(kv)
+            }
+            _ => refresh(canvas, self.logits),
+        }
+    }
+}
+
 /// The result of [`DiffusionLm::compute_refresh`]: new K/V rows for some cached positions.
 #[derive(Debug, Clone)]
 pub struct Refresh {
+    /// The cache epoch ([`DiffusionLm::epoch`]) the refresh was computed against; it can only be
+    /// merged into a cache still at that epoch.
+    pub epoch: u64,
     /// Sorted, unique canvas positions whose K/V were recomputed.
     pub positions: Vec<usize>,
     /// Per layer, `(batch, positions, kv_heads, head_dim)` keys (RoPE applied).
@@ -133,12 +219,19 @@ pub struct Refresh {
     pub values: Vec<Tensor>,
     /// Logits `(batch, requested, vocab)` for the requested positions, when asked for.
     pub logits: Option<Tensor>,
+    /// When computed beside a forward ([`DiffusionLm::forward_with_refresh`]): both intervals.
+    pub timing: Option<DualPathTiming>,
 }
 
 /// A masked-diffusion language model with a windowed forward and an explicit KV cache.
 ///
 /// See the [module docs](self) for the exact semantics.
 pub trait DiffusionLm: Send {
+    /// The cache's epoch: a counter bumped by every change of the KV cache (`commit`,
+    /// `apply_refresh`, `truncate_cache`); forwards do not change it. A [`Refresh`] records the epoch
+    /// it was computed against, and `apply_refresh` rejects one from another epoch.
+    fn epoch(&self) -> u64;
+
     /// Static facts about the model.
     fn info(&self) -> &ModelInfo;
 
@@ -169,8 +262,34 @@ pub trait DiffusionLm: Send {
         logits: Option<&[usize]>,
     ) -> Result<Refresh>;
 
-    /// Overwrite cached K/V with a [`Refresh`] (its positions must still be cached).
+    /// Overwrite cached K/V with a [`Refresh`] (its positions must still be cached, and the cache must
+    /// still be at the refresh's epoch: otherwise `Error::StaleRefresh`).
     fn apply_refresh(&mut self, refresh: &Refresh) -> Result<()>;
+
+    /// A window forward and a sparse refresh of cached positions, computed against the same cache
+    /// state; the refresh is returned, not merged (merge it with [`apply_refresh`](Self::apply_refresh)
+    /// at the step boundary). Implementations may run the two at the same time on two threads (the
+    /// model of this crate does); the results are the same as running them one after the other.
+    fn forward_with_refresh(
+        &mut self,
+        canvas: &Tensor,
+        window: Range<usize>,
+        rows: Rows<'_>,
+        refresh: RefreshRequest<'_>,
+    ) -> Result<(Tensor, Refresh)> {
+        let mask = self.info().special.mask;
+        let t0 = Instant::now();
+        let mut r = refresh.run_with(canvas, mask, |c, l| {
+            self.compute_refresh(c, refresh.positions, l)
+        })?;
+        let t1 = Instant::now();
+        let out = self.forward(canvas, window, rows)?;
+        r.timing = Some(DualPathTiming {
+            forward: (t1, Instant::now()),
+            refresh: (t0, t1),
+        });
+        Ok((out, r))
+    }
 
     /// Full-canvas forward: `forward(canvas, 0..L, rows)` (the cache is attended to only where it
     /// extends past `L`, which a decoder never does).

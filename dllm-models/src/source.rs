@@ -9,10 +9,11 @@ use crate::config_json::Fields;
 use crate::gguf::GgufWeights;
 use crate::hub::HubRepo;
 use crate::layers::{Backend, OpMode};
+use crate::linear::{with_cpu_linears, CpuLinears};
 use crate::lm::{Arch, DiffusionLm};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::{DiffusionTransformer, TransformerConfig};
-use crate::weights::HfWeights;
+use crate::weights::{HfWeights, WeightSource};
 use crate::{dream, llada, Error, Result};
 
 /// Where a model comes from.
@@ -103,6 +104,23 @@ pub struct LoadOptions {
     pub tokenizer: Option<PathBuf>,
     /// Where the fused inference ops run (CPU, or the Hexagon NPU with per-op CPU fallback).
     pub backend: Backend,
+    /// What runs the linear layers on the CPU: the kernels-cpu GEMMs over weights packed at load
+    /// (default), or candle's previous path (for comparisons and bisecting).
+    pub cpu_linears: CpuLinears,
+}
+
+impl LoadOptions {
+    /// Whether matrices the checkpoint stores half stay half (packed inference).
+    fn keep_half(&self) -> bool {
+        self.mode == OpMode::Fused && self.cpu_linears == CpuLinears::Packed
+    }
+
+    /// Build the model with this load's choice of CPU linear layers.
+    fn build(&self, cfg: TransformerConfig, w: &dyn WeightSource) -> Result<DiffusionTransformer> {
+        with_cpu_linears(self.cpu_linears, || {
+            DiffusionTransformer::new_on(cfg, w, self.mode, &self.backend)
+        })
+    }
 }
 
 impl Default for LoadOptions {
@@ -113,6 +131,7 @@ impl Default for LoadOptions {
             mode: OpMode::Fused,
             tokenizer: None,
             backend: Backend::Cpu,
+            cpu_linears: CpuLinears::Packed,
         }
     }
 }
@@ -283,7 +302,7 @@ fn finish(
     if special.bos.is_none() {
         special.bos = bos;
     }
-    model.set_special_tokens(special);
+    model.set_special_tokens(special)?;
     Ok(LoadedModel {
         model,
         tokenizer,
@@ -314,8 +333,9 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     }
     let cfg = read_config(&config)?;
     let files = weight_files(dir)?;
-    let weights = HfWeights::from_safetensors(&files, cfg.arch, opts.dtype, &opts.device)?;
-    let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
+    let weights = HfWeights::from_safetensors(&files, cfg.arch, opts.dtype, &opts.device)?
+        .keep_half_matrices(opts.keep_half());
+    let model = opts.build(cfg, &weights)?;
     let tokenizer = load_tokenizer(&opts.tokenizer, &dir.join("tokenizer.json"))?;
     let gen = dir.join("generation_config.json");
     let gen = if gen.is_file() {
@@ -343,13 +363,10 @@ pub fn load_from_memory(
         reason,
     })?;
     let cfg = config_of(&f, arch)?;
-    let vb = candle_nn::VarBuilder::from_slice_safetensors(safetensors, opts.dtype, &opts.device)
-        .map_err(|e| Error::Source {
-        source_desc: name.into(),
-        reason: format!("embedded weights: {e}"),
-    })?;
-    let weights = HfWeights::from_var_builder(vb, cfg.arch);
-    let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
+    let weights =
+        HfWeights::from_safetensors_bytes(safetensors, name, cfg.arch, opts.dtype, &opts.device)?
+            .keep_half_matrices(opts.keep_half());
+    let model = opts.build(cfg, &weights)?;
     let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json.as_bytes())
         .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?;
     let gen = generation_config_json.map(Fields::parse_str).transpose()?;
@@ -364,7 +381,8 @@ pub fn load_from_memory(
 /// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).
 pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let (cfg, weights) = GgufWeights::open(path, opts.dtype, &opts.device)?;
-    let model = DiffusionTransformer::new_on(cfg, &weights, opts.mode, &opts.backend)?;
+    let weights = weights.keep_half_matrices(opts.keep_half());
+    let model = opts.build(cfg, &weights)?;
     let beside = path
         .parent()
         .unwrap_or(Path::new("."))

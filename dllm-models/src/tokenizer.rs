@@ -82,6 +82,13 @@ impl TextTokenizer {
     }
 
     /// The detected chat template.
+    /// Whether the vocabulary carries a chat template's special tokens (LLaDA's or Qwen2's);
+    /// without one, `encode_prompt(.., chat = true)` encodes the prompt as written.
+    pub fn has_chat_template(&self) -> bool {
+        self.template != ChatTemplate::Plain
+    }
+
+    /// The chat template found in the vocabulary.
     pub fn template(&self) -> ChatTemplate {
         self.template
     }

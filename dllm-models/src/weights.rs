@@ -149,6 +149,11 @@ pub struct HfWeights {
     desc: String,
     /// Tensor names present (None for a VarMap, where every get creates the variable).
     names: Option<std::collections::HashSet<String>>,
+    /// Tensors the source stores as f16/bf16, with that dtype.
+    half: HashMap<String, DType>,
+    /// Hand matrices stored as f16/bf16 over in that dtype (inference: the layers pack them
+    /// half) instead of converting them to the compute dtype.
+    keep_half: bool,
 }
 
 impl HfWeights {
@@ -160,8 +165,14 @@ impl HfWeights {
         device: &Device,
     ) -> Result<Self> {
         let mut names = std::collections::HashSet::new();
+        let mut half = HashMap::new();
         for f in files {
-            names.extend(safetensors_names(f)?);
+            for (name, dtype) in safetensors_index(f)? {
+                if let Some(dt) = half_dtype(&dtype) {
+                    half.insert(name.clone(), dt);
+                }
+                names.insert(name);
+            }
         }
         // SAFETY: the files are memory-mapped read-only; modifying them while the model is loaded is
         // undefined behaviour, as for every mmap-based loader (candle, llama.cpp).
@@ -176,7 +187,51 @@ impl HfWeights {
                 .collect::<Vec<_>>()
                 .join(", "),
             names: Some(names),
+            half,
+            keep_half: false,
         })
+    }
+
+    /// One safetensors file held in memory (e.g. embedded in a binary), validated like a file.
+    pub fn from_safetensors_bytes(
+        bytes: &'static [u8],
+        name: &str,
+        arch: Arch,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
+        let bad = |e: String| Error::Source {
+            source_desc: name.into(),
+            reason: format!("embedded weights: {e}"),
+        };
+        let (_, meta) =
+            safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
+        let mut names = std::collections::HashSet::new();
+        let mut half = HashMap::new();
+        for (n, info) in meta.tensors() {
+            if let Some(dt) = half_dtype(&format!("{:?}", info.dtype)) {
+                half.insert(n.clone(), dt);
+            }
+            names.insert(n);
+        }
+        let vb = VarBuilder::from_slice_safetensors(bytes, dtype, device)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Self {
+            vb,
+            arch,
+            desc: name.into(),
+            names: Some(names),
+            half,
+            keep_half: false,
+        })
+    }
+
+    /// Hand matrices the source stores as f16/bf16 over in that dtype, to be packed half by
+    /// [`crate::linear::Linear::for_inference`] (inference only: training needs them as
+    /// variables in the compute dtype).
+    pub fn keep_half_matrices(mut self, keep: bool) -> Self {
+        self.keep_half = keep;
+        self
     }
 
     /// Parameters from in-memory tensors keyed by HF name (converted to `dtype`).
@@ -187,11 +242,18 @@ impl HfWeights {
         device: &Device,
     ) -> Self {
         let names = tensors.keys().cloned().collect();
+        let half = tensors
+            .iter()
+            .filter(|(_, t)| matches!(t.dtype(), DType::F16 | DType::BF16))
+            .map(|(n, t)| (n.clone(), t.dtype()))
+            .collect();
         Self {
             vb: VarBuilder::from_tensors(tensors, dtype, device),
             arch,
             desc: "in-memory tensors".into(),
             names: Some(names),
+            half,
+            keep_half: false,
         }
     }
 
@@ -202,6 +264,8 @@ impl HfWeights {
             arch,
             desc: "a variable map".into(),
             names: None,
+            half: HashMap::new(),
+            keep_half: false,
         }
     }
 }
@@ -216,9 +280,13 @@ impl WeightSource for HfWeights {
                     source_desc: self.desc.clone(),
                 });
             }
+            let dtype = match self.half.get(&name) {
+                Some(&dt) if self.keep_half && role.is_matrix() => dt,
+                _ => self.vb.dtype(),
+            };
             let got = self
                 .vb
-                .get_unchecked(&name)
+                .get_unchecked_dtype(&name, dtype)
                 .map_err(|e| Error::file(&self.desc, format!("tensor `{name}`: {e}")))?;
             if got.dims() != shape {
                 return Err(Error::TensorShape {
@@ -227,7 +295,7 @@ impl WeightSource for HfWeights {
                     got: got.dims().to_vec(),
                 });
             }
-            return Ok(Param::Dense(got.to_dtype(self.vb.dtype())?));
+            return Ok(Param::Dense(got));
         }
         let init = if role.is_matrix() {
             candle_nn::Init::Randn {
@@ -251,9 +319,26 @@ impl WeightSource for HfWeights {
     }
 }
 
+/// The half-precision dtype of a safetensors dtype name, if it is one.
+fn half_dtype(name: &str) -> Option<DType> {
+    match name {
+        "F16" => Some(DType::F16),
+        "BF16" => Some(DType::BF16),
+        _ => None,
+    }
+}
+
 /// Names in a safetensors file, validating the header and that every tensor lies inside the file
 /// (a truncated download is reported here, naming the file, instead of failing later).
 pub fn safetensors_names(path: &Path) -> Result<Vec<String>> {
+    Ok(safetensors_index(path)?
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect())
+}
+
+/// `(name, dtype)` of every tensor of a safetensors file, validated as [`safetensors_names`].
+fn safetensors_index(path: &Path) -> Result<Vec<(String, String)>> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).map_err(|e| Error::file(path, e))?;
     let file_len = f.metadata().map_err(|e| Error::file(path, e))?.len();
@@ -293,7 +378,12 @@ pub fn safetensors_names(path: &Path) -> Result<Vec<String>> {
                 format!("truncated: tensor `{name}` ends at byte {end} of the data section, which has only {data_len} bytes"),
             ));
         }
-        names.push(name);
+        let dtype = info
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| Error::file(path, format!("tensor `{name}` has no dtype")))?
+            .to_string();
+        names.push((name, dtype));
     }
     Ok(names)
 }

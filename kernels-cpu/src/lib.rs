@@ -7,5 +7,39 @@
 //! It knows nothing of candle, tokens or models: inputs are slices with explicit shapes, outputs
 //! are written into caller-provided slices, and work is split over output tiles on the current
 //! rayon pool (so results do not depend on the number of threads).
+//!
+//! - [`QuantView`] / [`QuantMatrix`]: GEMM over quantized weights (Q4_0, Q8_0, Q4_K, Q6_K)
+//!   repacked once into 32-row tiles ([`qlayout`]; Q4_0 is byte for byte the NPU's
+//!   `KDSP_LAYOUT_Q4_0_TILES`), activations quantized once per call to Q8_0 / Q8_K.
+//! - [`DenseView`] / [`DenseMatrix`]: GEMM over f32 / f16 / bf16 weights in the NPU's HMX
+//!   weight-tile order (for f16, byte for byte `KDSP_LAYOUT_HMX_WEIGHT_TILES`), half-precision
+//!   weights widened in registers, f32 accumulation.
+//! - [`ggml`]: the GGUF block formats and their reference dequantization.
+//! - [`Isa`]: the SIMD path (portable, AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI), detected at run
+//!   time; every kernel also takes an explicit path for tests and benchmarks.
+//! - [`threads`]: the thread count every kernel uses.
+//! - [`attention`]: attention over KV-cache segments (skip ranges, GQA, f32/f16/bf16 storage).
 
 #![warn(missing_docs)]
+
+mod act;
+#[cfg(target_arch = "x86_64")]
+mod act_x86;
+mod aligned;
+pub mod attention;
+pub mod dense;
+mod error;
+pub mod ggml;
+pub mod isa;
+mod par;
+mod qgemm;
+pub mod qlayout;
+mod simd;
+pub mod threads;
+
+pub use dense::{DenseMatrix, DenseType, DenseView};
+pub use error::{Error, Result};
+pub use ggml::GgmlType;
+pub use isa::Isa;
+pub use qgemm::{QuantMatrix, QuantView};
+pub use qlayout::QFormat;

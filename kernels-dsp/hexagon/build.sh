@@ -22,7 +22,7 @@ report="$out/report.txt"
 : >"$report"
 
 srcs=(dispatch.c tensor.c worker_pool.c matmul_f16_ops.c matmul_q4_ops.c flash_attn_ops.c
-      norm_ops.c elementwise_ops.c quant_ops.c layout_ops.c)
+      norm_ops.c elementwise_ops.c quant_ops.c layout_ops.c rows_ops.c)
 candidates=(${KDSP_HEXAGON_CLANGS:-clang-22 clang-21 clang-20 clang-19 clang})
 common=(--target=hexagon-unknown-linux-musl -mhvx -mhvx-length=128b -O2 -std=c11 -ffreestanding
         -ffp-contract=off -fno-trapping-math -Wall -Wextra -Werror -I"$root/include" -I"$root/src" -DKDSP_POOL_SERIAL)

@@ -203,7 +203,77 @@ static void case_pack_weight(void) {
     run_case("pack_weight_f16", "int", &op);
 }
 
+/* GET_ROWS: data movement (and the integer f32 <-> f16 conversion), bit-exact. */
+static void case_get_rows(void) {
+    reset_bufs();
+    const uint32_t si = rnd(0, 1) ? KDSP_DTYPE_F32 : KDSP_DTYPE_F16;
+    const uint32_t so = rnd(0, 1) ? KDSP_DTYPE_F32 : KDSP_DTYPE_F16;
+    const uint32_t C = rnd(1, 100), R = rnd(1, 40), B = rnd(1, 2), N = rnd(1, 30);
+    const uint32_t per_batch = B > 1u && rnd(0, 1);
+    const uint32_t es = si == KDSP_DTYPE_F16 ? 2u : 4u, eo = so == KDSP_DTYPE_F16 ? 2u : 4u;
+    const uint32_t src = new_buf(C * R * B * es, 0);
+    if (si == KDSP_DTYPE_F16) {
+        fill_f16(src, C * R * B, 3.0f);
+    } else {
+        fill_f32(src, C * R * B, 3.0f);
+    }
+    const uint32_t ni = N * (per_batch ? B : 1u);
+    const uint32_t idx = new_buf(ni * 4u, 0);
+    for (uint32_t i = 0; i < ni; i++) {
+        ((int32_t *)(void *)buf_ptr[idx])[i] = (int32_t)rnd(0, R - 1u);
+    }
+    const uint32_t dst = new_buf(C * N * B * eo, 0xa5);
+    const kdsp_tensor srcs[2] = {t_rows(src, si, C, R, B), t_rows(idx, KDSP_DTYPE_I32, N, per_batch ? B : 1u, 1)};
+    const kdsp_op op = make_op(KDSP_OP_GET_ROWS, t_rows(dst, so, C, N, B), 2, srcs);
+    run_case("get_rows", "int", &op);
+}
+
+/* CPY: a column block of wider rows (V of a fused QKV) into spaced-out rows (a KV cache). */
+static void case_cpy(void) {
+    reset_bufs();
+    const uint32_t si = rnd(0, 1) ? KDSP_DTYPE_F32 : KDSP_DTYPE_F16;
+    const uint32_t so = rnd(0, 1) ? KDSP_DTYPE_F32 : KDSP_DTYPE_F16;
+    const uint32_t C = rnd(1, 64), T = rnd(1, 20), lead = rnd(0, 7), row = C + lead + rnd(0, 9), cap = T + rnd(0, 5);
+    const uint32_t es = si == KDSP_DTYPE_F16 ? 2u : 4u, eo = so == KDSP_DTYPE_F16 ? 2u : 4u;
+    const uint32_t src = new_buf(row * T * es, 0);
+    if (si == KDSP_DTYPE_F16) {
+        fill_f16(src, row * T, 5.0f);
+    } else {
+        fill_f32(src, row * T, 5.0f);
+    }
+    const uint32_t dst = new_buf(C * cap * eo, 0xa5);
+    kdsp_tensor s = t_rows(src, si, C, T, 1);
+    s.offset = (uint64_t)lead * es;
+    s.nb[1] = (uint64_t)row * es;
+    s.nb[2] = s.nb[3] = s.nb[1] * T;
+    kdsp_tensor d = t_rows(dst, so, C, T, 1);
+    d.offset = (uint64_t)(cap - T) * C * eo; /* the last T rows of the cache */
+    const kdsp_op op = make_op(KDSP_OP_CPY, d, 1, &s);
+    run_case("cpy", "int", &op);
+}
+
 /* ---- scalar-float cases ---- */
+
+/* FlashAttention over [cache ++ window] with the stale cached rows of the window skipped. */
+static void case_flash_attn_skip(void) {
+    reset_bufs();
+    const uint32_t D = rnd(1, 96), Hkv = rnd(1, 2), Hq = Hkv * rnd(1, 3), Tq = rnd(1, 8), Tk = rnd(2, 140);
+    const uint32_t b = rnd(0, Tk - 2u), e = rnd(b + 1u, Tk);
+    const uint32_t q = new_buf(D * Hq * Tq * 4u, 0);
+    fill_f32(q, D * Hq * Tq, 1.0f);
+    const uint32_t k = new_buf(D * Hkv * Tk * 2u, 0);
+    fill_f16(k, D * Hkv * Tk, 1.0f);
+    const uint32_t v = new_buf(D * Hkv * Tk * 2u, 0);
+    fill_f16(v, D * Hkv * Tk, 1.0f);
+    const uint32_t dst = new_buf(D * Hq * Tq * 4u, 0xa5);
+    const kdsp_tensor src[3] = {t_rows(q, KDSP_DTYPE_F32, D, Hq, Tq), t_rows(k, KDSP_DTYPE_F16, D, Hkv, Tk),
+                                t_rows(v, KDSP_DTYPE_F16, D, Hkv, Tk)};
+    kdsp_op op = make_op(KDSP_OP_FLASH_ATTN, t_rows(dst, KDSP_DTYPE_F32, D, Hq, Tq), 3, src);
+    op.params.attn.scale = 0.125f;
+    op.params.attn.kv_skip_begin = b;
+    op.params.attn.kv_skip_end = e;
+    run_case("flash_attn_skip", "float", &op);
+}
 
 static void case_matmul_f16_tiles(void) {
     reset_bufs();
@@ -360,10 +430,13 @@ static void run_all_cases(void) {
     case_unpack_act(KDSP_DTYPE_F16, "unpack_act_tiles_f16");
     case_unpack_act(KDSP_DTYPE_F32, "unpack_act_tiles_f32");
     case_pack_weight();
+    case_get_rows();
+    case_cpy();
     case_matmul_f16_tiles();
     case_matmul_f16_rows();
     case_flash_attn_mask();
     case_flash_attn_f16();
+    case_flash_attn_skip();
     case_rms_norm();
     case_swiglu();
     case_add();

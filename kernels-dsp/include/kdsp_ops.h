@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 /** Version of this ABI; a batch carrying another version is rejected with UNSUPPORTED. */
-#define KDSP_ABI_VERSION 1u
+#define KDSP_ABI_VERSION 2u
 /** Magic number at the start of a serialized batch ("KDSP" in little-endian byte order). */
 #define KDSP_BATCH_MAGIC 0x5053444Bu
 /** Number of dims of a tensor descriptor. */
@@ -128,6 +128,9 @@ enum kdsp_opcode {
      * Rows whose scores are all -inf produce zeros. params.attn. The key range is a strided view,
      * e.g. tokens a..b of a KV cache holding the cached prefix followed by the current window's
      * K/V; the queries may be any positions (RoPE is applied before, by KDSP_OP_ROPE_NEOX).
+     * params.attn.kv_skip_begin/end exclude keys [begin, end) (the stale cached rows of a window
+     * whose fresh K/V were appended after the cache); the result equals attention over the keys
+     * [0, begin) ++ [end, Tk) in that order. Mask columns keep the key index (0..Tk).
      */
     KDSP_OP_FLASH_ATTN = 3,
     /**
@@ -169,8 +172,22 @@ enum kdsp_opcode {
     KDSP_OP_PACK_Q4_0 = 12,
     /** Nibble unpack + dequantization. src0: Q4_0 Q4_0_TILES ne {K, N}. dst: F32|F16 ROW_MAJOR ne {K, N}. */
     KDSP_OP_DEQUANT_Q4_0 = 13,
+    /**
+     * Gather rows by index: dst[b][i][:] = src0[b][idx[b'][i]][:] with b' = b when the index
+     * tensor has B rows, 0 when it has one. src0: F32|F16 ROW_MAJOR ne {C, R, B}. src1: idx, I32
+     * ROW_MAJOR ne {N, 1 or B}. dst: F32|F16 ROW_MAJOR ne {C, N, B} (converts F32 <-> F16;
+     * f32 -> f16 rounds to nearest even). Every index must be in 0..R: indices are data, checked
+     * when the op runs, before anything is written. dst must not overlap a source.
+     */
+    KDSP_OP_GET_ROWS = 14,
+    /**
+     * Strided copy with conversion: dst = src0 element by element (F32 <-> F16, or the same
+     * type bit for bit). src0, dst: F32|F16 ROW_MAJOR with the same ne (up to 4-D), any strides
+     * (e.g. the V columns of a fused QKV output into a KV cache). dst must not overlap src0.
+     */
+    KDSP_OP_CPY = 15,
     /** Number of op codes + 1 (op codes are 1..KDSP_OP_COUNT-1). */
-    KDSP_OP_COUNT = 14
+    KDSP_OP_COUNT = 16
 };
 
 /** Element types. */
@@ -233,8 +250,12 @@ typedef struct kdsp_params_matmul {
 typedef struct kdsp_params_attn {
     /** Score scale, usually 1/sqrt(D); must be finite. */
     float scale;
+    /** First key index excluded from attention (with kv_skip_end; both 0: no exclusion). */
+    uint32_t kv_skip_begin;
+    /** One past the last excluded key: begin < end <= Tk, or begin == end == 0. */
+    uint32_t kv_skip_end;
     /** Reserved, must be 0. */
-    uint32_t reserved[15];
+    uint32_t reserved[13];
 } kdsp_params_attn;
 
 /** Params of KDSP_OP_RMS_NORM. */
@@ -361,7 +382,7 @@ kdsp_status_t kdsp_execute(kdsp_ctx *ctx, const kdsp_op *ops, uint32_t n_ops, ui
 kdsp_status_t kdsp_execute_batch(kdsp_ctx *ctx, const void *batch, uint64_t batch_bytes,
                                  kdsp_status_t *statuses, uint32_t max_statuses);
 
-/** A short description of the build: "kernels-dsp abi=1 hvx=0 hvx_float=0 workers=pthreads". */
+/** A short description of the build: "kernels-dsp abi=2 hvx=0 hvx_float=0 workers=pthreads". */
 const char *kdsp_build_info(void);
 
 #ifdef __cplusplus

@@ -27,6 +27,8 @@ static const kdsp_op_fn kdsp_op_table[KDSP_OP_COUNT] = {
     kdsp_op_pack_weight_f16,
     kdsp_op_pack_q4_0,
     kdsp_op_dequant_q4_0,
+    kdsp_op_get_rows,
+    kdsp_op_cpy,
 };
 
 static uint64_t kdsp_align16(uint64_t x) {
@@ -212,5 +214,5 @@ kdsp_status_t kdsp_execute_batch(kdsp_ctx *ctx, const void *batch, uint64_t batc
 #endif
 
 const char *kdsp_build_info(void) {
-    return "kernels-dsp abi=1 hvx=" KDSP_INFO_HVX " hvx_float=" KDSP_INFO_HVXF " workers=" KDSP_INFO_POOL;
+    return "kernels-dsp abi=2 hvx=" KDSP_INFO_HVX " hvx_float=" KDSP_INFO_HVXF " workers=" KDSP_INFO_POOL;
 }

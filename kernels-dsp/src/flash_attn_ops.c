@@ -8,6 +8,11 @@
  * keys are visited in blocks of KDSP_FA_KB: scores s = scale * q.k + mask; the running max m,
  * normaliser l and output o are rescaled once per block (o *= exp(m_old - m_new)), then
  * o += exp(s - m_new) v. Rows that only ever see -inf produce zeros.
+ *
+ * A key-exclusion range [kv_skip_begin, kv_skip_end) is applied by walking the visible keys
+ * u = 0..Tk-(end-begin) densely and mapping u to the key index (u < begin ? u : u + end - begin),
+ * so blocks stay full and the arithmetic is exactly that of attention over the concatenation
+ * [0, begin) ++ [end, Tk).
  */
 #include <stdint.h>
 
@@ -24,6 +29,8 @@ typedef struct kdsp_fa_plan {
     int has_mask;
     float scale;
     uint32_t D, Hq, Hkv, Tq, Tk, G;
+    uint32_t skip_begin, skip_len; /* excluded keys [skip_begin, skip_begin + skip_len) */
+    uint32_t Tv;                   /* visible keys: Tk - skip_len */
     uint32_t GB;       /* q heads per item */
     uint32_t QB;       /* query rows per item */
     uint32_t n_gb, n_qb;
@@ -78,6 +85,11 @@ static void kdsp_fa_accumulate(float *restrict o, const float *restrict pr, cons
     }
 }
 
+/* Key index of the u-th visible key. */
+static inline uint32_t kdsp_fa_key(const kdsp_fa_plan *p, uint32_t u) {
+    return u < p->skip_begin ? u : u + p->skip_len;
+}
+
 static void kdsp_fa_item(const kdsp_fa_plan *p, uint8_t *ws, uint32_t item) {
     const uint32_t D = p->D;
     const uint32_t qb = item % p->n_qb;
@@ -108,11 +120,12 @@ static void kdsp_fa_item(const kdsp_fa_plan *p, uint8_t *ws, uint32_t item) {
         mrow[r] = neg_inf;
         lrow[r] = 0.0f;
     }
-    for (uint32_t j0 = 0; j0 < p->Tk; j0 += KDSP_FA_KB) {
-        const uint32_t nk = p->Tk - j0 < KDSP_FA_KB ? p->Tk - j0 : KDSP_FA_KB;
+    for (uint32_t j0 = 0; j0 < p->Tv; j0 += KDSP_FA_KB) {
+        const uint32_t nk = p->Tv - j0 < KDSP_FA_KB ? p->Tv - j0 : KDSP_FA_KB;
         for (uint32_t j = 0; j < nk; j++) {
-            const uint64_t off = (uint64_t)(j0 + j) * p->k.nb[2] + (uint64_t)hkv * p->k.nb[1];
-            const uint64_t offv = (uint64_t)(j0 + j) * p->v.nb[2] + (uint64_t)hkv * p->v.nb[1];
+            const uint32_t key = kdsp_fa_key(p, j0 + j);
+            const uint64_t off = (uint64_t)key * p->k.nb[2] + (uint64_t)hkv * p->k.nb[1];
+            const uint64_t offv = (uint64_t)key * p->v.nb[2] + (uint64_t)hkv * p->v.nb[1];
             kdsp_row_load(KDSP_DTYPE_F16, p->k.data + off, D, kf + j * D);
             kdsp_row_load(KDSP_DTYPE_F16, p->v.data + offv, D, vf + j * D);
         }
@@ -130,7 +143,7 @@ static void kdsp_fa_item(const kdsp_fa_plan *p, uint8_t *ws, uint32_t item) {
             for (uint32_t j = 0; j < nk; j++) {
                 float sc = kdsp_dot_f32(qr, kf + j * D, D) * p->scale;
                 if (mk != NULL) {
-                    sc += kdsp_row_get(p->mask.dtype, mk, j0 + j);
+                    sc += kdsp_row_get(p->mask.dtype, mk, kdsp_fa_key(p, j0 + j));
                 }
                 sr[j] = sc;
                 bmax = sc > bmax ? sc : bmax;
@@ -192,7 +205,7 @@ kdsp_status_t kdsp_op_flash_attn(kdsp_ctx *ctx, const kdsp_op *op, int run, uint
         return st;
     }
     p.scale = op->params.attn.scale;
-    if (!kdsp_isfinite(p.scale) || !kdsp_params_zero_from(op, 1)) {
+    if (!kdsp_isfinite(p.scale) || !kdsp_params_zero_from(op, 3)) {
         return KDSP_STATUS_INVALID_PARAMS;
     }
     p.q = src[0];
@@ -222,6 +235,15 @@ kdsp_status_t kdsp_op_flash_attn(kdsp_ctx *ctx, const kdsp_op *op, int run, uint
             p.mask.ne[3] != 1u) {
             return KDSP_STATUS_INVALID_PARAMS;
         }
+    }
+    {
+        const uint32_t b = op->params.attn.kv_skip_begin, e = op->params.attn.kv_skip_end;
+        if (!((b == 0u && e == 0u) || (b < e && e <= p.Tk))) {
+            return KDSP_STATUS_INVALID_PARAMS;
+        }
+        p.skip_begin = b;
+        p.skip_len = e - b;
+        p.Tv = p.Tk - p.skip_len;
     }
     if (p.D > KDSP_FA_MAX_HEAD_DIM) {
         return KDSP_STATUS_UNSUPPORTED;

@@ -60,6 +60,8 @@ kdsp_status_t kdsp_op_unpack_act_tiles(kdsp_ctx *ctx, const kdsp_op *op, int run
 kdsp_status_t kdsp_op_pack_weight_f16(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch);
 kdsp_status_t kdsp_op_pack_q4_0(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch);
 kdsp_status_t kdsp_op_dequant_q4_0(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch);
+kdsp_status_t kdsp_op_get_rows(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch);
+kdsp_status_t kdsp_op_cpy(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch);
 
 /* ---- validation (tensor.c) ---- */
 

@@ -153,6 +153,8 @@ fn op_name(code: u32) -> &'static str {
         KDSP_OP_PACK_WEIGHT_F16 => "pack_weight_f16",
         KDSP_OP_PACK_Q4_0 => "pack_q4_0",
         KDSP_OP_DEQUANT_Q4_0 => "dequant_q4_0",
+        KDSP_OP_GET_ROWS => "get_rows",
+        KDSP_OP_CPY => "cpy",
         _ => "?",
     }
 }
@@ -229,9 +231,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
     // installs it, so there a generation that is not compiled (int and float) is a failure.
     let missing: Vec<&str> = ["v75", "v79", "v81"]
         .into_iter()
-        .filter(|cpu| {
-            !int_cpus.iter().any(|c| c == cpu) || !float_cpus.iter().any(|c| c == cpu)
-        })
+        .filter(|cpu| !int_cpus.iter().any(|c| c == cpu) || !float_cpus.iter().any(|c| c == cpu))
         .collect();
     if !missing.is_empty() && common::in_ci() {
         panic!(
@@ -243,9 +243,14 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
 
     // The HVX paths really are in the binary (not silently the portable ones).
     // and the executed binary holds no HVX float (qf32) code, while the HVX-float build does.
-    let objdump = ["llvm-objdump-22", "llvm-objdump-21", "llvm-objdump-20", "llvm-objdump-19"]
-        .into_iter()
-        .find(|t| have(t));
+    let objdump = [
+        "llvm-objdump-22",
+        "llvm-objdump-21",
+        "llvm-objdump-20",
+        "llvm-objdump-19",
+    ]
+    .into_iter()
+    .find(|t| have(t));
     if let Some(objdump) = objdump {
         let disasm = |path: PathBuf| -> String {
             let out = Command::new(objdump)
@@ -327,7 +332,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
             selftests.len() >= 4 && selftests.iter().all(|s| s.ends_with(" ok")),
             "HVX known-answer self tests: {selftests:?}"
         );
-        assert!(cases.len() >= 18, "only {} cases", cases.len());
+        assert!(cases.len() >= 21, "only {} cases", cases.len());
         for c in &cases {
             assert_eq!(
                 c.status, KDSP_STATUS_OK,
@@ -363,16 +368,18 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
         .map(|(&k, _)| k)
         .collect();
     let summary = format!(
-        "hexagon-qemu: {} of 13 kernels bit-exact on qemu-hexagon -cpu v73 vs the host build ({} seeds, {} cases): \
+        "hexagon-qemu: {} of {} kernels bit-exact on qemu-hexagon -cpu v73 vs the host build ({} seeds, {} cases): \
          {} integer-path kernels, bit-exact required, {int_cases}/{int_cases} cases [{}] \
          (integer HVX: vand/vlsr nibble unpack, vrmpy dots, vmpyi/vasr/vpack Q8_0 quantize, vshuff/vdeal tiles; \
-         pack_weight_f16 and pack_q4_0 are scalar integer repacks); \
+         pack_weight_f16 and pack_q4_0 are scalar integer repacks; get_rows and cpy move data with the integer \
+         f16 conversion); \
          {} of {} scalar-float kernels also bit-exact, tolerance required, {float_exact}/{float_cases} cases bit-exact [{}]; \
          driver built by {}; compiled (integer-HVX build) for {}; HVX-float paths compile-checked for {} (not executable \
          under QEMU); HMX instructions are not emitted by any released clang: HMX semantics run through the portable \
          tile engine on the real tile layout; not checkable with the installed compiler: {} (clang-19 accepts up to \
          hexagonv73; clang-22 adds v75..v81)",
         int_kernels.len() + exact_float.len(),
+        KDSP_OP_COUNT - 1,
         seeds.len(),
         int_cases + float_cases,
         int_kernels.len(),
@@ -388,7 +395,7 @@ fn kernels_on_the_hexagon_isa_under_qemu() {
     common::announce(&summary);
     std::fs::write(out_dir.join("summary.txt"), &summary).unwrap();
     assert!(
-        int_kernels.len() >= 7 && float_kernels.len() >= 6,
+        int_kernels.len() >= 9 && float_kernels.len() >= 6,
         "{summary}"
     );
 }

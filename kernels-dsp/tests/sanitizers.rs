@@ -23,6 +23,7 @@ const SOURCES: &[&str] = &[
     "elementwise_ops.c",
     "quant_ops.c",
     "layout_ops.c",
+    "rows_ops.c",
 ];
 
 /// Compiles the fuzz driver + kernels with `sanitize` (e.g. "address,undefined") using the first

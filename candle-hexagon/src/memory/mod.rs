@@ -7,19 +7,27 @@
 //!   one buffer id (the unit the kernels address: `(buffer id, byte offset)`); unregistered and
 //!   unmapped on drop.
 //! - the weight arena (weights packed once at load, many per mapping so a model needs few mapper
-//!   entries) and the activation staging buffer (one reused mapping, grown on demand).
+//!   entries) and the buffer pool (staging and activation buffers taken per call and returned,
+//!   so concurrent calls never wait for each other's buffer).
+//! - leases (`leases.rs`): the byte ranges submitted batches may still touch; every safe host
+//!   access to a [`DeviceBuffer`] is checked against them.
 
+pub(crate) mod leases;
+mod pool;
 mod shared_buffer;
 mod va_window;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub(crate) use pool::{BufferPool, PooledBuffer};
+pub use pool::{MAX_IDLE_BUFFERS, MIN_POOLED_BYTES};
 pub use shared_buffer::SharedMemory;
 pub use va_window::{page_size, round_up, Mapping, VaStats, VaWindow};
 
 use crate::error::{Error, Result};
 use crate::transport::Transport;
+use leases::{Access, BufferLeases, LeaseTable};
 
 /// Alignment of every tensor placed in a buffer (the kernels' `KDSP_BUFFER_ALIGN`).
 pub const TENSOR_ALIGN: usize = kernels_dsp::KDSP_BUFFER_ALIGN as usize;
@@ -34,9 +42,9 @@ pub fn align_tensor(x: usize) -> usize {
 pub struct MemoryStats {
     /// Address-window counters (maps, unmaps, peak VA, entries).
     pub va: VaStats,
-    /// Bytes copied from candle tensors into shared staging buffers.
+    /// Bytes the host copied into shared buffers (staging, block inputs, KV rows written).
     pub staged_in: u64,
-    /// Bytes copied from shared staging buffers into candle tensors.
+    /// Bytes the host copied out of shared buffers (results, KV rows read).
     pub staged_out: u64,
     /// Bytes of packed weights placed in weight buffers.
     pub weight_bytes: u64,
@@ -48,6 +56,7 @@ pub struct MemoryStats {
 pub(crate) struct Memory {
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) window: VaWindow,
+    pub(crate) leases: LeaseTable,
     ids: Mutex<Vec<u32>>,
     staged_in: AtomicU64,
     staged_out: AtomicU64,
@@ -61,6 +70,7 @@ impl Memory {
         Memory {
             transport,
             window,
+            leases: LeaseTable::default(),
             ids: Mutex::new((0..ids).rev().collect()),
             staged_in: AtomicU64::new(0),
             staged_out: AtomicU64::new(0),
@@ -101,26 +111,37 @@ impl Memory {
                 limit: self.window.stats().entry_limit,
             });
         };
-        if let Err(e) = self.transport.attach(id, &shm, &mapping) {
+        // SAFETY: the memory becomes a DeviceBuffer, whose host access is checked against the
+        // leases of submitted batches; shm and mapping live in it until Drop detaches them.
+        if let Err(e) = unsafe { self.transport.attach(id, &shm, &mapping) } {
             let _ = self.window.unmap(mapping);
             self.ids.lock().expect("id lock").push(id);
             return Err(e);
         }
+        let leases = Arc::new(BufferLeases::default());
+        self.leases.insert(id, leases.clone());
         Ok(DeviceBuffer {
             mem: self.clone(),
             id,
             shm,
             mapping: Some(mapping),
+            leases,
         })
     }
 }
 
 /// Shared memory mapped into the NPU window and registered with the DSP as buffer [`Self::id`].
+///
+/// Host access is checked: [`Self::read`], [`Self::write`] and friends fail with
+/// [`Error::Busy`] when a submitted batch that has not finished may write the bytes (for a read)
+/// or touch them at all (for a write). The `*_unchecked` forms are for callers that synchronise
+/// with the DSP themselves.
 pub struct DeviceBuffer {
     mem: Arc<Memory>,
     id: u32,
     shm: SharedMemory,
     mapping: Option<Mapping>,
+    leases: Arc<BufferLeases>,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -154,19 +175,110 @@ impl DeviceBuffer {
         self.mapping.as_ref().map(|m| m.offset()).unwrap_or(0)
     }
 
-    /// Copy bytes in (the caller makes sure the DSP is not using the range).
+    /// True when no submitted batch that may touch this buffer is still running or queued.
+    pub fn is_idle(&self) -> bool {
+        self.leases.is_idle()
+    }
+
+    /// Copy `data` in at `off`. Fails with [`Error::Busy`] while a batch in flight may read or
+    /// write any of those bytes, and with [`Error::InvalidInput`] outside the buffer.
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
+        self.with_host_bytes(off, data.len(), Access::Write, |dst| {
+            dst.copy_from_slice(data);
+        })
+    }
+
+    /// Copy `n` bytes out from `off`. Fails with [`Error::Busy`] while a batch in flight may
+    /// write any of those bytes (batches that only read them do not conflict).
+    pub fn read(&self, off: usize, n: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; n];
+        self.read_into(off, &mut v)?;
+        Ok(v)
+    }
+
+    /// [`Self::read`] into a caller's slice.
+    pub fn read_into(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        self.with_host_bytes(off, out.len(), Access::Read, |src| {
+            out.copy_from_slice(src);
+        })
+    }
+
+    /// Copy `n` bytes from `src` to `dst` inside the buffer (the ranges may overlap, like
+    /// `memmove`). Checked like a read of the source and a write of the destination.
+    pub fn copy_within(&self, src: usize, dst: usize, n: usize) -> Result<()> {
+        let lo = src.min(dst);
+        let hi = src
+            .max(dst)
+            .checked_add(n)
+            .ok_or_else(|| self.bounds(lo, n))?;
+        self.check_bounds(lo, hi - lo)?;
+        let ranges = [
+            (src as u64, (src + n) as u64, Access::Read),
+            (dst as u64, (dst + n) as u64, Access::Write),
+        ];
+        self.leases.with_checked(self.id, &ranges, || {
+            // SAFETY: bounds checked; no batch in flight reads or writes the destination nor
+            // writes the source, and none can be registered while the lock is held;
+            // ptr::copy allows the ranges to overlap.
+            unsafe { std::ptr::copy(self.shm.as_ptr().add(src), self.shm.as_ptr().add(dst), n) }
+        })
+    }
+
+    /// Copy `data` in at `off` without checking for batches in flight.
+    ///
+    /// # Safety
+    /// No batch that may read or write `[off, off + data.len())` may be queued or running (its
+    /// fence has completed), and no other thread may access those bytes during the call.
+    pub unsafe fn write_unchecked(&self, off: usize, data: &[u8]) -> Result<()> {
         self.shm.write(off, data)
     }
 
-    /// Copy bytes out.
-    pub fn read(&self, off: usize, n: usize) -> Result<Vec<u8>> {
+    /// Copy `n` bytes out without checking for batches in flight.
+    ///
+    /// # Safety
+    /// No batch that may write `[off, off + n)` may be queued or running, and no other thread may
+    /// write those bytes during the call.
+    pub unsafe fn read_unchecked(&self, off: usize, n: usize) -> Result<Vec<u8>> {
         self.shm.read(off, n)
     }
 
-    /// The host view.
-    pub fn shared(&self) -> &SharedMemory {
-        &self.shm
+    fn bounds(&self, off: usize, n: usize) -> Error {
+        Error::InvalidInput {
+            op: "device buffer",
+            detail: format!(
+                "access of {n} bytes at offset {off} outside buffer {} of {} bytes",
+                self.id,
+                self.shm.len()
+            ),
+        }
+    }
+
+    fn check_bounds(&self, off: usize, n: usize) -> Result<()> {
+        if off.checked_add(n).is_none_or(|e| e > self.shm.len()) {
+            return Err(self.bounds(off, n));
+        }
+        Ok(())
+    }
+
+    /// Run `f` on the host bytes `[off, off + n)` after checking `access` against the batches in
+    /// flight; the buffer's lease lock is held meanwhile, so no batch touching the buffer can be
+    /// registered (and start) during `f`. The one place host code dereferences shared memory.
+    pub(crate) fn with_host_bytes<T>(
+        &self,
+        off: usize,
+        n: usize,
+        access: Access,
+        f: impl FnOnce(&mut [u8]) -> T,
+    ) -> Result<T> {
+        self.check_bounds(off, n)?;
+        self.leases
+            .with_checked(self.id, &[(off as u64, (off + n) as u64, access)], || {
+                // SAFETY: bounds checked; the range conflicts with no batch in flight and none can
+                // start while the lock is held; the slice does not outlive the call. Host callers
+                // of one buffer are serialised by the same lock, so the slice is exclusive.
+                let bytes = unsafe { self.shm.slice_mut::<u8>(off, n) }.expect("bounds checked");
+                f(bytes)
+            })
     }
 }
 
@@ -183,43 +295,14 @@ impl Drop for DeviceBuffer {
             self.mem.release_failures.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // The detach above ran after every batch submitted before it: none can touch the
+        // buffer any more, so its leases go with it.
+        self.mem.leases.remove(self.id);
         if self.mem.window.unmap(mapping).is_err() {
             self.mem.release_failures.fetch_add(1, Ordering::Relaxed);
             return;
         }
         self.mem.ids.lock().expect("id lock").push(self.id);
-    }
-}
-
-/// Default minimum size of the activation staging buffer.
-pub const DEFAULT_STAGING_MIN_BYTES: usize = 1 << 20;
-
-/// The reused activation staging buffer (one mapping, grown to the largest op seen).
-#[derive(Default)]
-pub(crate) struct Staging {
-    buf: Option<DeviceBuffer>,
-}
-
-impl Staging {
-    /// Capacity of the current buffer.
-    pub(crate) fn capacity(&self) -> usize {
-        self.buf.as_ref().map(|b| b.len()).unwrap_or(0)
-    }
-
-    /// Make sure at least `need` bytes are mapped; returns the buffer.
-    pub(crate) fn ensure(&mut self, mem: &Arc<Memory>, need: usize) -> Result<&DeviceBuffer> {
-        if self.capacity() < need {
-            // Drop the old mapping first so its range and entry count towards the new one.
-            self.buf = None;
-            let want = need.next_power_of_two().max(DEFAULT_STAGING_MIN_BYTES);
-            let buf = match mem.map(want) {
-                Ok(b) => b,
-                Err(e) if e.is_resource_exhausted() && want > need => mem.map(need)?,
-                Err(e) => return Err(e),
-            };
-            self.buf = Some(buf);
-        }
-        Ok(self.buf.as_ref().expect("ensured above"))
     }
 }
 
@@ -244,19 +327,15 @@ impl std::fmt::Debug for WeightSlot {
 }
 
 impl WeightSlot {
-    /// Host view of the slot (load time only: the DSP reads weights, never writes them).
-    ///
-    /// # Safety
-    /// No other view of this slot may be alive and no op may be reading it.
-    #[allow(clippy::mut_from_ref)] // see SharedMemory::slice_mut
-    pub(crate) unsafe fn bytes_mut(&self) -> Result<&mut [u8]> {
-        self.buf.shared().slice_mut::<u8>(self.offset, self.len)
+    /// Fill the slot (load time), checked like any host write.
+    pub(crate) fn fill<T>(&self, f: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
+        self.buf
+            .with_host_bytes(self.offset, self.len, Access::Write, f)?
     }
 
-    /// Read-only host view.
-    pub(crate) fn bytes(&self) -> Result<&[u8]> {
-        // SAFETY: weights are written once at load, before the slot is shared.
-        unsafe { self.buf.shared().slice::<u8>(self.offset, self.len) }
+    /// A copy of the slot's bytes, checked like any host read.
+    pub(crate) fn bytes(&self) -> Result<Vec<u8>> {
+        self.buf.read(self.offset, self.len)
     }
 }
 

@@ -20,8 +20,9 @@ pub struct SharedMemory {
     release: Option<Release>,
 }
 
-// SAFETY: the memory is plain bytes owned by this value; every access goes through raw copies
-// whose exclusivity the owners (staging lock, write-once weight slots) guarantee.
+// SAFETY: the memory is plain bytes owned by this value; every access goes through raw copies.
+// Once the memory is registered with the DSP (a `DeviceBuffer`), host access goes through the
+// buffer's checked methods, which exclude batches in flight (see `memory::leases`).
 unsafe impl Send for SharedMemory {}
 // SAFETY: as above; `&SharedMemory` only exposes copies in and out.
 unsafe impl Sync for SharedMemory {}
@@ -171,17 +172,6 @@ impl SharedMemory {
         let p = self.ptr.as_ptr().add(off);
         debug_assert_eq!(p as usize % std::mem::align_of::<T>(), 0);
         Ok(std::slice::from_raw_parts_mut(p as *mut T, n))
-    }
-
-    /// A typed view of `[off, off + n * size_of::<T>())`.
-    ///
-    /// # Safety
-    /// Nobody may write the range while the view is alive. `off` must be aligned for `T`.
-    pub(crate) unsafe fn slice<T>(&self, off: usize, n: usize) -> Result<&[T]> {
-        self.check(off, n * std::mem::size_of::<T>())?;
-        let p = self.ptr.as_ptr().add(off);
-        debug_assert_eq!(p as usize % std::mem::align_of::<T>(), 0);
-        Ok(std::slice::from_raw_parts(p as *const T, n))
     }
 }
 

@@ -178,13 +178,12 @@ impl CustomOp3 for FlashAttnCall<'_> {
         lv: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let run = || -> Result<(CpuStorage, Shape)> {
-            let shm = self.buf.shared();
             let (b, nq, nk, h, hkv, d) = self.dims;
             let [q_off, k_off, v_off, o_off] = self.offs;
             // K/V travel as f16: the kernel's K/V format (and half the bytes of a KV cache).
-            let bytes_in = stage_in(shm, q_off, sq, lq, self.wire, "flash_attn q")?
-                + stage_in(shm, k_off, sk, lk, Wire::F16, "flash_attn k")?
-                + stage_in(shm, v_off, sv, lv, Wire::F16, "flash_attn v")?;
+            let bytes_in = stage_in(self.buf, q_off, sq, lq, self.wire, "flash_attn q")?
+                + stage_in(self.buf, k_off, sk, lk, Wire::F16, "flash_attn k")?
+                + stage_in(self.buf, v_off, sv, lv, Wire::F16, "flash_attn v")?;
             let id = self.buf.id();
             let (q_item, kv_item) = (nq * h * d, nk * hkv * d);
             let mut batch = Batch::new();
@@ -209,7 +208,7 @@ impl CustomOp3 for FlashAttnCall<'_> {
             }
             self.dev.execute(&batch)?;
             let n = b * q_item;
-            let out = stage_out(shm, o_off, n, self.wire, dtype_of(sq))?;
+            let out = stage_out(self.buf, o_off, n, self.wire, dtype_of(sq))?;
             self.dev.mem().count_staged(bytes_in, n * self.wire.size());
             Ok((out, lq.shape().clone()))
         };

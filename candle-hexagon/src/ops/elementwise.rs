@@ -98,17 +98,16 @@ impl CustomOp2 for SwigluCall<'_> {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let run = || -> Result<(CpuStorage, Shape)> {
-            let shm = self.buf.shared();
             let n = l1.shape().elem_count();
-            let bytes_in = stage_in(shm, self.g_off, s1, l1, self.wire, "swiglu")?
-                + stage_in(shm, self.u_off, s2, l2, self.wire, "swiglu")?;
+            let bytes_in = stage_in(self.buf, self.g_off, s1, l1, self.wire, "swiglu")?
+                + stage_in(self.buf, self.u_off, s2, l2, self.wire, "swiglu")?;
             let id = self.buf.id();
             let g = rows(id, self.g_off, self.wire, &[n]);
             let u = rows(id, self.u_off, self.wire, &[n]);
             let mut batch = Batch::new();
             batch.push("swiglu", kdsp_op::new(KDSP_OP_SWIGLU, g, &[g, u]));
             self.dev.execute(&batch)?;
-            let out = stage_out(shm, self.g_off, n, self.wire, dtype_of(s1))?;
+            let out = stage_out(self.buf, self.g_off, n, self.wire, dtype_of(s1))?;
             self.dev.mem().count_staged(bytes_in, n * self.wire.size());
             Ok((out, l1.shape().clone()))
         };
@@ -220,19 +219,17 @@ impl CustomOp3 for RopeCall<'_> {
         ls: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let run = || -> Result<(CpuStorage, Shape)> {
-            let shm = self.buf.shared();
             let (b, n, h, d) = self.dims;
             let [x_off, pos_off, cos_off, sin_off] = self.offs;
-            let mut bytes_in = stage_in(shm, x_off, sx, lx, self.wire, "rope")?
-                + stage_in(shm, cos_off, sc, lc, Wire::F32, "rope cos")?
-                + stage_in(shm, sin_off, ss, ls, Wire::F32, "rope sin")?;
+            let mut bytes_in = stage_in(self.buf, x_off, sx, lx, self.wire, "rope")?
+                + stage_in(self.buf, cos_off, sc, lc, Wire::F32, "rope cos")?
+                + stage_in(self.buf, sin_off, ss, ls, Wire::F32, "rope sin")?;
             // Row t of batch item i uses table row t.
-            // SAFETY: inside the locked staging buffer, at a planned 128-aligned offset.
-            let pos = unsafe { shm.slice_mut::<i32>(pos_off, b * n)? };
-            for (r, p) in pos.iter_mut().enumerate() {
-                *p = (r % n) as i32;
-            }
-            bytes_in += b * n * 4;
+            let pos: Vec<u8> = (0..b * n)
+                .flat_map(|r| ((r % n) as i32).to_le_bytes())
+                .collect();
+            self.buf.write(pos_off, &pos)?;
+            bytes_in += pos.len();
             let id = self.buf.id();
             let x = rows(id, x_off, self.wire, &[d, h, b * n]);
             let o = kdsp_op::new(
@@ -249,7 +246,7 @@ impl CustomOp3 for RopeCall<'_> {
             batch.push("rope", o);
             self.dev.execute(&batch)?;
             let total = b * n * h * d;
-            let out = stage_out(shm, x_off, total, self.wire, dtype_of(sx))?;
+            let out = stage_out(self.buf, x_off, total, self.wire, dtype_of(sx))?;
             self.dev
                 .mem()
                 .count_staged(bytes_in, total * self.wire.size());

@@ -162,15 +162,15 @@ impl HexLinear {
                 });
                 match slots {
                     Ok((weight, bias_slot)) => {
-                        // SAFETY: fresh slots, not yet visible to any op.
-                        pack(unsafe { weight.bytes_mut()? })?;
+                        weight.fill(pack)?;
                         if let (Some(slot), Some(b)) = (&bias_slot, bias) {
                             let v = to_f32_vec(b)?;
-                            // SAFETY: as above.
-                            let dst = unsafe { slot.bytes_mut()? };
-                            for (d, x) in dst.chunks_exact_mut(4).zip(&v) {
-                                d.copy_from_slice(&x.to_le_bytes());
-                            }
+                            slot.fill(|dst| {
+                                for (d, x) in dst.chunks_exact_mut(4).zip(&v) {
+                                    d.copy_from_slice(&x.to_le_bytes());
+                                }
+                                Ok(())
+                            })?;
                         }
                         dev.stats()
                             .record_placement(kind, Decision::Npu(tier), bytes as u64);
@@ -212,7 +212,7 @@ impl HexLinear {
 
     /// The packed weight bytes as the DSP sees them.
     pub fn packed(&self) -> Result<Vec<u8>> {
-        Ok(self.inner.weight.bytes()?.to_vec())
+        self.inner.weight.bytes()
     }
 
     /// The weight unpacked from the NPU copy: `(n, k)` f16 for fp16 tiles; for Q4_0 tiles the
@@ -221,9 +221,11 @@ impl HexLinear {
         let (n, k) = self.dims();
         let bytes = self.inner.weight.bytes()?;
         Ok(match self.inner.format {
-            PackedFormat::F16Tiles => {
-                Tensor::from_vec(layout::unpack_f16_tiles(bytes, n, k)?, (n, k), &Device::Cpu)?
-            }
+            PackedFormat::F16Tiles => Tensor::from_vec(
+                layout::unpack_f16_tiles(&bytes, n, k)?,
+                (n, k),
+                &Device::Cpu,
+            )?,
             PackedFormat::Q4_0Tiles => self.qtensor()?.dequantize(&Device::Cpu)?,
         })
     }
@@ -237,7 +239,7 @@ impl HexLinear {
             });
         }
         let (n, k) = self.dims();
-        layout::unpack_q4_0_tiles(self.inner.weight.bytes()?, n, k)
+        layout::unpack_q4_0_tiles(&self.inner.weight.bytes()?, n, k)
     }
 
     fn qtensor(&self) -> Result<QTensor> {
@@ -384,8 +386,7 @@ impl LinearCall<'_> {
         let inner = &self.lin.inner;
         let (n, k) = (inner.n, inner.k);
         let m = l.shape().elem_count() / k;
-        let shm = self.buf.shared();
-        let bytes_in = stage_in(shm, self.a_off, s, l, self.aw, "HexLinear")?;
+        let bytes_in = stage_in(self.buf, self.a_off, s, l, self.aw, "HexLinear")?;
         let id = self.buf.id();
         let (opcode, wdtype, wlayout) = match inner.format {
             PackedFormat::F16Tiles => (
@@ -441,7 +442,7 @@ impl LinearCall<'_> {
             start += r;
         }
         inner.dev.execute(&batch)?;
-        let out = stage_out(shm, self.y_off, m * n, self.ow, dtype_of(s))?;
+        let out = stage_out(self.buf, self.y_off, m * n, self.ow, dtype_of(s))?;
         inner
             .dev
             .mem()

@@ -10,10 +10,11 @@
 //! | [`rope`] | `ROPE_NEOX` | `candle_nn::rotary_emb::rope_thd` | [`elementwise::rope_slow`] |
 //!
 //! Every call goes through [`crate::HexagonDevice::supports`] and is counted. On the NPU path the
-//! inputs are copied (and converted: bf16 -> f32, K/V -> f16) into the device's shared staging
-//! buffer, one batch is submitted, the fence is awaited, and the result is copied into a new
-//! `CpuStorage`: candle's storage is closed, so the copies are the price of the seam (counted as
-//! bytes staged).
+//! inputs are copied (and converted: bf16 -> f32, K/V -> f16) into a shared staging buffer taken
+//! from the device's pool, one batch is submitted, the fence is awaited, and the result is copied
+//! into a new `CpuStorage`: candle's storage is closed, so the copies are the price of the seam
+//! (counted as bytes staged). For a whole transformer on the NPU, see [`crate::block`]: one
+//! batch per block over resident weights, KV cache and activations.
 
 pub mod attention;
 pub mod elementwise;
@@ -31,7 +32,31 @@ use half::{bf16, f16};
 use kernels_dsp::*;
 
 use crate::error::{Error, Result};
-use crate::memory::{align_tensor, SharedMemory};
+use crate::memory::leases::Access;
+use crate::memory::{align_tensor, DeviceBuffer};
+
+/// Element types whose every bit pattern is a valid value (so shared bytes can be viewed as them).
+pub(crate) trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for f16 {}
+impl Plain for i32 {}
+
+/// View host bytes of shared memory as `T`s.
+pub(crate) fn typed_mut<T: Plain>(b: &mut [u8]) -> Result<&mut [T]> {
+    let size = std::mem::size_of::<T>();
+    if b.as_ptr() as usize % std::mem::align_of::<T>() != 0 || b.len() % size != 0 {
+        return Err(Error::InvalidInput {
+            op: "stage",
+            detail: format!(
+                "{} bytes at {:p} are not a whole, aligned slice",
+                b.len(),
+                b.as_ptr()
+            ),
+        });
+    }
+    // SAFETY: aligned, whole elements, every bit pattern of T is valid; same lifetime as `b`.
+    Ok(unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut T, b.len() / size) })
+}
 
 /// The element type of a tensor in shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,9 +170,10 @@ fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &'static str) -> Result<&'a [
     })
 }
 
-/// Copy a contiguous tensor into shared memory at `off` as `wire`; returns the bytes written.
+/// Copy a contiguous tensor into shared memory at `off` as `wire` (a checked host write);
+/// returns the bytes written.
 pub(crate) fn stage_in(
-    shm: &SharedMemory,
+    buf: &DeviceBuffer,
     off: usize,
     s: &CpuStorage,
     l: &Layout,
@@ -155,62 +181,65 @@ pub(crate) fn stage_in(
     what: &'static str,
 ) -> Result<usize> {
     let n = l.shape().elem_count();
-    // SAFETY (all arms): the staging buffer is locked by the caller for this call and the DSP is
-    // idle on it until the batch is submitted; offsets come from a StagePlan (128-aligned).
-    match (s, wire) {
-        (CpuStorage::F32(v), Wire::F32) => {
-            let src = contiguous(v, l, what)?;
-            unsafe { shm.slice_mut::<f32>(off, n)? }.copy_from_slice(src);
-        }
-        (CpuStorage::F32(v), Wire::F16) => {
-            let src = contiguous(v, l, what)?;
-            unsafe { shm.slice_mut::<f16>(off, n)? }.convert_from_f32_slice(src);
-        }
-        (CpuStorage::F16(v), Wire::F16) => {
-            let src = contiguous(v, l, what)?;
-            unsafe { shm.slice_mut::<f16>(off, n)? }.copy_from_slice(src);
-        }
-        (CpuStorage::F16(v), Wire::F32) => {
-            let src = contiguous(v, l, what)?;
-            src.convert_to_f32_slice(unsafe { shm.slice_mut::<f32>(off, n)? });
-        }
-        (CpuStorage::BF16(v), Wire::F32) => {
-            let src = contiguous(v, l, what)?;
-            let dst = unsafe { shm.slice_mut::<f32>(off, n)? };
-            for (d, s) in dst.iter_mut().zip(src) {
-                *d = s.to_f32();
+    let bytes = n * wire.size();
+    buf.with_host_bytes(off, bytes, Access::Write, |dst| -> Result<()> {
+        match (s, wire) {
+            (CpuStorage::F32(v), Wire::F32) => {
+                typed_mut::<f32>(dst)?.copy_from_slice(contiguous(v, l, what)?);
+            }
+            (CpuStorage::F32(v), Wire::F16) => {
+                typed_mut::<f16>(dst)?.convert_from_f32_slice(contiguous(v, l, what)?);
+            }
+            (CpuStorage::F16(v), Wire::F16) => {
+                typed_mut::<f16>(dst)?.copy_from_slice(contiguous(v, l, what)?);
+            }
+            (CpuStorage::F16(v), Wire::F32) => {
+                contiguous(v, l, what)?.convert_to_f32_slice(typed_mut::<f32>(dst)?);
+            }
+            (CpuStorage::BF16(v), Wire::F32) => {
+                let src = contiguous(v, l, what)?;
+                for (d, s) in typed_mut::<f32>(dst)?.iter_mut().zip(src) {
+                    *d = s.to_f32();
+                }
+            }
+            (CpuStorage::BF16(v), Wire::F16) => {
+                let src = contiguous(v, l, what)?;
+                for (d, s) in typed_mut::<f16>(dst)?.iter_mut().zip(src) {
+                    *d = f16::from_f32(s.to_f32());
+                }
+            }
+            (s, w) => {
+                return Err(Error::InvalidInput {
+                    op: what,
+                    detail: format!("cannot stage {:?} as {w:?}", dtype_of(s)),
+                })
             }
         }
-        (CpuStorage::BF16(v), Wire::F16) => {
-            let src = contiguous(v, l, what)?;
-            let dst = unsafe { shm.slice_mut::<f16>(off, n)? };
-            for (d, s) in dst.iter_mut().zip(src) {
-                *d = f16::from_f32(s.to_f32());
-            }
-        }
-        (s, w) => {
-            return Err(Error::InvalidInput {
-                op: what,
-                detail: format!("cannot stage {:?} as {w:?}", dtype_of(s)),
-            })
-        }
-    }
-    Ok(n * wire.size())
+        Ok(())
+    })??;
+    Ok(bytes)
 }
 
-/// Copy `n` elements of `wire` at `off` out of shared memory as a `dtype` storage.
+/// Copy `n` elements of `wire` at `off` out of shared memory as a `dtype` storage (a checked
+/// host read).
 pub(crate) fn stage_out(
-    shm: &SharedMemory,
+    buf: &DeviceBuffer,
     off: usize,
     n: usize,
     wire: Wire,
     dtype: DType,
 ) -> Result<CpuStorage> {
-    // SAFETY: the batch that wrote the range has completed (its fence was awaited) and the
-    // staging buffer is still locked by the caller.
+    buf.with_host_bytes(off, n * wire.size(), Access::Read, |bytes| {
+        storage_from(bytes, wire, dtype)
+    })?
+}
+
+/// A `dtype` storage from shared bytes holding `wire` values.
+pub(crate) fn storage_from(bytes: &mut [u8], wire: Wire, dtype: DType) -> Result<CpuStorage> {
+    let n = bytes.len() / wire.size();
     Ok(match wire {
         Wire::F32 => {
-            let src = unsafe { shm.slice::<f32>(off, n)? };
+            let src = typed_mut::<f32>(bytes)?;
             match dtype {
                 DType::F32 => CpuStorage::F32(src.to_vec()),
                 DType::F16 => CpuStorage::F16(src.iter().map(|&x| f16::from_f32(x)).collect()),
@@ -219,7 +248,7 @@ pub(crate) fn stage_out(
             }
         }
         Wire::F16 => {
-            let src = unsafe { shm.slice::<f16>(off, n)? };
+            let src = typed_mut::<f16>(bytes)?;
             match dtype {
                 DType::F16 => CpuStorage::F16(src.to_vec()),
                 DType::F32 => {

@@ -96,10 +96,9 @@ impl RmsNormCall<'_> {
         ws: &CpuStorage,
         wl: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let shm = self.buf.shared();
         let n = l.shape().elem_count();
-        let bytes_in = stage_in(shm, self.x_off, s, l, self.wire, "rms_norm")?
-            + stage_in(shm, self.w_off, ws, wl, Wire::F32, "rms_norm weight")?;
+        let bytes_in = stage_in(self.buf, self.x_off, s, l, self.wire, "rms_norm")?
+            + stage_in(self.buf, self.w_off, ws, wl, Wire::F32, "rms_norm weight")?;
         let id = self.buf.id();
         let x = rows(id, self.x_off, self.wire, &[self.hidden, n / self.hidden]);
         let w = rows(id, self.w_off, Wire::F32, &[self.hidden]);
@@ -109,7 +108,7 @@ impl RmsNormCall<'_> {
         let mut batch = Batch::new();
         batch.push("rms_norm", o);
         self.dev.execute(&batch)?;
-        let out = stage_out(shm, self.x_off, n, self.wire, dtype_of(s))?;
+        let out = stage_out(self.buf, self.x_off, n, self.wire, dtype_of(s))?;
         self.dev.mem().count_staged(bytes_in, n * self.wire.size());
         Ok((out, l.shape().clone()))
     }

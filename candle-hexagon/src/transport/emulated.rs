@@ -15,7 +15,7 @@ use std::ffi::CStr;
 
 use kernels_dsp::*;
 
-use super::{check_status, Batch, Fence, JobQueue, OpCheck, Transport};
+use super::{check_status, Batch, Completion, Fence, JobQueue, OpCheck, Transport};
 use crate::error::{Error, KernelStatus, Result};
 use crate::memory::{Mapping, SharedMemory};
 
@@ -147,7 +147,7 @@ impl Transport for EmulatedTransport {
         SharedMemory::memfd("candle-hexagon", len)
     }
 
-    fn attach(&self, id: u32, _shm: &SharedMemory, mapping: &Mapping) -> Result<()> {
+    unsafe fn attach(&self, id: u32, _shm: &SharedMemory, mapping: &Mapping) -> Result<()> {
         let addr = mapping.npu_addr().ok_or_else(|| {
             Error::Transport("the emulated DSP needs buffers mapped into a reserved window".into())
         })? as usize;
@@ -168,9 +168,9 @@ impl Transport for EmulatedTransport {
         })
     }
 
-    fn submit(&self, batch: &Batch) -> Result<Fence> {
+    fn submit(&self, batch: &Batch, done: &Completion) -> Result<Fence> {
         let wire = batch.to_wire();
-        self.queue.submit(move |d: &mut Dsp| {
+        self.queue.submit_with(done.clone(), move |d: &mut Dsp| {
             let n = wire.n_ops();
             let mut statuses = vec![KDSP_STATUS_NOT_RUN; n];
             let bytes = wire.as_bytes();

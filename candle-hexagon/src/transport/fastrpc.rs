@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use kernels_dsp::*;
 
-use super::{check_status, Batch, Fence, JobQueue, OpCheck, Transport};
+use super::{check_status, Batch, Completion, Fence, JobQueue, OpCheck, Transport};
 use crate::error::{Error, Result};
 use crate::memory::{Mapping, SharedMemory};
 
@@ -396,7 +396,7 @@ impl Transport for FastRpcTransport {
         })
     }
 
-    fn attach(&self, id: u32, shm: &SharedMemory, _mapping: &Mapping) -> Result<()> {
+    unsafe fn attach(&self, id: u32, shm: &SharedMemory, _mapping: &Mapping) -> Result<()> {
         let (fd, addr, len) = (shm.fd(), shm.as_ptr() as usize, shm.len());
         // SAFETY: fd/addr/len describe one live rpcmem buffer.
         let rc = unsafe {
@@ -454,22 +454,23 @@ impl Transport for FastRpcTransport {
         Ok(())
     }
 
-    fn submit(&self, batch: &Batch) -> Result<Fence> {
+    fn submit(&self, batch: &Batch, done: &Completion) -> Result<Fence> {
         let wire = batch.to_wire();
-        self.queue.submit(move |s: &mut Session| {
-            let n = wire.n_ops();
-            let mut out = vec![0u8; 4 * n];
-            s.invoke(
-                method::EXECUTE,
-                "kdsp execute",
-                &[wire.as_bytes()],
-                &mut [&mut out],
-            )?;
-            Ok(out
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect())
-        })
+        self.queue
+            .submit_with(done.clone(), move |s: &mut Session| {
+                let n = wire.n_ops();
+                let mut out = vec![0u8; 4 * n];
+                s.invoke(
+                    method::EXECUTE,
+                    "kdsp execute",
+                    &[wire.as_bytes()],
+                    &mut [&mut out],
+                )?;
+                Ok(out
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect())
+            })
     }
 
     fn check(&self, op: &kdsp_op) -> Result<OpCheck> {

@@ -14,8 +14,8 @@ pub mod emulated;
 pub mod fastrpc;
 mod queue;
 
-pub use queue::Fence;
 pub(crate) use queue::JobQueue;
+pub use queue::{Completion, Fence};
 
 use kernels_dsp::{kdsp_batch_header, kdsp_op, KDSP_ABI_VERSION, KDSP_BATCH_MAGIC};
 
@@ -157,13 +157,21 @@ pub trait Transport: Send + Sync {
     fn alloc(&self, len: usize) -> Result<SharedMemory>;
 
     /// Make `shm`, placed at `mapping` in the NPU window, buffer `id` on the DSP.
-    fn attach(&self, id: u32, shm: &SharedMemory, mapping: &Mapping) -> Result<()>;
+    ///
+    /// # Safety
+    /// From now until [`Transport::detach`] returns, batches may read and write `shm`'s memory
+    /// from the DSP thread: the caller must keep every host access to it from racing a submitted
+    /// batch that has not completed (the device does so with leases, see
+    /// [`crate::memory::DeviceBuffer`]), and keep `shm` and `mapping` alive until detached.
+    unsafe fn attach(&self, id: u32, shm: &SharedMemory, mapping: &Mapping) -> Result<()>;
 
     /// Undo [`Transport::attach`].
     fn detach(&self, id: u32, shm: &SharedMemory, mapping: &Mapping) -> Result<()>;
 
-    /// Queue a batch; the fence yields one `KDSP_STATUS_*` per op.
-    fn submit(&self, batch: &Batch) -> Result<Fence>;
+    /// Queue a batch; the fence yields one `KDSP_STATUS_*` per op. `done` must be set when the
+    /// DSP has finished with the batch (or will never run it), and not before: the device keeps
+    /// the batch's memory leased until then.
+    fn submit(&self, batch: &Batch, done: &Completion) -> Result<Fence>;
 
     /// Validate one op against the registered buffers without running it.
     fn check(&self, op: &kdsp_op) -> Result<OpCheck>;
@@ -207,7 +215,7 @@ mod tests {
         let bytes = w.as_bytes();
         assert_eq!(bytes.len(), 16 + 2 * 440);
         assert_eq!(&bytes[0..4], &KDSP_BATCH_MAGIC.to_le_bytes());
-        assert_eq!(&bytes[4..8], &1u32.to_le_bytes());
+        assert_eq!(&bytes[4..8], &KDSP_ABI_VERSION.to_le_bytes());
         assert_eq!(&bytes[8..12], &2u32.to_le_bytes());
         assert_eq!(&bytes[16..20], &4u32.to_le_bytes());
         assert_eq!(&bytes[456..460], &4u32.to_le_bytes());

@@ -6,15 +6,34 @@
 //! submission order, so a buffer registration is always visible to the batches after it. A
 //! submitter gets a [`Fence`] back immediately and may do CPU work before waiting on it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 
+/// Set once a submitted job has finished running, or is known never to run; it never goes back.
+/// The device ties the leases of a batch (the memory it may touch, see [`crate::memory`]) to it,
+/// so it must not be set while the DSP may still access the batch's memory.
+#[derive(Debug, Clone, Default)]
+pub struct Completion(Arc<AtomicBool>);
+
+impl Completion {
+    /// True once the job is over.
+    pub fn is_done(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 struct Slot<R> {
     value: Mutex<Option<Result<R>>>,
     cv: Condvar,
+    done: Completion,
 }
 
 /// Completion of one submitted job.
@@ -31,7 +50,12 @@ impl<R> std::fmt::Debug for Fence<R> {
 impl<R> Fence<R> {
     /// True once the job has finished (successfully or not).
     pub fn is_signaled(&self) -> bool {
-        self.slot.value.lock().expect("fence lock").is_some()
+        self.slot.done.is_done()
+    }
+
+    /// The job's completion flag (stays set after [`Self::wait`] took the result).
+    pub fn completion(&self) -> Completion {
+        self.slot.done.clone()
     }
 
     /// Block until the job has finished and return its result.
@@ -55,7 +79,10 @@ struct Completer<R> {
 impl<R> Completer<R> {
     fn complete(mut self, r: Result<R>) {
         if let Some(slot) = self.slot.take() {
-            *slot.value.lock().expect("fence lock") = Some(r);
+            let mut v = slot.value.lock().expect("fence lock");
+            *v = Some(r);
+            slot.done.set();
+            drop(v);
             slot.cv.notify_all();
         }
     }
@@ -64,9 +91,12 @@ impl<R> Completer<R> {
 impl<R> Drop for Completer<R> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            *slot.value.lock().expect("fence lock") = Some(Err(Error::Transport(
+            let mut v = slot.value.lock().expect("fence lock");
+            *v = Some(Err(Error::Transport(
                 "the DSP queue stopped before running the job".into(),
             )));
+            slot.done.set();
+            drop(v);
             slot.cv.notify_all();
         }
     }
@@ -149,9 +179,19 @@ impl<S: 'static> JobQueue<S> {
         &self,
         f: impl FnOnce(&mut S) -> Result<R> + Send + 'static,
     ) -> Result<Fence<R>> {
+        self.submit_with(Completion::default(), f)
+    }
+
+    /// [`Self::submit`] signalling `done` when the job is over (run, failed or dropped unrun).
+    pub(crate) fn submit_with<R: Send + 'static>(
+        &self,
+        done: Completion,
+        f: impl FnOnce(&mut S) -> Result<R> + Send + 'static,
+    ) -> Result<Fence<R>> {
         let slot = Arc::new(Slot {
             value: Mutex::new(None),
             cv: Condvar::new(),
+            done,
         });
         let completer = Completer {
             slot: Some(slot.clone()),

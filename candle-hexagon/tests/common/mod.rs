@@ -1,6 +1,8 @@
 //! Shared test helpers: deterministic inputs, error metrics, device constructors.
 #![allow(dead_code)]
 
+pub mod block_ref;
+
 use candle_core::{DType, Device, Tensor};
 use candle_hexagon::{HexagonConfig, HexagonDevice};
 

@@ -1,24 +1,28 @@
-//! `bench-forward`: how much a windowed forward costs relative to the full-canvas forward, on a
-//! ~100M-parameter random LLaDA (d 768, 12 layers, vocabulary 8192), CPU, f32.
+//! `bench-forward`: what one forward of a ~100M-parameter random LLaDA costs on the CPU.
 //!
-//! For each window size `w` the first `L - w` positions are cached (prefix cache) and the last `w`
-//! positions are forwarded against them; the ideal cost ratio is `w / L`. `--write-gguf` also writes
-//! the same weights as a llama.cpp GGUF (with a placeholder vocabulary) to time llama.cpp's CPU
-//! forward over the same canvas with `llama-bench -p <L> -n 0`.
+//! - The windows table: a window of `w` positions forwarded against a cached prefix vs the
+//!   full-canvas forward (ideal ratio `w / L`), for the in-memory f32 model or a GGUF of any type
+//!   (`--weights q4_0` writes one with the project's writer; `--gguf PATH` loads a given file).
+//! - `--llama-bench PATH --llama-quantize PATH`: the side-by-side table with llama.cpp (one forward
+//!   over a 160-token canvas per GGUF type, alternated), see `vs_llama`.
+//!
+//! `--linears candle` runs candle's previous CPU path instead of the kernels-cpu GEMMs.
 
-use std::time::Instant;
+mod model;
+mod vs_llama;
+mod windows;
 
-use anyhow::Result;
-use candle_core::quantized::gguf_file::Value;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
 use candle_core::quantized::GgmlDType;
-use candle_core::{DType, Device, Tensor};
 use clap::Parser;
-use dllm_models::synthetic::{bench_llada_100m, random_weights};
-use dllm_models::weights::HfWeights;
-use dllm_models::{DiffusionLm, DiffusionTransformer, OpMode, Rows};
+use dllm_models::{CpuLinears, DiffusionLm};
 
 #[derive(Parser, Debug)]
-#[command(about = "Windowed vs full-canvas forward on a ~100M random LLaDA.")]
+#[command(
+    about = "Windowed vs full-canvas forwards of a ~100M random LLaDA, and llada-rs vs llama.cpp."
+)]
 struct Args {
     /// Canvas length.
     #[arg(long, default_value_t = 160)]
@@ -29,71 +33,81 @@ struct Args {
     /// Timed repetitions per measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     iters: usize,
-    /// CPU threads.
+    /// Threads for every kernel (kernels-cpu, candle, llama.cpp).
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Also write the weights as a llama.cpp GGUF (F32) here.
+    /// Weights of the windows table: f32 (in memory) or a GGUF type written by the project's
+    /// writer (f16, bf16, q8_0, q4_0, q4_k, q6_k).
+    #[arg(long, default_value = "f32")]
+    weights: String,
+    /// Load this GGUF for the windows table instead.
     #[arg(long)]
-    write_gguf: Option<std::path::PathBuf>,
+    gguf: Option<PathBuf>,
+    /// Linear layers: packed (kernels-cpu) or candle (the previous path).
+    #[arg(long, default_value = "packed")]
+    linears: String,
+    /// Also write the f32 weights as a llama.cpp GGUF here.
+    #[arg(long)]
+    write_gguf: Option<PathBuf>,
+    /// llama.cpp's `llama-bench`: print the side-by-side table instead of the windows table.
+    #[arg(long, requires = "llama_quantize")]
+    llama_bench: Option<PathBuf>,
+    /// llama.cpp's `llama-quantize` (makes the Q8_0 and Q4_0 files).
+    #[arg(long, requires = "llama_bench")]
+    llama_quantize: Option<PathBuf>,
+    /// GGUF types of the side-by-side table.
+    #[arg(long, value_delimiter = ',', default_value = "f32,f16,q8_0,q4_0")]
+    types: Vec<String>,
+    /// Alternated rounds of the side-by-side table.
+    #[arg(long, default_value_t = 2)]
+    rounds: usize,
+    /// Where the side-by-side table's GGUF files go (reused if present).
+    #[arg(long, default_value = "/tmp/llada-bench-forward")]
+    dir: PathBuf,
 }
 
-fn median_ms(iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    f()?; // warm-up
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t = Instant::now();
-        f()?;
-        v.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    Ok(v[v.len() / 2])
-}
-
-/// A SentencePiece-style placeholder vocabulary so llama.cpp can load a checkpoint that has none.
-fn placeholder_vocab(n: usize) -> Vec<(String, Value)> {
-    let tokens = (0..n)
-        .map(|i| {
-            Value::String(match i {
-                0 => "<unk>".into(),
-                1 => "<s>".into(),
-                2 => "</s>".into(),
-                _ => format!("tok{i}"),
-            })
-        })
-        .collect();
-    let types = (0..n)
-        .map(|i| {
-            Value::I32(match i {
-                0 => 2,
-                1 | 2 => 3,
-                _ => 1,
-            })
-        })
-        .collect();
-    vec![
-        ("tokenizer.ggml.model".into(), Value::String("llama".into())),
-        ("tokenizer.ggml.tokens".into(), Value::Array(tokens)),
-        (
-            "tokenizer.ggml.scores".into(),
-            Value::Array((0..n).map(|_| Value::F32(0.0)).collect()),
-        ),
-        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
-    ]
+fn ggml(name: &str) -> Result<GgmlDType> {
+    Ok(match name {
+        "f32" => GgmlDType::F32,
+        "f16" => GgmlDType::F16,
+        "bf16" => GgmlDType::BF16,
+        "q8_0" => GgmlDType::Q8_0,
+        "q4_0" => GgmlDType::Q4_0,
+        "q4_k" => GgmlDType::Q4K,
+        "q6_k" => GgmlDType::Q6K,
+        other => bail!("--weights: unknown type `{other}`"),
+    })
 }
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
-    let cfg = bench_llada_100m();
-    let w = random_weights(&cfg, 0)?;
+    dllm_models::threads::configure(a.threads).context("--threads")?;
+    if a.iters == 0 || a.rounds == 0 {
+        bail!("--iters and --rounds must be positive");
+    }
+    if let (Some(lb), Some(lq)) = (&a.llama_bench, &a.llama_quantize) {
+        println!(
+            "100M LLaDA, one forward over {} tokens, {} thread(s); llama-bench -p {} -n 0 -r {} vs llada-rs (median of {}), alternated, {} rounds (ranges over rounds)\n",
+            a.canvas, a.threads, a.canvas, a.iters, a.iters, a.rounds
+        );
+        return vs_llama::run(&vs_llama::Plan {
+            llama_bench: lb.clone(),
+            llama_quantize: lq.clone(),
+            dir: a.dir.clone(),
+            types: a.types.clone(),
+            rounds: a.rounds,
+            reps: a.iters,
+            tokens: a.canvas,
+            threads: a.threads,
+        });
+    }
+    let which = match a.linears.as_str() {
+        "packed" => CpuLinears::Packed,
+        "candle" => CpuLinears::Candle,
+        other => bail!("--linears: `{other}` (expected packed or candle)"),
+    };
     if let Some(path) = &a.write_gguf {
-        dllm_models::gguf_write::write_gguf(
-            path,
-            &cfg,
-            &w,
-            GgmlDType::F32,
-            &placeholder_vocab(cfg.vocab_size),
-        )?;
+        model::write_gguf(path, GgmlDType::F32)?;
         eprintln!(
             "wrote {}; time llama.cpp with: llama-bench -m {} -p {} -n 0 -t {} -r {}",
             path.display(),
@@ -103,53 +117,28 @@ fn main() -> Result<()> {
             a.iters
         );
     }
-    let mut m = DiffusionTransformer::new(
-        cfg.clone(),
-        &HfWeights::from_tensors(w, cfg.arch, DType::F32, &Device::Cpu),
-        OpMode::Fused,
-    )?;
-    let l = a.canvas;
-    let ids: Vec<u32> = (0..l as u32)
-        .map(|i| (i * 7919 + 13) % (cfg.vocab_size as u32 - 3))
-        .collect();
-    let canvas = Tensor::from_vec(ids, (1, l), &Device::Cpu)?;
-    println!(
-        "LLaDA-shaped random model: {:.1}M parameters (d {}, {} layers, vocab {}), canvas {l}, f32, {} thread(s), median of {}\n",
-        m.info().num_params as f64 / 1e6, cfg.hidden_size, cfg.num_layers, cfg.vocab_size, a.threads, a.iters
-    );
-    m.clear_cache()?;
-    let full = median_ms(a.iters, || {
-        m.forward_full(&canvas, Rows::All)?;
-        Ok(())
-    })?;
-    let last32: Vec<usize> = (l.saturating_sub(32)..l).collect();
-    let full_rows = median_ms(a.iters, || {
-        m.forward_full(&canvas, Rows::Positions(&last32))?;
-        Ok(())
-    })?;
-    println!("| forward | rows computed | logits rows | ms | vs full | ideal (rows / {l}) |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    println!("| full canvas | {l} | {l} | {full:.1} | 1.00 | 1.00 |");
-    println!(
-        "| full canvas, logits for 32 rows | {l} | 32 | {full_rows:.1} | {:.2} | — |",
-        full_rows / full
-    );
-    for &win in &a.windows {
-        if win >= l {
-            continue;
+    let (mut m, what) = match (&a.gguf, a.weights.as_str()) {
+        (Some(p), _) => (model::load_gguf(p, which)?, p.display().to_string()),
+        (None, "f32") => (model::in_memory(which)?, "f32 (in memory)".to_string()),
+        (None, ty) => {
+            std::fs::create_dir_all(&a.dir)?;
+            let p = a.dir.join(format!("bench100m-writer-{ty}.gguf"));
+            if !p.is_file() {
+                model::write_gguf(&p, ggml(ty)?)?;
+            }
+            (
+                model::load_gguf(&p, which)?,
+                format!("{ty} GGUF (project writer)"),
+            )
         }
-        m.clear_cache()?;
-        m.forward_full(&canvas, Rows::None)?;
-        m.commit(0..l - win)?;
-        let t = median_ms(a.iters, || {
-            m.forward(&canvas, l - win..l, Rows::All)?;
-            Ok(())
-        })?;
-        println!(
-            "| window, prefix cached | {win} | {win} | {t:.1} | {:.2} | {:.2} |",
-            t / full,
-            win as f64 / l as f64
-        );
-    }
-    Ok(())
+    };
+    println!(
+        "LLaDA-shaped random model: {:.1}M parameters, weights {what}, linears {}, canvas {}, {} thread(s), median of {}\n",
+        m.info().num_params as f64 / 1e6,
+        a.linears,
+        a.canvas,
+        a.threads,
+        a.iters
+    );
+    windows::table(&mut m, a.canvas, &a.windows, a.iters)
 }

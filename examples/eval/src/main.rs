@@ -66,7 +66,7 @@ struct Args {
     /// Decode every block even after one ends in EOS.
     #[arg(long)]
     no_early_stop: bool,
-    /// CPU threads.
+    /// Threads for every CPU kernel, 1..=256 (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
     /// Print one JSON object (scores per task and settings) instead of the table.
@@ -86,10 +86,9 @@ fn main() {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        if t == 0 {
-            bail!("--threads must be positive");
-        }
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+        // Every CPU kernel (kernels-cpu's GEMMs, candle's ops) uses this many threads; set it
+        // before any tensor work, when the pools start.
+        dllm_models::threads::configure(t).context("--threads")?;
     }
     let asked_suite: Option<Suite> = a
         .suite

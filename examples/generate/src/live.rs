@@ -11,16 +11,19 @@ pub struct LiveCanvas {
     tok: Option<TextTokenizer>,
     lines: usize,
     total: usize,
+    stop_ids: Vec<u32>,
 }
 
 impl LiveCanvas {
-    /// Animate `total` generated positions.
-    pub fn new(tok: Option<TextTokenizer>, total: usize) -> Self {
+    /// Animate `total` generated positions; `stop_ids` (EOS, EoT) show as `⏎` — the printed answer
+    /// ends at the first of them, so the canvas shows where.
+    pub fn new(tok: Option<TextTokenizer>, total: usize, stop_ids: Vec<u32>) -> Self {
         Self {
             term: Term::stderr(),
             tok,
             lines: 0,
             total,
+            stop_ids,
         }
     }
 
@@ -43,6 +46,9 @@ impl LiveCanvas {
             if id == e.mask_id {
                 flush(&mut run, &mut s);
                 s.push('░');
+            } else if self.stop_ids.contains(&id) {
+                flush(&mut run, &mut s);
+                s.push('⏎');
             } else {
                 run.push(id);
             }

@@ -35,7 +35,7 @@ fn run(args: &[&str]) -> std::process::Output {
 fn json_output_matches_the_library() {
     let dir = model_dir("json");
     let d = dir.to_str().unwrap();
-    for strategy in ["vanilla", "prefix-cache", "dual-cache"] {
+    for strategy in ["vanilla", "prefix-cache", "dual-cache", "mbsd"] {
         let out = run(&[
             "--model",
             d,
@@ -71,6 +71,15 @@ fn json_output_matches_the_library() {
             "forwards",
             "steps",
             "elapsed_ms",
+            "mean_active_per_forward",
+            "drafts",
+            "drafts_accepted",
+            "drafts_rejected",
+            "revised",
+            "refreshes",
+            "refresh_ms",
+            "merge_wait_ms",
+            "logits_rows_skipped",
         ] {
             assert!(v.get(key).is_some(), "missing `{key}` in {v}");
         }
@@ -90,6 +99,8 @@ fn json_output_matches_the_library() {
         let g = dllm_decode::generate(&mut m.model, &[5, 6, 7, 8], &p, &mut ()).unwrap();
         assert_eq!(ids, g.generated(), "{strategy}");
         assert_eq!(v["forwards"].as_u64().unwrap() as usize, g.forwards);
+        assert_eq!(v["drafts"].as_u64().unwrap() as usize, g.drafts);
+        assert_eq!(v["refreshes"].as_u64().unwrap() as usize, g.refreshes);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -143,6 +154,14 @@ fn bad_input_exits_with_a_named_error() {
             &["--model", d, "--prompt-ids", "1,2", "--dtype", "f64"],
             "dtype",
         ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--threads", "0"],
+            "threads",
+        ),
+        (
+            &["--model", d, "--prompt-ids", "1,2", "--threads", "10000"],
+            "thread count 10000 is outside 1..=256",
+        ),
         (&["--model", d, "--prompt", "hello"], "tokenizer"),
         (&["--model", d, "--prompt-ids", "1,255"], "mask token"),
         (&["--model", d], "prompt"),
@@ -166,6 +185,31 @@ fn bad_input_exits_with_a_named_error() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn thread_counts_give_the_same_tokens() {
+    // The shipped (embedded) model, which runs the packed f16 kernels; each count in its own
+    // process, since thread pools are sized once per process.
+    let args = |t: &'static str| {
+        [
+            "--prompt-ids",
+            "10,11,12,13,14,15",
+            "--gen-length",
+            "32",
+            "--block-length",
+            "16",
+            "--steps",
+            "32",
+            "--threads",
+            t,
+            "--json",
+        ]
+    };
+    let one = generated_ids(&args("1"));
+    assert_eq!(one.len(), 32);
+    assert_eq!(one, generated_ids(&args("2")));
+    assert_eq!(one, generated_ids(&args("3")));
 }
 
 fn generated_ids(args: &[&str]) -> Vec<u32> {
@@ -224,6 +268,29 @@ fn hexagon_device_gives_the_cpu_tokens_and_prints_the_routing_report() {
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("Hexagon routing report"), "{err}");
+    // The whole transformer as one module, one DSP batch per block.
+    assert!(err.contains("| block | npu (hmx) |"), "{err}");
+    let json = run(&with(&["--device", "hexagon", "--json"]));
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&json.stdout).trim()).unwrap();
+    let (batches, forwards) = (
+        v["dsp_batches"].as_u64().unwrap(),
+        v["forwards"].as_u64().unwrap(),
+    );
+    // The model has 2 blocks: at most one batch per block per forward.
+    assert_eq!(batches, 2 * forwards, "{v}");
+    assert!(v["bytes_staged"].as_u64().unwrap() > 0);
+    // The per-op path when the block module is denied.
+    let out = run(&with(&[
+        "--device",
+        "hexagon",
+        "--hexagon-deny",
+        "block",
+        "--no-live",
+    ]));
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("| block | cpu (denied) |"), "{err}");
     assert!(err.contains("| flash_attn | npu (hvx) |"), "{err}");
     assert!(err.contains("| linear_f16 | npu (hmx) |"), "{err}");
 

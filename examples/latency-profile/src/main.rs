@@ -1,6 +1,7 @@
-//! `latency-profile`: how long one forward of an `n`-token window against a cached prefix takes,
-//! for `n` in 1..256, on the CPU or on the Hexagon backend. The JSON table it writes is the input
-//! the speculative-window policy (a later issue) will read (`{"device", "model", "points": [{"tokens", "ms"}, ...]}`).
+//! `latency-profile`: how long one forward takes as a function of the window size (positions
+//! forwarded), the logits rows requested (the masked positions a decoder asks about) and the cached
+//! length the window attends to, on the CPU or on the Hexagon backend. It writes the typed
+//! [`dllm_decode::LatencyTable`] that decoding policies read (`--latency-table` of `generate`).
 //!
 //! ```text
 //! latency-profile --device cpu --out cpu.json
@@ -18,6 +19,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_hexagon::{HexagonConfig, HexagonDevice, TransportConfig};
 use clap::Parser;
+use dllm_decode::latency::{Interpolation, LatencyPoint, LatencyTable, ModelDesc};
 use dllm_models::synthetic::{bench_llada_100m, random_weights, tiny_llada};
 use dllm_models::weights::HfWeights;
 use dllm_models::{
@@ -53,13 +55,22 @@ struct Args {
         default_value = "1,2,4,8,16,32,48,64,96,128,160,192,224,256"
     )]
     tokens: Vec<usize>,
-    /// Cached prefix the window attends to.
-    #[arg(long, default_value_t = 64)]
-    prefix: usize,
+    /// Logits rows requested per forward (`all` = the whole window); each window is measured with
+    /// every listed count below its size, plus the whole window.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,all")]
+    rows: Vec<String>,
+    /// Cached lengths the window attends to (ascending).
+    #[arg(
+        long,
+        visible_alias = "prefix",
+        value_delimiter = ',',
+        default_value = "64,512"
+    )]
+    cached: Vec<usize>,
     /// Timed runs per point (the median is reported; one warm-up run is not timed).
     #[arg(long, default_value_t = 5)]
     runs: usize,
-    /// CPU threads for candle (default: candle's choice, all cores).
+    /// Threads for every CPU kernel, 1..=256 (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
     /// Write the table as JSON here.
@@ -119,6 +130,41 @@ fn median_ms(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64
     Ok((v[v.len() / 2], v[0], v[v.len() - 1]))
 }
 
+/// The row counts to measure for a window of `w` positions.
+fn rows_for(spec: &[RowsSpec], w: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = spec
+        .iter()
+        .map(|r| match r {
+            RowsSpec::All => w,
+            RowsSpec::N(n) => (*n).min(w),
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RowsSpec {
+    All,
+    N(usize),
+}
+
+fn parse_rows(v: &[String]) -> Result<Vec<RowsSpec>> {
+    if v.is_empty() {
+        bail!("--rows must list at least one count (or `all`)");
+    }
+    v.iter()
+        .map(|s| match s.trim() {
+            "all" => Ok(RowsSpec::All),
+            n => match n.parse::<usize>() {
+                Ok(x) if x > 0 => Ok(RowsSpec::N(x)),
+                _ => bail!("--rows: `{n}` (expected a positive count or `all`)"),
+            },
+        })
+        .collect()
+}
+
 fn run(a: Args) -> Result<()> {
     if a.runs == 0 {
         bail!("--runs must be positive");
@@ -126,82 +172,107 @@ fn run(a: Args) -> Result<()> {
     if a.tokens.is_empty() || a.tokens.contains(&0) {
         bail!("--tokens must be a non-empty list of positive counts");
     }
+    if a.cached.is_empty() || a.cached.windows(2).any(|w| w[0] >= w[1]) {
+        bail!("--cached must be a non-empty ascending list");
+    }
+    let rows_spec = parse_rows(&a.rows)?;
     if let Some(t) = a.threads {
-        if t == 0 {
-            bail!("--threads must be positive");
-        }
-        // candle and rayon read this when their pools start: set it before any tensor work.
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+        // Every CPU kernel (kernels-cpu's GEMMs, candle's ops) uses this many threads; set it
+        // before any tensor work, when the pools start.
+        dllm_models::threads::configure(t).context("--threads")?;
     }
     let backend = backend(&a)?;
     let (mut m, source) = model(&a, &backend)?;
     let info = m.info().clone();
     let max_n = *a.tokens.iter().max().expect("non-empty");
-    let len = a.prefix + max_n;
-    if len > info.max_seq_len {
-        bail!(
-            "--prefix {} + {} tokens exceeds the model's {} positions",
-            a.prefix,
-            max_n,
-            info.max_seq_len
-        );
-    }
-    let ids: Vec<u32> = (0..len as u32)
-        .map(|i| (i * 7919 + 13) % (info.vocab_size as u32 - 3))
-        .collect();
+    let max_cached = *a.cached.last().expect("non-empty");
+    let len = max_cached
+        .checked_add(max_n)
+        .filter(|&l| l <= info.max_seq_len)
+        .ok_or_else(|| {
+            anyhow!(
+                "--cached {max_cached} + {max_n} tokens exceeds the model's {} positions",
+                info.max_seq_len
+            )
+        })?;
+    let vocab = u32::try_from(info.vocab_size)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| anyhow!("vocabulary of {} ids", info.vocab_size))?;
+    let ids: Vec<u32> = (0..len as u32).map(|i| (i * 7919 + 13) % vocab).collect();
     let canvas = Tensor::from_vec(ids, (1, len), &Device::Cpu)?;
-    if a.prefix > 0 {
-        m.forward(&canvas, 0..a.prefix, Rows::None)?;
-        m.commit(0..a.prefix)?;
-    }
     let device = match &backend {
         Backend::Cpu => "cpu".to_string(),
         Backend::Hexagon(d) => format!("hexagon: {}", d.description()),
     };
     eprintln!(
-        "{source}: {:.1}M parameters, {} layers, d {}, vocab {}; device {device}; prefix {} cached; median of {}",
+        "{source}: {:.1}M parameters, {} layers, d {}, vocab {}; device {device}; median of {}",
         info.num_params as f64 / 1e6,
         info.num_layers,
         info.hidden_size,
         info.vocab_size,
-        a.prefix,
         a.runs
     );
     let mut points = Vec::new();
-    println!("| tokens | ms (median) | min | max | ms/token |");
-    println!("|---:|---:|---:|---:|---:|");
-    for &n in &a.tokens {
-        let w = a.prefix..a.prefix + n;
-        let (ms, lo, hi) = median_ms(a.runs, || {
-            m.forward(&canvas, w.clone(), Rows::All)?;
-            Ok(())
-        })?;
-        println!(
-            "| {n} | {ms:.2} | {lo:.2} | {hi:.2} | {:.3} |",
-            ms / n as f64
-        );
-        points.push(serde_json::json!({ "tokens": n, "ms": ms, "min_ms": lo, "max_ms": hi }));
+    println!("| window | rows | cached | ms (median) | min | max | ms/position |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|");
+    m.clear_cache()?;
+    let mut filled = 0;
+    for &cached in &a.cached {
+        // Extend the cache in chunks, each attending to what is already cached.
+        while filled < cached {
+            let end = (filled + 256).min(cached);
+            m.forward(&canvas, filled..end, Rows::None)?;
+            m.commit(filled..end)?;
+            filled = end;
+        }
+        for &n in &a.tokens {
+            let w = cached..cached + n;
+            for r in rows_for(&rows_spec, n) {
+                // Requested rows spread over the window, as a decoder's masked positions are.
+                let pos: Vec<usize> = (0..r).map(|i| cached + i * n / r).collect();
+                let (ms, lo, hi) = median_ms(a.runs, || {
+                    m.forward(&canvas, w.clone(), Rows::Positions(&pos))?;
+                    Ok(())
+                })?;
+                println!(
+                    "| {n} | {r} | {cached} | {ms:.2} | {lo:.2} | {hi:.2} | {:.3} |",
+                    ms / n as f64
+                );
+                points.push(LatencyPoint {
+                    window: n,
+                    rows: r,
+                    cached,
+                    ms,
+                    min_ms: Some(lo),
+                    max_ms: Some(hi),
+                });
+            }
+        }
     }
     if let Backend::Hexagon(d) = &backend {
         eprintln!("\n{}", d.routing_report());
     }
     if let Some(out) = &a.out {
-        let table = serde_json::json!({
-            "device": device,
-            "model": {
-                "source": source,
-                "arch": info.arch.to_string(),
-                "params": info.num_params,
-                "layers": info.num_layers,
-                "hidden": info.hidden_size,
-                "vocab": info.vocab_size,
+        let table = LatencyTable {
+            version: dllm_decode::latency::LATENCY_TABLE_VERSION,
+            device,
+            model: ModelDesc {
+                source,
+                arch: info.arch.to_string(),
+                params: info.num_params,
+                layers: info.num_layers,
+                hidden: info.hidden_size,
+                vocab: info.vocab_size,
             },
-            "prefix": a.prefix,
-            "runs": a.runs,
-            "threads": a.threads,
-            "points": points,
-        });
-        std::fs::write(out, serde_json::to_string_pretty(&table)? + "\n")
+            provenance: "measured".into(),
+            interpolation: Interpolation::Linear,
+            threads: a.threads,
+            runs: a.runs,
+            points,
+        };
+        table
+            .save(out)
             .with_context(|| format!("writing {}", out.display()))?;
         eprintln!("wrote {}", out.display());
     }

@@ -170,6 +170,10 @@ static kdsp_op gen_valid(uint32_t code) {
         }
         op.dst = mk_rows(fdt(), D, Hq, Tq, 1);
         op.params.attn.scale = 0.125f;
+        if (rnd(0, 1) && Tk > 1u) { /* exclude a key range */
+            op.params.attn.kv_skip_begin = rnd(0, Tk - 1u);
+            op.params.attn.kv_skip_end = rnd(op.params.attn.kv_skip_begin + 1u, Tk);
+        }
         break;
     }
     case KDSP_OP_RMS_NORM:
@@ -231,6 +235,27 @@ static kdsp_op gen_valid(uint32_t code) {
         op.src[0] = mk_rows(KDSP_DTYPE_Q4_0, K32, N, 1, 1);
         op.dst = mk_tiles(KDSP_LAYOUT_Q4_0_TILES, K32, N);
         break;
+    case KDSP_OP_GET_ROWS: {
+        const uint32_t R = rnd(1, 40), B = rnd(1, 3), per_batch = rnd(0, 1);
+        op.n_src = 2;
+        op.src[0] = mk_rows(fdt(), K, R, B, 1);
+        op.src[1] = mk_rows(KDSP_DTYPE_I32, M, per_batch ? B : 1u, 1, 1);
+        for (uint32_t b = 0; b < op.src[1].ne[1]; b++) {
+            for (uint32_t i = 0; i < M; i++) {
+                *(int32_t *)(void *)((uint8_t *)bufs[op.src[1].buffer_id] + op.src[1].offset +
+                                     b * op.src[1].nb[1] + i * 4u) = (int32_t)rnd(0, R - 1u);
+            }
+        }
+        op.dst = mk_rows(fdt(), K, M, B, 1);
+        break;
+    }
+    case KDSP_OP_CPY: {
+        const uint32_t a = rnd(1, 4), b = rnd(1, 3), c = rnd(1, 2);
+        op.n_src = 1;
+        op.src[0] = mk_rows(fdt(), K, a, b, c);
+        op.dst = mk_rows(fdt(), K, a, b, c);
+        break;
+    }
     default: /* KDSP_OP_DEQUANT_Q4_0 */
         op.n_src = 1;
         op.src[0] = mk_tiles(KDSP_LAYOUT_Q4_0_TILES, K, N);
@@ -259,7 +284,7 @@ static uint32_t pick_u32(void) {
 
 static void mutate(kdsp_op *op) {
     kdsp_tensor *t = pick_tensor(op);
-    switch (rnd(0, 11)) {
+    switch (rnd(0, 12)) {
     case 0: { /* flip random bits anywhere */
         uint8_t *b = (uint8_t *)op;
         b[rnd(0, sizeof(*op) - 1u)] ^= (uint8_t)(1u << rnd(0, 7));
@@ -306,6 +331,14 @@ static void mutate(kdsp_op *op) {
         break;
     case 10:
         op->opcode = rnd(0, KDSP_OP_COUNT + 2u);
+        break;
+    case 11: /* data the validator cannot see: a GET_ROWS index or a RoPE position out of range */
+        if ((op->opcode == KDSP_OP_GET_ROWS || op->opcode == KDSP_OP_ROPE_NEOX) && op->src[1].buffer_id < n_bufs &&
+            bufs[op->src[1].buffer_id] != NULL && buf_sizes[op->src[1].buffer_id] >= 4u &&
+            op->src[1].offset <= buf_sizes[op->src[1].buffer_id] - 4u) {
+            const int32_t bad[4] = {-1, 1 << 30, INT32_MIN, 40};
+            memcpy((uint8_t *)bufs[op->src[1].buffer_id] + op->src[1].offset, &bad[rnd(0, 3)], 4);
+        }
         break;
     default: /* a second id over the same memory: overlap across buffer ids */
         if (n_bufs < MAX_BUFS && op->dst.buffer_id < n_bufs) {

@@ -234,3 +234,154 @@ fn fully_masked_rows_give_zeros_and_others_are_unaffected() {
     let (ratio, at) = worst_ratio(&got, &want, 1e-5, 0.0);
     assert!(ratio <= 1.0, "error {ratio} x tolerance at {at}");
 }
+
+/// Runs FlashAttention over a `[tk][hkv][d]` K/V cache with keys `[skip.0, skip.1)` excluded;
+/// returns the f32 output.
+#[allow(clippy::too_many_arguments)]
+fn run_skip(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    (d, hq, hkv, tq, tk): (usize, usize, usize, usize, usize),
+    skip: (u32, u32),
+    workers: u32,
+) -> (kdsp_status_t, Vec<f32>) {
+    let mut ctx = Ctx::new(workers);
+    let f16s = |x: &[f32]| x.iter().map(|&v| f16_bits(v)).collect::<Vec<_>>();
+    let mut srcs = vec![
+        rows(
+            ctx.add_f32(q),
+            KDSP_DTYPE_F32,
+            &[d as u32, hq as u32, tq as u32],
+        ),
+        rows(
+            ctx.add_u16(&f16s(k)),
+            KDSP_DTYPE_F16,
+            &[d as u32, hkv as u32, tk as u32],
+        ),
+        rows(
+            ctx.add_u16(&f16s(v)),
+            KDSP_DTYPE_F16,
+            &[d as u32, hkv as u32, tk as u32],
+        ),
+    ];
+    if let Some(m) = mask {
+        srcs.push(rows(
+            ctx.add_f32(m),
+            KDSP_DTYPE_F32,
+            &[tk as u32, tq as u32],
+        ));
+    }
+    let dst = ctx.add(Buf::from_bytes(&vec![0x7f; tq * hq * d * 4]));
+    let mut o = kdsp_op::new(
+        KDSP_OP_FLASH_ATTN,
+        rows(dst, KDSP_DTYPE_F32, &[d as u32, hq as u32, tq as u32]),
+        &srcs,
+    );
+    o.params.attn.scale = 1.0 / (d as f32).sqrt();
+    o.params.attn.kv_skip_begin = skip.0;
+    o.params.attn.kv_skip_end = skip.1;
+    let st = ctx.run(&o);
+    (st, ctx.f32s(dst))
+}
+
+#[test]
+fn a_key_exclusion_range_equals_attention_over_the_remaining_keys() {
+    // [cached rows 0..len) ++ [window rows len..len+n), skipping the stale cached rows of the
+    // window's positions: the result must be bit-identical to attention over the keys with
+    // those rows removed (same order), and within tolerance of the f64 reference.
+    let mut rng = Rng(53);
+    let cases = [
+        (128usize, 4usize, 4usize, 32usize, 160usize, 64u32, 96u32), // LLaDA window in a prefix
+        (64, 6, 2, 7, 100, 0, 37),                                   // skip at the start
+        (40, 3, 1, 5, 70, 50, 70),                                   // skip at the end
+        (16, 2, 2, 3, 129, 1, 128),                                  // one key left on each side
+        (8, 1, 1, 4, 65, 63, 64),                                    // across a 64-key block
+    ];
+    for (case, &(d, hq, hkv, tq, tk, b, e)) in cases.iter().enumerate() {
+        let q = rng.vec(tq * hq * d, 1.0);
+        let k = round_f16(&rng.vec(tk * hkv * d, 1.0));
+        let v = round_f16(&rng.vec(tk * hkv * d, 1.0));
+        let mask: Option<Vec<f32>> = (case % 2 == 1).then(|| rng.vec(tq * tk, 0.5));
+        let keep: Vec<usize> = (0..tk)
+            .filter(|&j| !(b as usize..e as usize).contains(&j))
+            .collect();
+        let gather = |x: &[f32], w: usize| -> Vec<f32> {
+            keep.iter()
+                .flat_map(|&j| x[j * w..(j + 1) * w].to_vec())
+                .collect()
+        };
+        let (kg, vg) = (gather(&k, hkv * d), gather(&v, hkv * d));
+        let mg: Option<Vec<f32>> = mask.as_ref().map(|m| {
+            (0..tq)
+                .flat_map(|t| keep.iter().map(move |&j| m[t * tk + j]))
+                .collect()
+        });
+        let shape = (d, hq, hkv, tq, tk);
+        let (st, got) = run_skip(
+            &q,
+            &k,
+            &v,
+            mask.as_deref(),
+            shape,
+            (b, e),
+            1 + case as u32 % 3,
+        );
+        assert_eq!(st, KDSP_STATUS_OK, "case {case}");
+        let tv = keep.len();
+        let (st, dense) = run_skip(&q, &kg, &vg, mg.as_deref(), (d, hq, hkv, tq, tv), (0, 0), 2);
+        assert_eq!(st, KDSP_STATUS_OK, "case {case} dense");
+        assert!(
+            got.iter()
+                .zip(&dense)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "case {case}: skipping keys differs from removing them"
+        );
+        let want = attention_f64(
+            &q,
+            &kg,
+            &vg,
+            mg.as_deref().map(|m| (m, 1)),
+            d,
+            hq,
+            hkv,
+            tq,
+            tv,
+            1.0 / (d as f32).sqrt(),
+        );
+        let (ratio, at) = worst_ratio(&got, &want, 1e-5, 0.0);
+        assert!(
+            ratio <= 1.0,
+            "case {case}: error {ratio} x tolerance at {at}"
+        );
+    }
+}
+
+#[test]
+fn skipping_every_key_gives_zeros_and_bad_ranges_are_rejected() {
+    let mut rng = Rng(54);
+    let (d, h, tq, tk) = (16usize, 2usize, 3usize, 10usize);
+    let q = rng.vec(tq * h * d, 1.0);
+    let k = round_f16(&rng.vec(tk * h * d, 1.0));
+    let v = round_f16(&rng.vec(tk * h * d, 1.0));
+    let shape = (d, h, h, tq, tk);
+    let (st, got) = run_skip(&q, &k, &v, None, shape, (0, tk as u32), 2);
+    assert_eq!(st, KDSP_STATUS_OK);
+    assert!(got.iter().all(|&x| x == 0.0), "no visible key: zeros");
+    // begin >= end (other than 0,0), end past Tk: malformed, nothing written.
+    for skip in [
+        (3, 3),
+        (5, 4),
+        (0, tk as u32 + 1),
+        (tk as u32, tk as u32 + 1),
+        (1, 0),
+    ] {
+        let (st, got) = run_skip(&q, &k, &v, None, shape, skip, 1);
+        assert_eq!(st, KDSP_STATUS_INVALID_PARAMS, "skip {skip:?}");
+        assert!(
+            got.iter().all(|&x| x.to_bits() == 0x7f7f_7f7f),
+            "skip {skip:?} wrote"
+        );
+    }
+}

@@ -10,3 +10,4 @@ mod layouts;
 mod matmul;
 mod pointwise;
 mod quant;
+mod rows;

@@ -1,0 +1,139 @@
+//! The handle of a submitted block-level forward: the fences of its batches (one per block) and
+//! the activation buffer the result will be read from.
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::device::{check_statuses, HexagonDevice};
+use crate::error::{Error, Result};
+use crate::memory::leases::Access;
+use crate::memory::PooledBuffer;
+use crate::ops::typed_mut;
+use crate::routing::{Decision, OpKind, Tier};
+use crate::transport::{Batch, Fence};
+
+/// What a forward returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardOutput {
+    /// `(batch, rows, vocab)` logits (the LM head ran on the NPU).
+    Logits,
+    /// `(batch, rows, hidden)` rows after the final norm, for a head on the CPU.
+    Hidden,
+}
+
+/// A forward in flight. Dropping it without [`Self::wait`] is safe: the batches still run and
+/// keep their leases until they complete; the result is discarded.
+pub struct ForwardHandle {
+    dev: HexagonDevice,
+    fences: Vec<(Fence, Batch)>,
+    act: PooledBuffer,
+    out_off: usize,
+    dims: (usize, usize, usize),
+    output: ForwardOutput,
+    tier: Tier,
+    staged_in: usize,
+    started: Instant,
+}
+
+impl std::fmt::Debug for ForwardHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForwardHandle")
+            .field("batches", &self.fences.len())
+            .field("done", &self.is_done())
+            .field("dims", &self.dims)
+            .field("output", &self.output)
+            .finish()
+    }
+}
+
+impl ForwardHandle {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dev: HexagonDevice,
+        fences: Vec<(Fence, Batch)>,
+        act: PooledBuffer,
+        out_off: usize,
+        dims: (usize, usize, usize),
+        output: ForwardOutput,
+        tier: Tier,
+        staged_in: usize,
+        started: Instant,
+    ) -> Self {
+        ForwardHandle {
+            dev,
+            fences,
+            act,
+            out_off,
+            dims,
+            output,
+            tier,
+            staged_in,
+            started,
+        }
+    }
+
+    /// True once every block's batch has finished.
+    pub fn is_done(&self) -> bool {
+        self.fences.iter().all(|(f, _)| f.is_signaled())
+    }
+
+    /// Batches (one per block) this forward submitted.
+    pub fn batches(&self) -> usize {
+        self.fences.len()
+    }
+
+    /// What [`Self::wait`] returns.
+    pub fn output(&self) -> ForwardOutput {
+        self.output
+    }
+
+    /// Wait for every block and return the `(batch, rows, width)` f32 result (logits or hidden
+    /// rows, see [`Self::output`]). A failed op is [`Error::InBlock`] naming the block, the op
+    /// and the kernel status; the window's pending K/V are then garbage (do not commit them).
+    pub fn wait(self) -> Result<Tensor> {
+        let blocks = self.fences.len();
+        let mut first_err = None;
+        for (li, (fence, batch)) in self.fences.into_iter().enumerate() {
+            let r = fence.wait().and_then(|st| check_statuses(&batch, &st));
+            if let (Err(e), None) = (r, &first_err) {
+                first_err = Some(Error::InBlock {
+                    block: li,
+                    source: Box::new(e),
+                });
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let (b, r, w) = self.dims;
+        let n = b * r * w;
+        let mut v = vec![0f32; n];
+        if n > 0 {
+            self.act
+                .with_host_bytes(self.out_off, n * 4, Access::Read, |bytes| {
+                    typed_mut::<f32>(bytes).map(|s| v.copy_from_slice(s))
+                })??;
+        }
+        self.dev.mem().count_staged(0, n * 4);
+        let ns = self.started.elapsed().as_nanos() as u64;
+        let stats = self.dev.stats();
+        for li in 0..blocks {
+            // Wall time from submission to the result, spread over the blocks; the host bytes
+            // go to the block that staged them.
+            let bytes = match (li == 0, li + 1 == blocks) {
+                (true, true) => self.staged_in + n * 4,
+                (true, false) => self.staged_in,
+                (false, true) => n * 4,
+                (false, false) => 0,
+            };
+            stats.record_call(
+                OpKind::Block,
+                Decision::Npu(self.tier),
+                bytes as u64,
+                ns / blocks as u64,
+            );
+        }
+        Ok(Tensor::from_vec(v, (b, r, w), &Device::Cpu)?.to_dtype(DType::F32)?)
+    }
+}

@@ -1,0 +1,608 @@
+//! `DeviceKv`: a KV cache resident in NPU memory as fp16.
+//!
+//! Per layer one shared buffer holds K then V, each `(batch, capacity, kv_heads, head_dim)`;
+//! rows `[0, len)` are canvas positions `[0, len)`, keys stored with RoPE applied. A forward of
+//! the window `[ws, ws + n)` appends the window's K/V in place at rows `[len, len + n)`
+//! (*pending*); attention reads rows `[0, len + n)` and skips the stale cached rows of the
+//! window's own positions. [`DeviceKv::commit`] makes pending rows part of the cache: no copy
+//! when the window started at `len` (the rows already sit at their positions), a `memmove`
+//! inside each buffer otherwise. Growing the capacity maps new buffers and copies the valid
+//! rows (counted in [`KvStats`]).
+//!
+//! The host side (reads of cached rows for a CPU refresh, writes of refreshed rows, row copies)
+//! goes through the buffers' checked access: it proceeds beside a forward in flight when the
+//! rows do not conflict (reading `[0, len)` while the NPU appends at `len`) and fails with
+//! [`Error::Busy`] otherwise.
+
+use std::ops::Range;
+
+use candle_core::{DType, Device, Tensor};
+use half::f16;
+use kernels_dsp::*;
+
+use crate::device::HexagonDevice;
+use crate::error::{Error, Result};
+use crate::memory::{align_tensor, DeviceBuffer};
+use crate::ops::{typed_mut, Wire};
+
+/// Growth and copy counters of a [`DeviceKv`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvStats {
+    /// Times the capacity grew (each a new mapping per layer plus a copy).
+    pub grows: u64,
+    /// Bytes copied by growth.
+    pub grow_bytes: u64,
+    /// Bytes moved inside the buffers by commits of windows that did not start at `len`.
+    pub commit_bytes_moved: u64,
+}
+
+/// The K/V of the last forward window, not yet committed.
+#[derive(Debug, Clone)]
+struct Pending {
+    /// Canvas position of the window's first row.
+    start: usize,
+    /// Rows.
+    n: usize,
+    /// Cache row holding the window's first row.
+    base: usize,
+    /// Window rows whose pending copy a commit has overwritten.
+    clobbered: Vec<bool>,
+}
+
+/// A KV cache resident in NPU memory (fp16), for one [`super::HexTransformer`] and one batch of
+/// sequences. See the module docs.
+pub struct DeviceKv {
+    dev: HexagonDevice,
+    layers: usize,
+    batch: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+    len: usize,
+    pending: Option<Pending>,
+    bufs: Vec<DeviceBuffer>,
+    stats: KvStats,
+}
+
+impl std::fmt::Debug for DeviceKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceKv")
+            .field("layers", &self.layers)
+            .field("batch", &self.batch)
+            .field("kv_heads", &self.kv_heads)
+            .field("head_dim", &self.head_dim)
+            .field("len", &self.len)
+            .field("capacity", &self.capacity)
+            .field("pending", &self.pending().map(|p| p.start..p.end))
+            .finish()
+    }
+}
+
+fn invalid(detail: String) -> Error {
+    Error::InvalidInput {
+        op: "DeviceKv",
+        detail,
+    }
+}
+
+impl DeviceKv {
+    /// An empty cache of `layers` layers for `batch` sequences with room for `capacity` rows.
+    pub fn new(
+        dev: &HexagonDevice,
+        layers: usize,
+        batch: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<Self> {
+        if layers == 0 || batch == 0 || kv_heads == 0 || head_dim == 0 || capacity == 0 {
+            return Err(invalid(format!(
+                "{layers} layers, batch {batch}, {kv_heads} kv heads of {head_dim}, capacity \
+                 {capacity}: every size must be positive"
+            )));
+        }
+        let mut kv = DeviceKv {
+            dev: dev.clone(),
+            layers,
+            batch,
+            kv_heads,
+            head_dim,
+            capacity: 0,
+            len: 0,
+            pending: None,
+            bufs: Vec::new(),
+            stats: KvStats::default(),
+        };
+        kv.bufs = kv.map_buffers(capacity)?;
+        kv.capacity = capacity;
+        Ok(kv)
+    }
+
+    /// Bytes of one row (one position of one sequence) of K or V.
+    fn row_bytes(&self) -> usize {
+        self.kv_heads * self.head_dim * 2
+    }
+
+    /// Offset of V in a layer buffer of `capacity` rows.
+    fn v_base(&self, capacity: usize) -> usize {
+        align_tensor(self.batch * capacity * self.row_bytes())
+    }
+
+    fn map_buffers(&self, capacity: usize) -> Result<Vec<DeviceBuffer>> {
+        let bytes = capacity
+            .checked_mul(self.batch * self.row_bytes())
+            .and_then(|b| align_tensor(b).checked_mul(2))
+            .filter(|&b| b <= crate::device::MAX_VA_WINDOW_BYTES as usize)
+            .ok_or_else(|| invalid(format!("capacity {capacity} rows does not fit 4 GiB")))?;
+        (0..self.layers)
+            .map(|_| self.dev.map_buffer(bytes))
+            .collect()
+    }
+
+    /// Valid (committed) rows.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Rows the buffers hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Layers.
+    pub fn layers(&self) -> usize {
+        self.layers
+    }
+
+    /// Sequences.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.kv_heads
+    }
+
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Element type of the stored K/V.
+    pub fn dtype(&self) -> DType {
+        DType::F16
+    }
+
+    /// Canvas positions of the last forward's window whose K/V wait for [`Self::commit`].
+    pub fn pending(&self) -> Option<Range<usize>> {
+        self.pending.as_ref().map(|p| p.start..p.start + p.n)
+    }
+
+    /// Growth and copy counters.
+    pub fn stats(&self) -> KvStats {
+        self.stats
+    }
+
+    pub(crate) fn check_geometry(
+        &self,
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        batch: usize,
+    ) -> Result<()> {
+        if (layers, kv_heads, head_dim) != (self.layers, self.kv_heads, self.head_dim) {
+            return Err(invalid(format!(
+                "cache of {} layers x {} kv heads x {} does not match a model of {layers} x \
+                 {kv_heads} x {head_dim}",
+                self.layers, self.kv_heads, self.head_dim
+            )));
+        }
+        if batch != self.batch {
+            return Err(invalid(format!(
+                "batch {batch} does not match the cache's batch {}",
+                self.batch
+            )));
+        }
+        Ok(())
+    }
+
+    /// Before a forward of `[ws, ws + n)`: the window may not start past the cache, and the
+    /// buffers must hold `len + n` rows (grown if needed). Returns the row the window goes to.
+    pub(crate) fn prepare(&mut self, ws: usize, n: usize) -> Result<usize> {
+        if ws > self.len {
+            return Err(invalid(format!(
+                "forward window starts at {ws} but the cache covers only [0, {}): positions in \
+                 between would be invisible",
+                self.len
+            )));
+        }
+        self.reserve(self.len + n)?;
+        Ok(self.len)
+    }
+
+    pub(crate) fn set_pending(&mut self, ws: usize, n: usize, base: usize) {
+        self.pending = Some(Pending {
+            start: ws,
+            n,
+            base,
+            clobbered: vec![false; n],
+        });
+    }
+
+    /// Make sure the buffers hold at least `rows` rows: new mappings of
+    /// `max(rows, 2 * capacity)` rows and a copy of the valid (and pending) rows.
+    pub fn reserve(&mut self, rows: usize) -> Result<()> {
+        if rows <= self.capacity {
+            return Ok(());
+        }
+        let cap = rows.max(2 * self.capacity);
+        let fresh = self.map_buffers(cap)?;
+        let keep = match &self.pending {
+            Some(p) => self.len.max(p.base + p.n),
+            None => self.len,
+        };
+        let rb = self.row_bytes();
+        let mut copied = 0u64;
+        for (old, new) in self.bufs.iter().zip(&fresh) {
+            for bi in 0..self.batch {
+                for (ob, nb) in [(0, 0), (self.v_base(self.capacity), self.v_base(cap))] {
+                    let bytes = old.read(ob + bi * self.capacity * rb, keep * rb)?;
+                    new.write(nb + bi * cap * rb, &bytes)?;
+                    copied += bytes.len() as u64;
+                }
+            }
+        }
+        self.bufs = fresh;
+        self.capacity = cap;
+        self.stats.grows += 1;
+        self.stats.grow_bytes += copied;
+        Ok(())
+    }
+
+    /// Make the pending rows of canvas positions `range` part of the cache. `range` must lie in
+    /// the last forward's window and start at or before `len` (no holes); `len` becomes
+    /// `max(len, range.end)`. Rows move only when the window did not start at `len`. Commits of
+    /// sub-ranges may come in any order, unless an earlier commit overwrote the pending copy of a
+    /// row (then it is an error naming the row).
+    pub fn commit(&mut self, range: Range<usize>) -> Result<()> {
+        let p = self
+            .pending
+            .as_ref()
+            .ok_or_else(|| invalid("commit without a preceding forward".into()))?;
+        if range.start > range.end || range.start < p.start || range.end > p.start + p.n {
+            return Err(invalid(format!(
+                "commit range {range:?} is not inside the last forward window [{}, {})",
+                p.start,
+                p.start + p.n
+            )));
+        }
+        if range.start > self.len {
+            return Err(invalid(format!(
+                "commit range {range:?} would leave a hole after the cached [0, {})",
+                self.len
+            )));
+        }
+        if range.is_empty() {
+            return Ok(());
+        }
+        let (off, cnt) = (range.start - p.start, range.len());
+        let src = p.base + off;
+        if src != range.start {
+            if let Some(k) = (off..off + cnt).find(|&k| p.clobbered[k]) {
+                return Err(invalid(format!(
+                    "the pending K/V of position {} were overwritten by an earlier commit",
+                    p.start + k
+                )));
+            }
+            self.move_rows(src, range.start, cnt)?;
+            self.stats.commit_bytes_moved +=
+                (2 * self.layers * self.batch * cnt * self.row_bytes()) as u64;
+            let p = self.pending.as_mut().expect("checked above");
+            for d in range.clone() {
+                if (p.base..p.base + p.n).contains(&d) {
+                    p.clobbered[d - p.base] = true;
+                }
+            }
+        }
+        self.len = self.len.max(range.end);
+        Ok(())
+    }
+
+    /// Copy rows `[src, src + n)` to `[dst, dst + n)` in K and V of every layer and sequence
+    /// (the ranges may overlap).
+    fn move_rows(&self, src: usize, dst: usize, n: usize) -> Result<()> {
+        let rb = self.row_bytes();
+        for buf in &self.bufs {
+            for bi in 0..self.batch {
+                for base in [0, self.v_base(self.capacity)] {
+                    let row = |r: usize| base + (bi * self.capacity + r) * rb;
+                    buf.copy_within(row(src), row(dst), n * rb)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget rows `>= len` (and the pending window).
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len > self.len {
+            return Err(invalid(format!(
+                "cannot roll the KV cache forward from {} to {len} rows",
+                self.len
+            )));
+        }
+        self.len = len;
+        self.pending = None;
+        Ok(())
+    }
+
+    /// Copy rows `src` to `[dst, dst + src.len())` in every layer (both inside `[0, len)` for
+    /// the source, `dst <= len` for the destination; extends `len` to the copy's end).
+    pub fn copy_rows(&mut self, src: Range<usize>, dst: usize) -> Result<()> {
+        if src.start > src.end || src.end > self.len || dst > self.len {
+            return Err(invalid(format!(
+                "copy of rows {src:?} to {dst}: the source must lie in the cached [0, {}) and \
+                 the destination start at or before its end",
+                self.len
+            )));
+        }
+        self.reserve(dst + src.len())?;
+        self.move_rows(src.start, dst, src.len())?;
+        self.pending = None;
+        self.len = self.len.max(dst + src.len());
+        Ok(())
+    }
+
+    /// K and V of cached rows `rows` of `layer`, each `(batch, rows.len(), kv_heads, head_dim)`
+    /// f16 (keys with RoPE applied). Allowed while a forward is in flight: it only appends.
+    pub fn read_rows(&self, layer: usize, rows: Range<usize>) -> Result<(Tensor, Tensor)> {
+        self.check_layer(layer)?;
+        if rows.start > rows.end || rows.end > self.len {
+            return Err(invalid(format!(
+                "rows {rows:?} are not inside the cached [0, {})",
+                self.len
+            )));
+        }
+        self.gather(layer, &[rows])
+    }
+
+    /// K and V of cached `positions` (any order) of `layer`, `(batch, positions.len(), kv_heads,
+    /// head_dim)` f16.
+    pub fn read_positions(&self, layer: usize, positions: &[usize]) -> Result<(Tensor, Tensor)> {
+        self.check_layer(layer)?;
+        if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
+            return Err(invalid(format!(
+                "position {bad} is not cached (the cache covers [0, {}))",
+                self.len
+            )));
+        }
+        self.gather(layer, &runs(positions))
+    }
+
+    fn gather(&self, layer: usize, runs: &[Range<usize>]) -> Result<(Tensor, Tensor)> {
+        let rb = self.row_bytes();
+        let m: usize = runs.iter().map(|r| r.len()).sum();
+        let elems = self.batch * m * rb / 2;
+        let mut out: [Vec<f16>; 2] = [Vec::with_capacity(elems), Vec::with_capacity(elems)];
+        let buf = &self.bufs[layer];
+        for (half, base) in [0, self.v_base(self.capacity)].into_iter().enumerate() {
+            for bi in 0..self.batch {
+                for r in runs {
+                    let off = base + (bi * self.capacity + r.start) * rb;
+                    buf.with_host_bytes(
+                        off,
+                        r.len() * rb,
+                        crate::memory::leases::Access::Read,
+                        |b| typed_mut::<f16>(b).map(|v| out[half].extend_from_slice(v)),
+                    )??;
+                }
+            }
+        }
+        self.dev.mem().count_staged(0, 2 * self.batch * m * rb);
+        let shape = (self.batch, m, self.kv_heads, self.head_dim);
+        let [k, v] = out;
+        Ok((
+            Tensor::from_vec(k, shape, &Device::Cpu)?,
+            Tensor::from_vec(v, shape, &Device::Cpu)?,
+        ))
+    }
+
+    /// Write `k`, `v` (`(batch, m, kv_heads, head_dim)`, any float dtype, stored as f16) at rows
+    /// `[start, start + m)` of `layer` (growing the buffers if needed) and extend `len` to
+    /// `start + m`. `start <= len` (no holes). Fails with [`Error::Busy`] while a forward in
+    /// flight reads or writes those rows. Writing over the pending window's rows ends it.
+    pub fn write_rows(&mut self, layer: usize, start: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        self.check_layer(layer)?;
+        let m = self.check_rows(k, v)?;
+        if start > self.len {
+            return Err(invalid(format!(
+                "write at row {start} would leave a hole after the cached [0, {})",
+                self.len
+            )));
+        }
+        self.reserve(start + m)?;
+        self.scatter(layer, &[(start, 0, m)], k, v)?;
+        self.forget_pending_over(start, start + m);
+        self.len = self.len.max(start + m);
+        Ok(())
+    }
+
+    /// A host write over rows that hold the pending window's K/V ends that window: it can no
+    /// longer be committed.
+    fn forget_pending_over(&mut self, a: usize, b: usize) {
+        if let Some(p) = &self.pending {
+            if a < p.base + p.n && p.base < b {
+                self.pending = None;
+            }
+        }
+    }
+
+    /// Write `k`, `v` (`(batch, positions.len(), ..)`) at cached `positions` of `layer` (a sparse
+    /// refresh merged at a step boundary).
+    pub fn write_positions(
+        &mut self,
+        layer: usize,
+        positions: &[usize],
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
+        self.check_layer(layer)?;
+        let m = self.check_rows(k, v)?;
+        if m != positions.len() {
+            return Err(invalid(format!(
+                "{} positions for {m} rows of K/V",
+                positions.len()
+            )));
+        }
+        if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
+            return Err(invalid(format!(
+                "position {bad} is not cached (the cache covers [0, {}))",
+                self.len
+            )));
+        }
+        // (cache row, source row, count) for runs of consecutive positions
+        let mut spans: Vec<(usize, usize, usize)> = Vec::new();
+        for (i, &p) in positions.iter().enumerate() {
+            match spans.last_mut() {
+                Some((s, j, c)) if *s + *c == p && *j + *c == i => *c += 1,
+                _ => spans.push((p, i, 1)),
+            }
+        }
+        self.scatter(layer, &spans, k, v)?;
+        for &(row, _, cnt) in &spans {
+            self.forget_pending_over(row, row + cnt);
+        }
+        Ok(())
+    }
+
+    fn check_layer(&self, layer: usize) -> Result<()> {
+        if layer >= self.layers {
+            return Err(invalid(format!(
+                "layer {layer} of a {}-layer cache",
+                self.layers
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_rows(&self, k: &Tensor, v: &Tensor) -> Result<usize> {
+        let (b, m, h, d) = k.dims4().map_err(|_| {
+            invalid(format!(
+                "k {:?} is not (batch, rows, kv_heads, head_dim)",
+                k.dims()
+            ))
+        })?;
+        if v.dims() != k.dims() || (b, h, d) != (self.batch, self.kv_heads, self.head_dim) {
+            return Err(invalid(format!(
+                "k {:?} / v {:?} do not match ({}, rows, {}, {})",
+                k.dims(),
+                v.dims(),
+                self.batch,
+                self.kv_heads,
+                self.head_dim
+            )));
+        }
+        Ok(m)
+    }
+
+    fn scatter(
+        &self,
+        layer: usize,
+        spans: &[(usize, usize, usize)],
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
+        let rb = self.row_bytes();
+        let m = k.dim(1)?;
+        let row_elems = rb / 2;
+        let buf = &self.bufs[layer];
+        let mut staged = 0;
+        for (t, base) in [(k, 0), (v, self.v_base(self.capacity))] {
+            let vals: Vec<f16> = t.to_dtype(DType::F16)?.flatten_all()?.to_vec1()?;
+            for bi in 0..self.batch {
+                for &(row, src, cnt) in spans {
+                    let from = (bi * m + src) * row_elems;
+                    let off = base + (bi * self.capacity + row) * rb;
+                    buf.with_host_bytes(
+                        off,
+                        cnt * rb,
+                        crate::memory::leases::Access::Write,
+                        |b| {
+                            typed_mut::<f16>(b)
+                                .map(|d| d.copy_from_slice(&vals[from..from + cnt * row_elems]))
+                        },
+                    )??;
+                    staged += cnt * rb;
+                }
+            }
+        }
+        self.dev.mem().count_staged(staged, 0);
+        Ok(())
+    }
+
+    // ---- descriptors for the block batches ----
+
+    /// K of rows `[row0, row0 + count)` of item `bi`: `{head_dim, kv_heads, count}` f16.
+    pub(crate) fn k_rows(&self, layer: usize, bi: usize, row0: usize, count: usize) -> kdsp_tensor {
+        self.rows_at(layer, 0, bi, row0, count)
+    }
+
+    /// V of rows `[0, keys)` of item `bi`, like [`Self::k_rows`].
+    pub(crate) fn v_keys(&self, layer: usize, bi: usize, keys: usize) -> kdsp_tensor {
+        self.rows_at(layer, self.v_base(self.capacity), bi, 0, keys)
+    }
+
+    fn rows_at(
+        &self,
+        layer: usize,
+        base: usize,
+        bi: usize,
+        row0: usize,
+        count: usize,
+    ) -> kdsp_tensor {
+        let (hd, rb) = (self.head_dim, self.row_bytes());
+        crate::ops::rows(
+            self.bufs[layer].id(),
+            base + (bi * self.capacity + row0) * rb,
+            Wire::F16,
+            &[hd, self.kv_heads, count],
+        )
+    }
+
+    /// V rows `[row0, row0 + n)` of every item: `{kv_heads * head_dim, n, batch}` f16.
+    pub(crate) fn v_rows(&self, layer: usize, row0: usize, n: usize) -> kdsp_tensor {
+        let rb = self.row_bytes();
+        kdsp_tensor {
+            buffer_id: self.bufs[layer].id(),
+            dtype: KDSP_DTYPE_F16,
+            layout: KDSP_LAYOUT_ROW_MAJOR,
+            offset: (self.v_base(self.capacity) + row0 * rb) as u64,
+            ne: [(rb / 2) as u32, n as u32, self.batch as u32, 1],
+            nb: [
+                2,
+                rb as u64,
+                (self.capacity * rb) as u64,
+                (self.batch * self.capacity * rb) as u64,
+            ],
+            ..Default::default()
+        }
+    }
+}
+
+/// Runs of consecutive values, in the given order.
+fn runs(positions: &[usize]) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for &p in positions {
+        match out.last_mut() {
+            Some(r) if r.end == p => r.end += 1,
+            _ => out.push(p..p + 1),
+        }
+    }
+    out
+}

@@ -1,0 +1,207 @@
+//! Load-time packing for the block module: fused projections (QKV, gate/up) stacked along the
+//! output dimension and packed once into fp16 HMX tiles or Q4_0 tiles, fused biases, and the
+//! resident f32 vectors (norm weights, RoPE tables).
+
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Tensor};
+use half::f16;
+use kernels_dsp::*;
+
+use super::WeightRef;
+use crate::device::HexagonDevice;
+use crate::error::{Error, Result};
+use crate::layout;
+use crate::memory::WeightSlot;
+use crate::ops::linear::PackedFormat;
+use crate::ops::{tiled, to_f32_vec};
+use crate::routing::Reason;
+
+/// The packed format a checkpoint weight gets, or why it cannot be packed.
+pub(crate) fn format_of(w: &WeightRef<'_>) -> std::result::Result<PackedFormat, Reason> {
+    match w {
+        WeightRef::Dense(t) => match t.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 => Ok(PackedFormat::F16Tiles),
+            dt => Err(Reason::Dtype(format!(
+                "{dt:?} weights (dense weights must be float)"
+            ))),
+        },
+        WeightRef::Quant(q) => match q.dtype() {
+            GgmlDType::Q4_0 => Ok(PackedFormat::Q4_0Tiles),
+            dt => Err(Reason::Dtype(format!(
+                "{} weights (the NPU kernels take Q4_0 and dense weights)",
+                format!("{dt:?}").to_lowercase()
+            ))),
+        },
+    }
+}
+
+/// The one format of a fused group (`what` names it in the reason), checked for Q4_0 alignment.
+pub(crate) fn group_format(
+    what: &str,
+    parts: &[WeightRef<'_>],
+    k: usize,
+) -> std::result::Result<PackedFormat, Reason> {
+    let mut formats = parts.iter().map(format_of);
+    let first = formats.next().expect("a fused group has parts")?;
+    for f in formats {
+        if f? != first {
+            return Err(Reason::Dtype(format!(
+                "{what}: dense and Q4_0 weights cannot be fused into one matmul"
+            )));
+        }
+    }
+    if first == PackedFormat::Q4_0Tiles && k % 32 != 0 {
+        return Err(Reason::Alignment(format!(
+            "{what}: Q4_0 rows of {k} values are not whole 32-value blocks"
+        )));
+    }
+    Ok(first)
+}
+
+/// `(rows, cols)` of a checkpoint weight.
+pub(crate) fn dims_of(w: &WeightRef<'_>) -> Result<(usize, usize)> {
+    Ok(match w {
+        WeightRef::Dense(t) => t.dims2()?,
+        WeightRef::Quant(q) => q.shape().dims2()?,
+    })
+}
+
+/// A linear layer packed in NPU memory: `y = x W^T (+ b)`, `W (n, k)`.
+#[derive(Debug)]
+pub(crate) struct PackedLinear {
+    pub(crate) w: WeightSlot,
+    pub(crate) format: PackedFormat,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) bias: Option<WeightSlot>,
+}
+
+impl PackedLinear {
+    /// Stack `parts` (each `(n_i, k)`, one format) along the output dimension and pack them
+    /// once. `biases` (one per part, or empty) become one fused f32 bias (zeros where a part
+    /// has none).
+    pub(crate) fn pack(
+        dev: &HexagonDevice,
+        parts: &[WeightRef<'_>],
+        biases: &[Option<&Tensor>],
+        format: PackedFormat,
+        k: usize,
+    ) -> Result<Self> {
+        let widths: Vec<usize> = parts
+            .iter()
+            .map(|p| dims_of(p).map(|d| d.0))
+            .collect::<Result<_>>()?;
+        let n: usize = widths.iter().sum();
+        let w = match format {
+            PackedFormat::F16Tiles => {
+                let mut w16: Vec<f16> = Vec::with_capacity(n * k);
+                for p in parts {
+                    let WeightRef::Dense(t) = p else {
+                        return Err(mixed());
+                    };
+                    w16.extend(t.to_dtype(DType::F16)?.flatten_all()?.to_vec1::<f16>()?);
+                }
+                let slot = dev.alloc_weights(layout::f16_tiles_len(n, k))?;
+                slot.fill(|dst| layout::pack_f16_tiles_into(dst, &w16, n, k))?;
+                slot
+            }
+            PackedFormat::Q4_0Tiles => {
+                // ggml Q4_0 rows are independent blocks: stacking rows is concatenating bytes.
+                let mut blocks: Vec<u8> = Vec::with_capacity(n * k / 32 * 18);
+                for p in parts {
+                    let WeightRef::Quant(q) = p else {
+                        return Err(mixed());
+                    };
+                    blocks.extend_from_slice(&q.data()?);
+                }
+                let slot = dev.alloc_weights(layout::q4_0_tiles_len(n, k))?;
+                slot.fill(|dst| layout::pack_q4_0_tiles_into(dst, &blocks, n, k))?;
+                slot
+            }
+        };
+        let bias = if biases.iter().any(Option::is_some) {
+            let mut v: Vec<f32> = Vec::with_capacity(n);
+            for (b, &width) in biases.iter().zip(&widths) {
+                match b {
+                    Some(t) => v.extend(to_f32_vec(t)?),
+                    None => v.extend(std::iter::repeat_n(0.0, width)),
+                }
+            }
+            Some(resident_f32(dev, &v)?)
+        } else {
+            None
+        };
+        Ok(PackedLinear {
+            w,
+            format,
+            n,
+            k,
+            bias,
+        })
+    }
+
+    /// The weight as a kernel operand.
+    pub(crate) fn tensor(&self) -> kdsp_tensor {
+        let (dtype, layout) = match self.format {
+            PackedFormat::F16Tiles => (KDSP_DTYPE_F16, KDSP_LAYOUT_HMX_WEIGHT_TILES),
+            PackedFormat::Q4_0Tiles => (KDSP_DTYPE_Q4_0, KDSP_LAYOUT_Q4_0_TILES),
+        };
+        tiled(
+            self.w.buf.id(),
+            self.w.offset,
+            dtype,
+            layout,
+            self.k,
+            self.n,
+        )
+    }
+
+    /// The matmul op code.
+    pub(crate) fn opcode(&self) -> u32 {
+        match self.format {
+            PackedFormat::F16Tiles => KDSP_OP_MATMUL_F16,
+            PackedFormat::Q4_0Tiles => KDSP_OP_MATMUL_Q4_0,
+        }
+    }
+
+    /// Packed bytes (weights and bias).
+    pub(crate) fn bytes(&self) -> usize {
+        self.w.len + self.bias.as_ref().map_or(0, |b| b.len)
+    }
+}
+
+fn mixed() -> Error {
+    Error::InvalidInput {
+        op: "HexTransformer",
+        detail: "a fused group mixes dense and quantized weights".into(),
+    }
+}
+
+/// f32 values resident in the weight arena (norm weights, biases, RoPE tables).
+pub(crate) fn resident_f32(dev: &HexagonDevice, v: &[f32]) -> Result<WeightSlot> {
+    let slot = dev.alloc_weights(v.len() * 4)?;
+    slot.fill(|dst| {
+        for (d, x) in dst.chunks_exact_mut(4).zip(v) {
+            d.copy_from_slice(&x.to_le_bytes());
+        }
+        Ok(())
+    })?;
+    Ok(slot)
+}
+
+/// NeoX RoPE tables `(positions, head_dim / 2)` as `(cos, sin)` f32, computed like the CPU
+/// model's (`theta^(-2i/d)` and the angle in f64, rounded to f32 once).
+pub(crate) fn rope_tables(theta: f64, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let mut cos = Vec::with_capacity(positions * half);
+    let mut sin = Vec::with_capacity(positions * half);
+    for p in 0..positions {
+        for i in 0..half {
+            let inv_freq = theta.powf(-(2.0 * i as f64) / head_dim as f64);
+            let a = p as f64 * inv_freq;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    (cos, sin)
+}

@@ -1,0 +1,385 @@
+//! Multi-block speculative decoding: equal to the dual cache with sliding and lookahead off, drafts
+//! never committed into the cache, blocks decided strictly left to right, deterministic, and the
+//! lookahead priced by the latency table.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+use dllm_decode::latency::{Interpolation, LatencyPoint, LatencyTable, ModelDesc};
+use dllm_decode::{
+    generate, Control, DecodeParams, Decoder, Generation, MbsdParams, RevisionParams, StepEvent,
+    Strategy,
+};
+use dllm_models::synthetic::{random_weights, tiny_llada};
+use dllm_models::weights::HfWeights;
+use dllm_models::{
+    load, DiffusionLm, DiffusionTransformer, LoadOptions, ModelInfo, ModelSource, OpMode, Refresh,
+    Rows,
+};
+
+fn shipped(name: &str) -> DiffusionTransformer {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models")
+        .join(name);
+    load(
+        &ModelSource::parse(dir.to_str().unwrap()).unwrap(),
+        &LoadOptions::default(),
+    )
+    .unwrap()
+    .model
+}
+
+fn synthetic() -> DiffusionTransformer {
+    let cfg = tiny_llada();
+    let w = random_weights(&cfg, 5).unwrap();
+    let src = HfWeights::from_tensors(w, cfg.arch, DType::F32, &Device::Cpu);
+    DiffusionTransformer::new(cfg, &src, OpMode::Fused).unwrap()
+}
+
+/// `<bos> Tom has 23 apples. He buys 5 more. How many apples does Tom have now? <sep>` in the
+/// suite tokenizer is not needed: any in-vocabulary prompt exercises the policies.
+const PROMPT: &[u32] = &[2, 40, 41, 42, 43, 44, 45, 46, 4];
+
+/// Multi-block speculative decoding alone (the revision of the next issue off).
+fn params(strategy: Strategy, threshold: Option<f32>, mbsd: MbsdParams) -> DecodeParams {
+    let revision = if strategy == Strategy::Mbsd {
+        RevisionParams {
+            sts: false,
+            scr: false,
+            sls: false,
+            ..Default::default()
+        }
+    } else {
+        RevisionParams::default()
+    };
+    DecodeParams {
+        gen_length: 24,
+        block_length: 8,
+        steps: 24,
+        strategy,
+        threshold,
+        early_stop: false,
+        mbsd,
+        revision,
+        ..Default::default()
+    }
+}
+
+fn off() -> MbsdParams {
+    MbsdParams {
+        sliding: false,
+        lookahead: false,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn without_sliding_and_lookahead_it_is_the_dual_cache() {
+    for name in ["tiny-llada", "tiny-dream"] {
+        for threshold in [None, Some(0.9), Some(0.5)] {
+            let dual = generate(
+                &mut shipped(name),
+                PROMPT,
+                &params(Strategy::DualCache, threshold, MbsdParams::default()),
+                &mut (),
+            )
+            .unwrap();
+            let mbsd = generate(
+                &mut shipped(name),
+                PROMPT,
+                &params(Strategy::Mbsd, threshold, off()),
+                &mut (),
+            )
+            .unwrap();
+            assert_eq!(mbsd.canvas, dual.canvas, "{name} threshold {threshold:?}");
+            assert_eq!(
+                mbsd.forwards, dual.forwards,
+                "{name} threshold {threshold:?}"
+            );
+            assert_eq!(mbsd.steps, dual.steps);
+            assert_eq!((mbsd.drafts, mbsd.draft_predictions), (0, 0));
+        }
+    }
+}
+
+/// Records the ids each forward saw and every commit, delegating to a real model.
+struct Spy {
+    inner: DiffusionTransformer,
+    last_canvas: Vec<u32>,
+    last_window: Range<usize>,
+    commits: Vec<(Range<usize>, Vec<u32>)>,
+    windows: Vec<Range<usize>>,
+}
+
+impl DiffusionLm for Spy {
+    fn info(&self) -> &ModelInfo {
+        self.inner.info()
+    }
+    fn device(&self) -> &Device {
+        self.inner.device()
+    }
+    fn forward(
+        &mut self,
+        c: &Tensor,
+        w: Range<usize>,
+        rows: Rows<'_>,
+    ) -> dllm_models::Result<Tensor> {
+        self.last_canvas = c.get(0)?.to_vec1::<u32>()?;
+        self.last_window = w.clone();
+        self.windows.push(w.clone());
+        self.inner.forward(c, w, rows)
+    }
+    fn commit(&mut self, r: Range<usize>) -> dllm_models::Result<()> {
+        self.commits.push((r.clone(), self.last_canvas.clone()));
+        self.inner.commit(r)
+    }
+    fn cache_len(&self) -> usize {
+        self.inner.cache_len()
+    }
+    fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
+        self.inner.truncate_cache(len)
+    }
+    fn epoch(&self) -> u64 {
+        self.inner.epoch()
+    }
+    fn compute_refresh(
+        &self,
+        c: &Tensor,
+        p: &[usize],
+        l: Option<&[usize]>,
+    ) -> dllm_models::Result<Refresh> {
+        self.inner.compute_refresh(c, p, l)
+    }
+    fn apply_refresh(&mut self, r: &Refresh) -> dllm_models::Result<()> {
+        self.inner.apply_refresh(r)
+    }
+}
+
+/// Decode with `p`, checking after every step that decisions stay in the current block and blocks
+/// complete left to right, and after the run that every commit except the block-start re-caching
+/// covers only decided positions of the current block or before.
+fn checked(model: DiffusionTransformer, p: &DecodeParams) -> (Generation, Spy) {
+    let mut spy = Spy {
+        inner: model,
+        last_canvas: vec![],
+        last_window: 0..0,
+        commits: vec![],
+        windows: vec![],
+    };
+    let plen = PROMPT.len();
+    let bl = p.block_length;
+    let mask = spy.info().special.mask;
+    let mut last_block = 0;
+    let mut block_of_step = Vec::new();
+    let mut obs = |e: &StepEvent<'_>| {
+        let block = plen + e.block * bl..plen + (e.block + 1) * bl;
+        assert!(e.block >= last_block, "blocks go left to right");
+        last_block = e.block;
+        assert!(
+            e.unmasked.iter().all(|q| block.contains(q)),
+            "step {} decided {:?} outside block {block:?}",
+            e.step,
+            e.unmasked
+        );
+        assert!(
+            e.canvas[plen..block.start].iter().all(|&t| t != mask),
+            "block {} is current while an earlier block is undecided",
+            e.block
+        );
+        assert!(
+            e.canvas[block.end..].iter().all(|&t| t == mask),
+            "a position after the current block was decided (a draft leaked into the output)"
+        );
+        block_of_step.push(e.block);
+        Control::Continue
+    };
+    let g = Decoder::new(*p).run(&mut spy, PROMPT, &mut obs).unwrap();
+    let len = g.canvas.len();
+    for (r, seen) in &spy.commits {
+        if r.start == 0 && r.end == len {
+            continue; // the block-start re-caching of the dual cache
+        }
+        assert!(
+            r.clone().all(|q| seen[q] != mask && g.canvas[q] == seen[q]),
+            "commit {r:?} holds positions the forward saw undecided or with another token"
+        );
+    }
+    (g, spy)
+}
+
+#[test]
+fn drafts_never_enter_the_cache_and_blocks_commit_left_to_right() {
+    // (threshold, sliding, lookahead, trigger, allowance)
+    let table: &[(Option<f32>, bool, bool, usize, f64)] = &[
+        (Some(0.9), true, false, 4, 0.1),
+        (Some(0.9), true, true, 4, 0.1),
+        (Some(0.5), true, true, 8, 0.0),
+        (Some(0.9), false, true, 16, 1.0),
+        (None, true, true, 4, 0.1),
+        (Some(0.7), true, true, 0, 0.5),
+    ];
+    for &(threshold, sliding, lookahead, trigger, allowance) in table {
+        let mbsd = MbsdParams {
+            sliding,
+            lookahead,
+            trigger,
+            allowance,
+            ..Default::default()
+        };
+        for model in [shipped("tiny-llada"), synthetic()] {
+            let p = params(Strategy::Mbsd, threshold, mbsd);
+            let (g, spy) = checked(model, &p);
+            assert!(g.generated().iter().all(|&t| t != spy.info().special.mask));
+            assert_eq!(g.drafts, g.drafts_accepted + g.drafts_rejected);
+            // The trace is the forwards the model saw.
+            assert_eq!(g.trace.len(), g.forwards);
+            assert_eq!(
+                g.trace.iter().map(|t| t.active).sum::<usize>(),
+                g.active_positions
+            );
+            let seen: Vec<Range<usize>> = g.trace.iter().map(|t| t.start..t.end).collect();
+            assert_eq!(seen, spy.windows);
+            let plen = PROMPT.len();
+            let inner: Vec<&Range<usize>> = spy.windows.iter().filter(|w| w.start > 0).collect();
+            if sliding && !lookahead && !inner.is_empty() {
+                // Windows keep the block's size, and some start past their block's start.
+                assert!(
+                    inner.iter().all(|w| w.len() == 8 || w.end == plen + 24),
+                    "{inner:?}"
+                );
+            }
+            if !sliding && !lookahead {
+                assert!(inner
+                    .iter()
+                    .all(|w| (w.start - plen).is_multiple_of(8) && w.len() == 8));
+            }
+        }
+    }
+}
+
+#[test]
+fn temperature_zero_is_deterministic_and_sliding_produces_accepted_drafts() {
+    let p = params(Strategy::Mbsd, Some(0.9), MbsdParams::default());
+    let a = generate(&mut shipped("tiny-llada"), PROMPT, &p, &mut ()).unwrap();
+    let b = generate(&mut shipped("tiny-llada"), PROMPT, &p, &mut ()).unwrap();
+    assert_eq!(a, b);
+    assert!(a.draft_predictions > 0);
+    assert!(a.mean_active_per_forward() > 0.0);
+    // Shown as context, drafts change what later forwards see but not the invariants.
+    let ctx = MbsdParams {
+        draft_context: Some(0.9),
+        ..Default::default()
+    };
+    let (g, _) = checked(
+        shipped("tiny-llada"),
+        &params(Strategy::Mbsd, Some(0.9), ctx),
+    );
+    let again = generate(
+        &mut shipped("tiny-llada"),
+        PROMPT,
+        &params(Strategy::Mbsd, Some(0.9), ctx),
+        &mut (),
+    )
+    .unwrap();
+    assert_eq!(g, again);
+}
+
+fn flat_table(bucket: usize, ms: f64) -> LatencyTable {
+    // Step-shaped: every window up to `bucket` costs `ms`, the next bucket twice as much.
+    LatencyTable {
+        version: 1,
+        device: "test".into(),
+        model: ModelDesc::default(),
+        provenance: "measured".into(),
+        interpolation: Interpolation::Step,
+        threads: None,
+        runs: 1,
+        points: [(bucket, ms), (2 * bucket, 2.0 * ms)]
+            .iter()
+            .map(|&(w, ms)| LatencyPoint {
+                window: w,
+                rows: w,
+                cached: 0,
+                ms,
+                min_ms: None,
+                max_ms: None,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
+    let windows = |table: LatencyTable, mbsd: MbsdParams| {
+        let mut spy = Spy {
+            inner: synthetic(),
+            last_canvas: vec![],
+            last_window: 0..0,
+            commits: vec![],
+            windows: vec![],
+        };
+        let p = params(Strategy::Mbsd, Some(0.9), mbsd);
+        Decoder::new(p)
+            .latency_table(Arc::new(table))
+            .run(&mut spy, PROMPT, &mut ())
+            .unwrap();
+        spy.windows
+    };
+    let look = MbsdParams {
+        sliding: false,
+        trigger: 8,
+        allowance: 0.0,
+        ..Default::default()
+    };
+    // A 16-position bucket: an 8-position block window grows to 16 for free, never beyond.
+    let w = windows(flat_table(16, 100.0), look);
+    let plen = PROMPT.len();
+    let grown: Vec<&Range<usize>> = w.iter().filter(|r| r.start > 0 && r.len() > 8).collect();
+    assert!(!grown.is_empty(), "{w:?}");
+    assert!(grown.iter().all(|r| r.len() <= 16), "{w:?}");
+    assert!(w.iter().all(|r| r.end <= plen + 24));
+    // No allowance on a linear table: nothing is free, no growth.
+    let mut linear = flat_table(16, 100.0);
+    linear.interpolation = Interpolation::Linear;
+    let w = windows(linear, look);
+    assert!(
+        w.iter().filter(|r| r.start > 0).all(|r| r.len() == 8),
+        "{w:?}"
+    );
+    // A zero memory budget stops lookahead too.
+    let w = windows(
+        flat_table(16, 100.0),
+        MbsdParams {
+            budget_mib: 0.0,
+            ..look
+        },
+    );
+    assert!(
+        w.iter().filter(|r| r.start > 0).all(|r| r.len() == 8),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn mbsd_options_elsewhere_are_errors_naming_them() {
+    let p = params(Strategy::DualCache, None, off());
+    let e = generate(&mut synthetic(), PROMPT, &p, &mut ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no-sliding"), "{e}");
+    let bad = MbsdParams {
+        allowance: f64::NAN,
+        ..Default::default()
+    };
+    let e = generate(
+        &mut synthetic(),
+        PROMPT,
+        &params(Strategy::Mbsd, None, bad),
+        &mut (),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("lookahead-allowance"), "{e}");
+}

@@ -1,0 +1,169 @@
+//! The architecture hyper-parameters shared by LLaDA and Dream, normalised from either model's
+//! `config.json` (or GGUF metadata), and their validation.
+
+use crate::lm::{Arch, SpecialTokens};
+use crate::weights::Role;
+use crate::{Error, Result};
+
+/// Architecture hyper-parameters, normalised from either model's config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransformerConfig {
+    /// Model family.
+    pub arch: Arch,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// Blocks.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads.
+    pub num_kv_heads: usize,
+    /// MLP hidden size.
+    pub intermediate_size: usize,
+    /// Rows of the embedding table and of the LM head.
+    pub vocab_size: usize,
+    /// RMSNorm epsilon.
+    pub rms_norm_eps: f64,
+    /// RoPE base.
+    pub rope_theta: f64,
+    /// q/k/v projections carry biases.
+    pub qkv_bias: bool,
+    /// The LM head is the embedding table.
+    pub tie_word_embeddings: bool,
+    /// Logits are shifted by one position.
+    pub shift_logits: bool,
+    /// Longest canvas.
+    pub max_seq_len: usize,
+    /// Special tokens.
+    pub special: SpecialTokens,
+}
+
+impl TransformerConfig {
+    /// Every parameter with its shape (checkpoint `[out, in]` for matrices), in a fixed order.
+    pub fn param_shapes(&self) -> Vec<(Role, Vec<usize>)> {
+        let cfg = self;
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let (nq, nkv, ff, v) = (
+            cfg.num_heads * hd,
+            cfg.num_kv_heads * hd,
+            cfg.intermediate_size,
+            cfg.vocab_size,
+        );
+        let mut roles: Vec<(Role, Vec<usize>)> =
+            vec![(Role::Embed, vec![v, h]), (Role::FinalNorm, vec![h])];
+        if !cfg.tie_word_embeddings {
+            roles.push((Role::Head, vec![v, h]));
+        }
+        for i in 0..cfg.num_layers {
+            roles.extend([
+                (Role::AttnNorm(i), vec![h]),
+                (Role::Q(i), vec![nq, h]),
+                (Role::K(i), vec![nkv, h]),
+                (Role::V(i), vec![nkv, h]),
+                (Role::O(i), vec![h, nq]),
+                (Role::FfnNorm(i), vec![h]),
+                (Role::Gate(i), vec![ff, h]),
+                (Role::Up(i), vec![ff, h]),
+                (Role::Down(i), vec![h, ff]),
+            ]);
+            if cfg.qkv_bias {
+                roles.extend([
+                    (Role::QBias(i), vec![nq]),
+                    (Role::KBias(i), vec![nkv]),
+                    (Role::VBias(i), vec![nkv]),
+                ]);
+            }
+        }
+        roles
+    }
+
+    /// Head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_heads
+    }
+
+    /// Check internal consistency; `field` names are the architecture's config keys.
+    pub fn validate(&self, names: &ConfigNames) -> Result<()> {
+        let pos = |v: usize, f: &str| {
+            if v == 0 {
+                Err(Error::invalid(f, "must be positive"))
+            } else {
+                Ok(())
+            }
+        };
+        pos(self.hidden_size, names.hidden)?;
+        pos(self.num_layers, names.layers)?;
+        pos(self.num_heads, names.heads)?;
+        pos(self.num_kv_heads, names.kv_heads)?;
+        pos(self.intermediate_size, names.ffn)?;
+        pos(self.vocab_size, names.vocab)?;
+        pos(self.max_seq_len, names.max_len)?;
+        if !self.hidden_size.is_multiple_of(self.num_heads) {
+            return Err(Error::invalid(
+                names.heads,
+                format!(
+                    "{} heads do not divide {} = {}",
+                    self.num_heads, names.hidden, self.hidden_size
+                ),
+            ));
+        }
+        if !self.head_dim().is_multiple_of(2) {
+            return Err(Error::invalid(
+                names.heads,
+                format!("head dimension {} must be even for RoPE", self.head_dim()),
+            ));
+        }
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return Err(Error::invalid(
+                names.kv_heads,
+                format!(
+                    "{} key/value heads do not divide {} query heads",
+                    self.num_kv_heads, self.num_heads
+                ),
+            ));
+        }
+        if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
+            return Err(Error::invalid(
+                "rms_norm_eps",
+                format!("{} is not in (0, 1)", self.rms_norm_eps),
+            ));
+        }
+        if !self.rope_theta.is_finite() || self.rope_theta <= 1.0 {
+            return Err(Error::invalid(
+                "rope_theta",
+                format!("{} must be a finite value > 1", self.rope_theta),
+            ));
+        }
+        for (id, name) in [
+            (self.special.mask, "mask_token_id"),
+            (self.special.eos, "eos_token_id"),
+        ] {
+            if id as usize >= self.vocab_size {
+                return Err(Error::invalid(
+                    name,
+                    format!("{id} is outside the vocabulary ({} rows)", self.vocab_size),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Config-file spellings of the fields [`TransformerConfig::validate`] reports on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigNames {
+    /// Hidden size key.
+    pub hidden: &'static str,
+    /// Layer count key.
+    pub layers: &'static str,
+    /// Head count key.
+    pub heads: &'static str,
+    /// KV head count key.
+    pub kv_heads: &'static str,
+    /// MLP size key.
+    pub ffn: &'static str,
+    /// Vocabulary key.
+    pub vocab: &'static str,
+    /// Max length key.
+    pub max_len: &'static str,
+}

@@ -1,0 +1,457 @@
+//! Weight-owning layers: [`Linear`] (`y = x W^T + b`) and [`Embedding`] (row gather), over the
+//! weights a checkpoint hands over as a [`Param`].
+//!
+//! For inference on the CPU the weights are packed once, at load time, for `kernels-cpu`
+//! ([`CpuLinear`], a candle custom op like candle's own `QTensor`): GGUF Q4_0 / Q8_0 / Q4_K / Q6_K
+//! into 32-row SIMD tiles (Q4_0 byte for byte the NPU's tile layout), dense weights into the
+//! NPU's HMX tile order, half-precision weights (F16/BF16 from GGUF or safetensors) kept half in
+//! memory. Training keeps candle tensors (differentiable), the Hexagon backend owns NPU-resident
+//! weights ([`Linear::Hex`]), and GGUF types kernels-cpu has no kernel for stay on candle's
+//! `QMatMul`.
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
+use candle_hexagon::{HexLinear, Placed};
+use kernels_cpu::{DenseMatrix, DenseType, GgmlType, QuantMatrix};
+
+use crate::layers::Backend;
+use crate::{Error, Result};
+
+/// A weight as it comes out of a checkpoint.
+#[derive(Debug, Clone)]
+pub enum Param {
+    /// A dense tensor: in the compute dtype, or (matrices for inference) in the half-precision
+    /// dtype the checkpoint stores.
+    Dense(Tensor),
+    /// A GGUF tensor kept in its file type (row-major `(rows, cols)`): quantized blocks, or
+    /// F16/BF16 matrices kept half in memory.
+    Quant(Arc<QTensor>),
+}
+
+/// Which implementation runs the linear layers of a model built on the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CpuLinears {
+    /// kernels-cpu GEMMs over weights packed once at load ([`CpuLinear`]).
+    #[default]
+    Packed,
+    /// candle: its f32 gemm over compute-dtype tensors stored `(in, out)`, and `QMatMul` over
+    /// GGUF blocks. The path before kernels-cpu, kept to compare against and to bisect.
+    Candle,
+}
+
+thread_local! {
+    static CPU_LINEARS: Cell<CpuLinears> = const { Cell::new(CpuLinears::Packed) };
+}
+
+/// Build a model (run `f`) with `which` implementing the linear layers [`Linear::new`] and
+/// [`Linear::for_inference`] create on this thread meanwhile. The setting is scoped to the
+/// call and to the thread, so concurrent loads do not see each other's choice.
+pub fn with_cpu_linears<T>(which: CpuLinears, f: impl FnOnce() -> T) -> T {
+    struct Restore(CpuLinears);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CPU_LINEARS.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CPU_LINEARS.with(|c| c.replace(which)));
+    f()
+}
+
+fn cpu_linears() -> CpuLinears {
+    CPU_LINEARS.with(|c| c.get())
+}
+
+/// The kernels-cpu type of a ggml dtype, when it has a kernel.
+fn kernel_type(dt: GgmlDType) -> Option<GgmlType> {
+    Some(match dt {
+        GgmlDType::F32 => GgmlType::F32,
+        GgmlDType::F16 => GgmlType::F16,
+        GgmlDType::BF16 => GgmlType::BF16,
+        GgmlDType::Q4_0 => GgmlType::Q4_0,
+        GgmlDType::Q8_0 => GgmlType::Q8_0,
+        GgmlDType::Q4K => GgmlType::Q4K,
+        GgmlDType::Q6K => GgmlType::Q6K,
+        _ => return None,
+    })
+}
+
+/// Packed weights of either kernel family.
+#[derive(Debug)]
+enum Packed {
+    Quant(QuantMatrix),
+    Dense(DenseMatrix),
+}
+
+/// A linear layer whose weights are packed for kernels-cpu; applying it is one GEMM with the
+/// bias fused, on the current rayon pool (f32 activations; other dtypes are converted).
+#[derive(Debug, Clone)]
+pub struct CpuLinear {
+    w: Arc<Packed>,
+    bias: Option<Arc<Vec<f32>>>,
+    n: usize,
+    k: usize,
+}
+
+impl CpuLinear {
+    /// Pack a GGUF tensor; `None` for a ggml type kernels-cpu has no kernel for.
+    pub fn from_qtensor(q: &QTensor, bias: Option<&Tensor>) -> Result<Option<Self>> {
+        let Some(ty) = kernel_type(q.dtype()) else {
+            return Ok(None);
+        };
+        let (n, k) = q.shape().dims2()?;
+        let data = q.data()?;
+        let w = match DenseType::of(ty) {
+            Some(dt) => Packed::Dense(DenseMatrix::from_row_major(dt, n, k, &data)?),
+            None => Packed::Quant(QuantMatrix::from_ggml(ty, n, k, &data)?),
+        };
+        Ok(Some(Self::with(w, bias, n, k)?))
+    }
+
+    /// Pack a dense `(out, in)` weight, keeping f16/bf16 half and anything else as f32.
+    pub fn from_dense(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self> {
+        let (n, k) = weight.dims2()?;
+        let w = match weight.dtype() {
+            DType::F16 => {
+                let v: Vec<half::f16> = weight.flatten_all()?.to_vec1()?;
+                DenseMatrix::from_f16(&v, n, k)?
+            }
+            DType::BF16 => {
+                let v: Vec<half::bf16> = weight.flatten_all()?.to_vec1()?;
+                DenseMatrix::from_bf16(&v, n, k)?
+            }
+            _ => {
+                let v: Vec<f32> = weight.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+                DenseMatrix::from_f32(&v, n, k)?
+            }
+        };
+        Self::with(Packed::Dense(w), bias, n, k)
+    }
+
+    fn with(w: Packed, bias: Option<&Tensor>, n: usize, k: usize) -> Result<Self> {
+        let bias = match bias {
+            Some(b) => {
+                let v: Vec<f32> = b.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+                if v.len() != n {
+                    return Err(Error::InvalidArgument(format!(
+                        "bias of {} values for a layer of {n} outputs",
+                        v.len()
+                    )));
+                }
+                Some(Arc::new(v))
+            }
+            None => None,
+        };
+        Ok(Self {
+            w: Arc::new(w),
+            bias,
+            n,
+            k,
+        })
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// A short description of the packed weights (`q4_0 tiles`, `f16 hmx tiles`, ...).
+    pub fn describe(&self) -> String {
+        match &*self.w {
+            Packed::Quant(q) => format!("{:?} tiles", q.view().format()).to_lowercase(),
+            Packed::Dense(d) => format!("{:?} hmx tiles", d.view().dtype()).to_lowercase(),
+        }
+    }
+
+    /// Apply to `x` of shape `(..., in)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dt = x.dtype();
+        let y = x
+            .to_dtype(DType::F32)?
+            .contiguous()?
+            .apply_op1_no_bwd(self)?;
+        Ok(y.to_dtype(dt)?)
+    }
+
+    /// Row `row` of the weights as f32 (the embedding gather of a tied LM head).
+    pub fn row(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        match &*self.w {
+            Packed::Quant(q) => q.view().dequantize_row(row, out)?,
+            Packed::Dense(d) => d.view().row(row, out)?,
+        }
+        Ok(())
+    }
+}
+
+impl CustomOp1 for CpuLinear {
+    fn name(&self) -> &'static str {
+        "kernels-cpu-linear"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(x) = storage else {
+            candle_core::bail!("kernels-cpu linear: activations must be f32")
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("kernels-cpu linear: activations must be contiguous")
+        };
+        let dims = layout.shape().dims();
+        if dims.last() != Some(&self.k) {
+            candle_core::bail!(
+                "kernels-cpu linear: input of shape {dims:?} for a layer of {} inputs",
+                self.k
+            )
+        }
+        let rows = (end - start) / self.k;
+        let len = rows * self.n;
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        let bias = self.bias.as_deref().map(|b| b.as_slice());
+        let x = &x[start..end];
+        let dst = &mut out.spare_capacity_mut()[..len];
+        let r = match &*self.w {
+            Packed::Quant(q) => q.view().gemm_uninit(x, rows, bias, dst),
+            Packed::Dense(d) => d.view().gemm_uninit(x, rows, bias, dst),
+        };
+        r.map_err(|e| candle_core::Error::Msg(format!("kernels-cpu linear: {e}")))?;
+        // SAFETY: the GEMM succeeded, and it writes every one of the `len` elements.
+        unsafe { out.set_len(len) };
+        let mut shape = dims.to_vec();
+        *shape.last_mut().expect("rank >= 1") = self.n;
+        Ok((CpuStorage::F32(out), Shape::from(shape)))
+    }
+}
+
+/// `y = x W^T (+ b)` over dense or quantized weights.
+#[derive(Debug, Clone)]
+pub enum Linear {
+    /// Dense candle tensor (training, and dense weights before [`Linear::for_inference`]).
+    Dense {
+        /// Weight `(out, in)` as in the checkpoint, or `(in, out)` contiguous when `transposed`.
+        weight: Tensor,
+        /// Stored as `(in, out)` ([`CpuLinears::Candle`] inference).
+        transposed: bool,
+        /// Optional bias `(out)`.
+        bias: Option<Tensor>,
+    },
+    /// Weights packed in Hexagon NPU memory (fp16 HMX tiles or Q4_0 tiles), bias included.
+    Hex(HexLinear),
+    /// Weights packed for the kernels-cpu GEMMs (quantized tiles or HMX-order dense tiles).
+    Cpu(CpuLinear),
+    /// A GGUF type kernels-cpu has no kernel for, through candle's `QMatMul`.
+    Quant {
+        /// The quantized matmul.
+        weight: QMatMul,
+        /// Optional bias `(out)`.
+        bias: Option<Tensor>,
+        /// Output features.
+        out_dim: usize,
+        /// Input features.
+        in_dim: usize,
+    },
+}
+
+impl Linear {
+    /// Build from a checkpoint parameter: dense tensors stay candle tensors (differentiable);
+    /// GGUF tensors are packed for kernels-cpu (or use `QMatMul` for types it lacks).
+    pub fn new(weight: Param, bias: Option<Tensor>) -> Result<Self> {
+        Ok(match weight {
+            Param::Dense(weight) => Linear::Dense {
+                weight,
+                transposed: false,
+                bias,
+            },
+            Param::Quant(q) => {
+                let packed = match cpu_linears() {
+                    CpuLinears::Packed => CpuLinear::from_qtensor(&q, bias.as_ref())?,
+                    CpuLinears::Candle => None,
+                };
+                match packed {
+                    Some(c) => Linear::Cpu(c),
+                    None => {
+                        let (out_dim, in_dim) = q.shape().dims2()?;
+                        Linear::Quant {
+                            weight: QMatMul::from_arc(q)?,
+                            bias,
+                            out_dim,
+                            in_dim,
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Build from a checkpoint parameter on `backend`: on the Hexagon NPU when the device takes
+    /// the weights (dense -> fp16 tiles, Q4_0 -> Q4_0 tiles), otherwise exactly [`Linear::new`]
+    /// (the device counts the decision and its reason).
+    pub fn on_backend(weight: Param, bias: Option<Tensor>, backend: &Backend) -> Result<Self> {
+        let Some(dev) = backend.hexagon() else {
+            return Linear::new(weight, bias);
+        };
+        let placed = match &weight {
+            Param::Dense(t) => HexLinear::from_dense(dev, t, bias.as_ref())?,
+            // Half-precision GGUF matrices are dense weights to the NPU.
+            Param::Quant(q)
+                if kernel_type(q.dtype()).is_some_and(|t| DenseType::of(t).is_some()) =>
+            {
+                HexLinear::from_dense(dev, &q.dequantize(&q.device())?, bias.as_ref())?
+            }
+            Param::Quant(q) => HexLinear::from_qtensor(dev, q, bias.as_ref())?,
+        };
+        match placed {
+            Placed::Npu(h) => Ok(Linear::Hex(h)),
+            Placed::Cpu(_) => Linear::new(weight, bias),
+        }
+    }
+
+    /// Prepare for inference: pack a dense weight for the kernels-cpu GEMM (f16/bf16 stay half;
+    /// no-op for other kinds). Under [`CpuLinears::Candle`], store it `(in, out)` contiguous
+    /// instead (candle's gemm runs 1.2-2x faster on a contiguous right-hand side).
+    pub fn for_inference(self) -> Result<Self> {
+        Ok(match self {
+            Linear::Dense {
+                weight,
+                transposed: false,
+                bias,
+            } if cpu_linears() == CpuLinears::Candle => Linear::Dense {
+                weight: weight.t()?.contiguous()?,
+                transposed: true,
+                bias,
+            },
+            Linear::Dense { .. } if cpu_linears() == CpuLinears::Candle => self,
+            Linear::Dense {
+                weight,
+                transposed,
+                bias,
+            } => {
+                let w = if transposed { weight.t()? } else { weight };
+                Linear::Cpu(CpuLinear::from_dense(&w, bias.as_ref())?)
+            }
+            other => other,
+        })
+    }
+
+    /// `(out, in)`.
+    pub fn dims(&self) -> (usize, usize) {
+        match self {
+            Linear::Dense {
+                weight, transposed, ..
+            } => {
+                let d = weight.dims();
+                if *transposed {
+                    (d[1], d[0])
+                } else {
+                    (d[0], d[1])
+                }
+            }
+            Linear::Hex(h) => h.dims(),
+            Linear::Cpu(c) => c.dims(),
+            Linear::Quant {
+                out_dim, in_dim, ..
+            } => (*out_dim, *in_dim),
+        }
+    }
+
+    /// Apply to `x` of shape `(..., in)`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = match self {
+            Linear::Dense {
+                weight, transposed, ..
+            } => {
+                let dims = x.dims().to_vec();
+                let k = dims[dims.len() - 1];
+                let rows: usize = dims[..dims.len() - 1].iter().product();
+                let x2 = x.reshape((rows, k))?.to_dtype(weight.dtype())?;
+                let y = if *transposed {
+                    x2.matmul(weight)?
+                } else {
+                    x2.matmul(&weight.t()?)?
+                };
+                let mut out = dims.clone();
+                *out.last_mut().expect("rank >= 1") = self.dims().0;
+                y.reshape(out)?.to_dtype(x.dtype())?
+            }
+            Linear::Quant { weight, .. } => {
+                let dt = x.dtype();
+                weight.forward(&x.to_dtype(DType::F32)?)?.to_dtype(dt)?
+            }
+            // The bias is fused into these.
+            Linear::Cpu(c) => return c.forward(x),
+            Linear::Hex(h) => return Ok(h.forward_hex(x)?),
+        };
+        match self.bias() {
+            Some(b) => Ok(y.broadcast_add(b)?),
+            None => Ok(y),
+        }
+    }
+
+    fn bias(&self) -> Option<&Tensor> {
+        match self {
+            Linear::Dense { bias, .. } | Linear::Quant { bias, .. } => bias.as_ref(),
+            Linear::Hex(_) | Linear::Cpu(_) => None,
+        }
+    }
+}
+
+/// Token embedding over a dense or GGUF table. GGUF tables stay in their file type and are
+/// gathered row by row (kernels-cpu's reference dequantization; candle's for other types).
+#[derive(Debug, Clone)]
+pub struct Embedding {
+    table: Param,
+    dtype: DType,
+}
+
+impl Embedding {
+    /// Wrap a `(vocab, hidden)` table; outputs are produced in `dtype`.
+    pub fn new(table: Param, dtype: DType) -> Self {
+        Self { table, dtype }
+    }
+
+    /// Rows of the table.
+    pub fn rows(&self) -> Result<usize> {
+        Ok(match &self.table {
+            Param::Dense(t) => t.dim(0)?,
+            Param::Quant(q) => q.shape().dims2()?.0,
+        })
+    }
+
+    /// `(b, n)` ids to `(b, n, hidden)`.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        let (b, n) = ids.dims2()?;
+        let rows = self.rows()?;
+        let flat: Vec<u32> = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1()?;
+        if let Some(&bad) = flat.iter().find(|&&i| i as usize >= rows) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the embedding table of {rows} rows"
+            )));
+        }
+        match &self.table {
+            Param::Dense(t) => {
+                let idx = Tensor::new(flat, t.device())?;
+                Ok(t.index_select(&idx, 0)?
+                    .reshape((b, n, ()))?
+                    .to_dtype(self.dtype)?)
+            }
+            Param::Quant(q) => match kernel_type(q.dtype()) {
+                Some(ty) => {
+                    let (_, hidden) = q.shape().dims2()?;
+                    let data = q.data()?;
+                    let row_bytes = ty.row_bytes(hidden)?;
+                    let mut out = vec![0f32; flat.len() * hidden];
+                    for (o, &id) in out.chunks_exact_mut(hidden).zip(&flat) {
+                        let at = id as usize * row_bytes;
+                        kernels_cpu::ggml::dequantize_row(ty, &data[at..at + row_bytes], o)?;
+                    }
+                    Ok(Tensor::from_vec(out, (b, n, hidden), &q.device())?.to_dtype(self.dtype)?)
+                }
+                None => Ok(q.embedding(ids)?.to_dtype(self.dtype)?),
+            },
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! One sequence on the NPU's block-level module: the forward submits one DSP batch per block
+//! against a KV cache resident in device memory ([`DeviceKv`], fp16), and a sparse refresh runs on
+//! the CPU while those batches run — reading the cached rows the NPU only appends after (the
+//! device's leases allow exactly that) — and is returned for a merge at the step boundary.
+
+use std::ops::Range;
+use std::time::Instant;
+
+use candle_core::{DType, Tensor};
+use candle_hexagon::{DeviceKv, ForwardOutput, HexTransformer};
+use half::f16;
+
+use crate::kv_cache::CachedRows;
+use crate::lm::{DualPathTiming, Refresh, RefreshRequest, Rows};
+use crate::weights_model::TransformerWeights;
+use crate::{Error, Result};
+
+/// Rows the device cache is created with beyond the first need (it grows geometrically after).
+const INITIAL_SLACK: usize = 64;
+
+/// The device cache of a sequence, created at the first forward (when the batch is known).
+pub(crate) fn ensure_kv<'a>(
+    hex: &HexTransformer,
+    kv: &'a mut Option<DeviceKv>,
+    batch: usize,
+    rows: usize,
+) -> Result<&'a mut DeviceKv> {
+    let stale = match kv {
+        Some(k) => k.batch() != batch && k.is_empty(),
+        None => true,
+    };
+    if stale {
+        *kv = Some(hex.new_kv(batch, rows + INITIAL_SLACK)?);
+    }
+    let k = kv.as_mut().expect("created above");
+    if k.batch() != batch {
+        return Err(Error::InvalidArgument(format!(
+            "canvas batch {batch} does not match the cached batch {}",
+            k.batch()
+        )));
+    }
+    Ok(k)
+}
+
+/// The window forward of [`crate::DiffusionLm::forward`] on the NPU, with an optional refresh on
+/// the CPU beside it.
+pub(crate) fn forward(
+    w: &TransformerWeights,
+    hex: &HexTransformer,
+    kv: &mut DeviceKv,
+    epoch: u64,
+    canvas: &Tensor,
+    window: Range<usize>,
+    rows: Rows<'_>,
+    refresh: Option<RefreshRequest<'_>>,
+) -> Result<(Tensor, Option<Refresh>)> {
+    let requested = w.requested(rows, window.clone())?;
+    let ws = if w.cfg.shift_logits {
+        window.start.saturating_sub(1)
+    } else {
+        window.start
+    };
+    let n = window.end - ws;
+    let hidden_rows: Vec<usize> = requested.iter().map(|&p| w.source_row(p) - ws).collect();
+    let identity = hidden_rows.len() == n && hidden_rows.iter().enumerate().all(|(i, &r)| i == r);
+    let x = w.embed(&canvas.narrow(1, ws, n)?)?.to_dtype(DType::F32)?;
+    let t0 = Instant::now();
+    let handle = hex.submit(kv, &x, ws, (!identity).then_some(&hidden_rows[..]))?;
+    // The DSP runs the blocks; the CPU computes the refresh meanwhile.
+    let refreshed = match refresh {
+        None => None,
+        Some(r) => {
+            let t = Instant::now();
+            let mask = w.info.special.mask;
+            let res = r.run_with(canvas, mask, |c, l| {
+                refresh_on_cpu(w, kv, epoch, c, r.positions, l)
+            })?;
+            Some((res, (t, Instant::now())))
+        }
+    };
+    let out = handle.wait()?;
+    let forward = (t0, Instant::now());
+    let logits = match hex.output() {
+        ForwardOutput::Logits => out,
+        ForwardOutput::Hidden => w.head_only(&out)?,
+    };
+    let refreshed = refreshed.map(|(mut r, refresh)| {
+        r.timing = Some(DualPathTiming { forward, refresh });
+        r
+    });
+    Ok((logits, refreshed))
+}
+
+/// A sparse refresh computed on the CPU against the device cache's rows `[0, len)` (read through the
+/// leases: allowed while a forward appends after them).
+pub(crate) fn refresh_on_cpu(
+    w: &TransformerWeights,
+    kv: &DeviceKv,
+    epoch: u64,
+    canvas: &Tensor,
+    positions: &[usize],
+    logits: Option<&[usize]>,
+) -> Result<Refresh> {
+    let len = kv.len();
+    if len == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "refresh position {} is not cached (the cache is empty)",
+            positions.first().copied().unwrap_or(0)
+        )));
+    }
+    // Position-major host copies of every layer's cached rows (the CPU path's working set).
+    let mut bufs: Vec<(Vec<f16>, Vec<f16>)> = Vec::with_capacity(kv.layers());
+    for layer in 0..kv.layers() {
+        let (k, v) = kv.read_rows(layer, 0..len)?;
+        let pm = |t: Tensor| -> Result<Vec<f16>> {
+            Ok(t.transpose(0, 1)?
+                .contiguous()?
+                .flatten_all()?
+                .to_vec1::<f16>()?)
+        };
+        bufs.push((pm(k)?, pm(v)?));
+    }
+    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
+    w.refresh::<f16>(&cached, len, epoch, canvas, positions, logits)
+}
+
+/// Merge a refresh into the device cache.
+pub(crate) fn apply(kv: &mut DeviceKv, r: &Refresh) -> Result<()> {
+    for (layer, (k, v)) in r.keys.iter().zip(&r.values).enumerate() {
+        kv.write_positions(layer, &r.positions, k, v)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,775 @@
+//! The immutable half of a model: [`TransformerWeights`], shared between sequences (and between the
+//! dense forward and the sparse refresh of one sequence) behind an `Arc`.
+//!
+//! Everything here takes the sequence's KV cache as borrowed slices: a window forward reads the cached
+//! rows and writes its fresh K/V into the free rows after them; a refresh reads the cached rows only.
+//! Both can therefore run at the same time on two threads (see [`crate::DiffusionTransformer`]).
+
+use std::ops::Range;
+
+use candle_core::{DType, Device, Tensor};
+use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
+
+use crate::config::TransformerConfig;
+use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
+use crate::layers::{
+    attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
+};
+use crate::lm::{ModelInfo, Refresh, Rows};
+use crate::weights::{Role, WeightSource};
+use crate::{Error, Result};
+use candle_hexagon::{
+    BlockWeights, HexTransformer, HexTransformerConfig, HexagonDevice, Placed, WeightRef,
+};
+
+#[derive(Debug)]
+pub(crate) struct Block {
+    attn_norm: RmsNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    ffn_norm: RmsNorm,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// The weights of a LLaDA / Dream model and everything derived from them at load time: immutable,
+/// `Send + Sync`, shared by any number of sequences.
+#[derive(Debug)]
+pub struct TransformerWeights {
+    pub(crate) cfg: TransformerConfig,
+    pub(crate) info: ModelInfo,
+    pub(crate) device: Device,
+    pub(crate) mode: OpMode,
+    pub(crate) backend: Backend,
+    /// Where the per-op paths run (the layers below, the refresh): the backend, except when the
+    /// block-level module holds the model on the NPU — then the layers are the CPU copy.
+    ops_backend: Backend,
+    /// The whole stack on the NPU, one DSP batch per block (when the device took it).
+    pub(crate) hex: Option<HexTransformer>,
+    embed: Embedding,
+    blocks: Vec<Block>,
+    norm: RmsNorm,
+    head: Linear,
+    rope: Rope,
+}
+
+fn dense(p: Param, role: Role) -> Result<Tensor> {
+    match p {
+        Param::Dense(t) => Ok(t),
+        Param::Quant(q) => Ok(q
+            .dequantize(&q.device())
+            .map_err(|e| Error::InvalidArgument(format!("cannot dequantize {role:?}: {e}")))?),
+    }
+}
+
+/// How the attention of one block gets its keys: the closure receives the block's `q`
+/// `(b, nq, heads, d)` and fresh `k`, `v` `(b, n, kv_heads, d)` and returns `(b, nq, heads * d)`.
+type Attend<'a> = dyn FnMut(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + 'a;
+
+impl TransformerWeights {
+    /// Build on `backend`: with [`Backend::Hexagon`] the linear layers' weights are packed into
+    /// NPU memory (where the device takes them) and the fused ops run on the NPU.
+    pub fn new(
+        cfg: TransformerConfig,
+        w: &dyn WeightSource,
+        mode: OpMode,
+        backend: &Backend,
+    ) -> Result<Self> {
+        if backend.hexagon().is_some() && mode != OpMode::Fused {
+            return Err(Error::InvalidArgument(
+                "the Hexagon backend runs inference only (OpMode::Fused): its ops have no backward pass"
+                    .into(),
+            ));
+        }
+        // The block-level module first: when the device takes the whole stack, the layers built
+        // below are the CPU copy (refresh path, fallbacks), not a second device copy.
+        let hex = match backend.hexagon() {
+            Some(dev) if mode == OpMode::Fused => place_blocks(dev, &cfg, w)?,
+            _ => None,
+        };
+        let ops_backend = if hex.is_some() {
+            Backend::Cpu
+        } else {
+            backend.clone()
+        };
+        let user_backend = backend.clone();
+        let backend_for_layers = ops_backend.clone();
+        let backend = &backend_for_layers;
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let (nq, nkv, ff, v) = (
+            cfg.num_heads * hd,
+            cfg.num_kv_heads * hd,
+            cfg.intermediate_size,
+            cfg.vocab_size,
+        );
+        let dtype = w.dtype();
+        let device = w.device().clone();
+        let eps = cfg.rms_norm_eps as f32;
+        let norm = |role: Role| -> Result<RmsNorm> {
+            Ok(RmsNorm::on_backend(
+                dense(w.get(role, &[h])?, role)?,
+                eps,
+                backend,
+            ))
+        };
+        let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
+            if cfg.qkv_bias {
+                Ok(Some(dense(w.get(role, &[n])?, role)?))
+            } else {
+                Ok(None)
+            }
+        };
+        let prepare = |l: Linear| -> Result<Linear> {
+            match mode {
+                OpMode::Fused => l.for_inference(),
+                OpMode::Differentiable => Ok(l),
+            }
+        };
+        let lin = |role: Role, out: usize, inp: usize, b: Option<Tensor>| -> Result<Linear> {
+            prepare(Linear::on_backend(w.get(role, &[out, inp])?, b, backend)?)
+        };
+        let mut blocks = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            blocks.push(Block {
+                attn_norm: norm(Role::AttnNorm(i))?,
+                q: lin(Role::Q(i), nq, h, bias(Role::QBias(i), nq)?)?,
+                k: lin(Role::K(i), nkv, h, bias(Role::KBias(i), nkv)?)?,
+                v: lin(Role::V(i), nkv, h, bias(Role::VBias(i), nkv)?)?,
+                o: lin(Role::O(i), h, nq, None)?,
+                ffn_norm: norm(Role::FfnNorm(i))?,
+                gate: lin(Role::Gate(i), ff, h, None)?,
+                up: lin(Role::Up(i), ff, h, None)?,
+                down: lin(Role::Down(i), h, ff, None)?,
+            });
+        }
+        let embed_p = w.get(Role::Embed, &[v, h])?;
+        let head = if cfg.tie_word_embeddings {
+            prepare(Linear::on_backend(embed_p.clone(), None, backend)?)?
+        } else {
+            lin(Role::Head, v, h, None)?
+        };
+        let embed = Embedding::new(embed_p, dtype);
+        let norm_f = norm(Role::FinalNorm)?;
+        let rope = Rope::new(
+            cfg.rope_theta,
+            hd,
+            cfg.max_seq_len.min(4096),
+            dtype,
+            &device,
+        )?;
+        let num_params = cfg
+            .param_shapes()
+            .iter()
+            .map(|(_, shape)| shape.iter().product::<usize>())
+            .sum();
+        let info = ModelInfo {
+            arch: cfg.arch,
+            vocab_size: v,
+            hidden_size: h,
+            num_layers: cfg.num_layers,
+            num_heads: cfg.num_heads,
+            num_kv_heads: cfg.num_kv_heads,
+            head_dim: hd,
+            intermediate_size: ff,
+            max_seq_len: cfg.max_seq_len,
+            shift_logits: cfg.shift_logits,
+            special: cfg.special.clone(),
+            dtype,
+            num_params,
+        };
+        Ok(Self {
+            cfg,
+            info,
+            device,
+            mode,
+            backend: user_backend,
+            ops_backend,
+            hex,
+            embed,
+            blocks,
+            norm: norm_f,
+            head,
+            rope,
+        })
+    }
+
+    /// The normalised config.
+    pub fn config(&self) -> &TransformerConfig {
+        &self.cfg
+    }
+
+    /// Static facts about the model.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// The backend the model was built on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    /// The raw-output row that predicts position `p`.
+    pub(crate) fn source_row(&self, p: usize) -> usize {
+        if self.cfg.shift_logits {
+            p.saturating_sub(1)
+        } else {
+            p
+        }
+    }
+
+    fn idx(&self, v: impl IntoIterator<Item = usize>) -> Result<Tensor> {
+        let v: Vec<u32> = v.into_iter().map(|x| x as u32).collect();
+        Ok(Tensor::new(v, &self.device)?)
+    }
+
+    /// One block. `q_rows` restricts queries (and the block's output) to those rows of `x`;
+    /// `attend` runs the attention of the block's queries over whatever keys it chooses.
+    fn block(
+        &self,
+        blk: &Block,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        q_rows: Option<&Tensor>,
+        attend: &mut Attend<'_>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let (b, n, _) = x.dims3()?;
+        let hd = self.cfg.head_dim();
+        let m = self.mode;
+        let h = blk.attn_norm.forward(x, m)?;
+        let k = blk
+            .k
+            .forward(&h)?
+            .reshape((b, n, self.cfg.num_kv_heads, hd))?;
+        let v = blk
+            .v
+            .forward(&h)?
+            .reshape((b, n, self.cfg.num_kv_heads, hd))?;
+        let k = Rope::apply_on(&k, rope.0, rope.1, m, &self.ops_backend)?;
+        let (xq, hq, cos, sin) = match q_rows {
+            None => (x.clone(), h, rope.0.clone(), rope.1.clone()),
+            Some(idx) => (
+                x.index_select(idx, 1)?,
+                h.index_select(idx, 1)?,
+                rope.0.index_select(idx, 0)?,
+                rope.1.index_select(idx, 0)?,
+            ),
+        };
+        let nq = xq.dim(1)?;
+        let q = if nq == 0 {
+            Tensor::zeros((b, 0, self.cfg.num_heads, hd), x.dtype(), x.device())?
+        } else {
+            let q = blk
+                .q
+                .forward(&hq)?
+                .reshape((b, nq, self.cfg.num_heads, hd))?;
+            Rope::apply_on(&q, &cos, &sin, m, &self.ops_backend)?
+        };
+        // Called even without queries: a forward's closure stores the block's K/V.
+        let attn = attend(&q, &k, &v)?;
+        if nq == 0 {
+            return Ok((xq, k, v));
+        }
+        let x = (xq + blk.o.forward(&attn)?)?;
+        let h2 = blk.ffn_norm.forward(&x, m)?;
+        let act = swiglu(
+            &blk.gate.forward(&h2)?,
+            &blk.up.forward(&h2)?,
+            m,
+            &self.ops_backend,
+        )?;
+        let x = (x + blk.down.forward(&act)?)?;
+        Ok((x, k, v))
+    }
+
+    /// The LM head alone over rows that are already normalised (the NPU stack's hidden output).
+    pub(crate) fn head_only(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(self
+            .head
+            .forward(&x.to_dtype(self.info.dtype)?)?
+            .to_dtype(DType::F32)?)
+    }
+
+    /// Token embeddings of `ids` `(b, n)`.
+    pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
+        self.embed.forward(ids)
+    }
+
+    pub(crate) fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, n, _) = x.dims3()?;
+        if n == 0 {
+            return Ok(Tensor::zeros(
+                (b, 0, self.cfg.vocab_size),
+                DType::F32,
+                &self.device,
+            )?);
+        }
+        let x = self.norm.forward(x, self.mode)?;
+        Ok(self.head.forward(&x)?.to_dtype(DType::F32)?)
+    }
+
+    /// Resolve [`Rows`] to positions and validate them against `allowed`.
+    pub(crate) fn requested(&self, rows: Rows<'_>, allowed: Range<usize>) -> Result<Vec<usize>> {
+        let v: Vec<usize> = match rows {
+            Rows::All => allowed.clone().collect(),
+            Rows::None => Vec::new(),
+            Rows::Positions(p) => p.to_vec(),
+        };
+        if let Some(&bad) = v.iter().find(|p| !allowed.contains(p)) {
+            return Err(Error::InvalidArgument(format!(
+                "logits requested for position {bad}, outside the forward window {allowed:?}"
+            )));
+        }
+        Ok(v)
+    }
+
+    /// Full training forward: logits for every position of `ids` (no cache, differentiable when the
+    /// model was built with [`OpMode::Differentiable`]).
+    pub fn forward_train(&self, ids: &Tensor) -> Result<Tensor> {
+        let (_, l) = ids.dims2()?;
+        let mut x = self.embed.forward(ids)?;
+        let (cos, sin) = self.rope.range(0, l)?;
+        let scale = self.scale();
+        let (mode, backend) = (self.mode, &self.ops_backend);
+        for blk in &self.blocks {
+            let mut attend =
+                |q: &Tensor, k: &Tensor, v: &Tensor| attention_on(q, k, v, scale, mode, backend);
+            x = self.block(blk, &x, (&cos, &sin), None, &mut attend)?.0;
+        }
+        if self.cfg.shift_logits {
+            let rows = self.idx((0..l).map(|p| self.source_row(p)))?;
+            x = x.index_select(&rows, 1)?;
+        }
+        let x = self.norm.forward(&x, self.mode)?;
+        self.head.forward(&x)
+    }
+
+    fn scale(&self) -> f32 {
+        1.0 / (self.cfg.head_dim() as f32).sqrt()
+    }
+
+    /// The window forward of [`crate::DiffusionLm::forward`] over a cache of `len` rows
+    /// (`cached`), writing the window's K/V into `free`. Returns the logits and where the pending
+    /// K/V are.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward_window<T: KvElem>(
+        &self,
+        cached: &[CachedRows<'_, T>],
+        free: &mut [FreeRows<'_, T>],
+        len: usize,
+        canvas: &Tensor,
+        window: Range<usize>,
+        rows: Rows<'_>,
+    ) -> Result<(Tensor, Pending)> {
+        let (b, _) = canvas.dims2()?;
+        let requested = self.requested(rows, window.clone())?;
+        // A shifted model needs the raw output one position left of the window.
+        let ws = if self.cfg.shift_logits {
+            window.start.saturating_sub(1)
+        } else {
+            window.start
+        };
+        let we = window.end;
+        let n = we - ws;
+        let hidden_rows: Vec<usize> = requested.iter().map(|&p| self.source_row(p) - ws).collect();
+        let identity =
+            hidden_rows.len() == n && hidden_rows.iter().enumerate().all(|(i, &r)| i == r);
+        let last_rows = if identity {
+            None
+        } else {
+            Some(self.idx(hidden_rows)?)
+        };
+        let mut x = self.embed.forward(&canvas.narrow(1, ws, n)?)?;
+        let (cos, sin) = self.rope.range(ws, n)?;
+        let last = self.blocks.len() - 1;
+        // Cached rows of the window's own positions are stale: the window brings fresh ones.
+        let skip = Skip::Range {
+            start: ws.min(len),
+            end: we.min(len),
+        };
+        let kv = KvGeom::of(self, b);
+        for (li, blk) in self.blocks.iter().enumerate() {
+            let q_rows = if li == last { last_rows.as_ref() } else { None };
+            let c = cached[li];
+            let f = &mut free[li];
+            let mut attend = |q: &Tensor, k: &Tensor, v: &Tensor| -> Result<Tensor> {
+                scatter_rows(k, f.k, 0..n, b, kv.heads, kv.hd)?;
+                scatter_rows(v, f.v, 0..n, b, kv.heads, kv.hd)?;
+                if q.dim(1)? == 0 {
+                    return Ok(q.clone());
+                }
+                match (&self.ops_backend, self.mode) {
+                    (Backend::Cpu, OpMode::Fused) => {
+                        let pend = CachedRows { k: &*f.k, v: &*f.v };
+                        segment_attention(
+                            q,
+                            &[(c, len, skip), (pend, n, Skip::None)],
+                            kv,
+                            self.scale(),
+                        )
+                    }
+                    _ => {
+                        let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
+                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.ops_backend)
+                    }
+                }
+            };
+            x = self.block(blk, &x, (&cos, &sin), q_rows, &mut attend)?.0;
+        }
+        let pending = Pending {
+            start: ws,
+            end: we,
+            at: len,
+            batch: b,
+        };
+        Ok((self.logits(&x)?, pending))
+    }
+
+    /// The sparse refresh of [`crate::DiffusionLm::compute_refresh`] against `len` cached rows.
+    /// The returned [`Refresh`] carries `epoch`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn refresh<T: KvElem>(
+        &self,
+        cached: &[CachedRows<'_, T>],
+        len: usize,
+        epoch: u64,
+        canvas: &Tensor,
+        positions: &[usize],
+        logits: Option<&[usize]>,
+    ) -> Result<Refresh> {
+        let (b, _) = canvas.dims2()?;
+        let mut pos: Vec<usize> = positions.to_vec();
+        pos.sort_unstable();
+        pos.dedup();
+        if pos.is_empty() {
+            return Err(Error::InvalidArgument(
+                "refresh of an empty position set".into(),
+            ));
+        }
+        if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
+            return Err(Error::InvalidArgument(format!(
+                "refresh position {bad} is not cached (cache covers [0, {len}))"
+            )));
+        }
+        let want: Vec<usize> = logits.map(|l| l.to_vec()).unwrap_or_default();
+        if let Some(&bad) = want.iter().find(|p| pos.binary_search(p).is_err()) {
+            return Err(Error::InvalidArgument(format!(
+                "logits asked for position {bad}, which is not refreshed"
+            )));
+        }
+        if self.cfg.shift_logits {
+            pos.extend(want.iter().map(|&p| self.source_row(p)));
+            pos.sort_unstable();
+            pos.dedup();
+        }
+        let hidden_rows: Vec<usize> = want
+            .iter()
+            .map(|&p| {
+                pos.binary_search(&self.source_row(p))
+                    .expect("source row added above")
+            })
+            .collect();
+        let ids = canvas.index_select(&self.idx(pos.iter().copied())?, 1)?;
+        let mut x = self.embed.forward(&ids)?;
+        let (cos, sin) = self.rope.gather(&pos)?;
+        let last_rows = self.idx(hidden_rows)?;
+        let mut keys = Vec::with_capacity(self.blocks.len());
+        let mut values = Vec::with_capacity(self.blocks.len());
+        let last = self.blocks.len() - 1;
+        let kv = KvGeom::of(self, b);
+        let skip = Skip::Sorted(&pos);
+        for (li, blk) in self.blocks.iter().enumerate() {
+            let q_rows = if li == last { Some(&last_rows) } else { None };
+            let c = cached[li];
+            let mut attend = |q: &Tensor, k: &Tensor, v: &Tensor| -> Result<Tensor> {
+                if q.dim(1)? == 0 {
+                    return Ok(q.clone());
+                }
+                match (&self.ops_backend, self.mode) {
+                    (Backend::Cpu, OpMode::Fused) => {
+                        let (kt, vt) = (
+                            k.to_dtype(T::DTYPE)?.contiguous()?,
+                            v.to_dtype(T::DTYPE)?.contiguous()?,
+                        );
+                        let kn = tensor_slice::<T>(&kt)?;
+                        let vn = tensor_slice::<T>(&vt)?;
+                        let fresh = FreshRows {
+                            k: &kn,
+                            v: &vn,
+                            rows: pos.len(),
+                        };
+                        segment_attention_with(q, &[(c, len, skip)], Some(fresh), kv, self.scale())
+                    }
+                    _ => {
+                        let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
+                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.ops_backend)
+                    }
+                }
+            };
+            let (nx, k, v) = self.block(blk, &x, (&cos, &sin), q_rows, &mut attend)?;
+            x = nx;
+            keys.push(k);
+            values.push(v);
+        }
+        let logits = if logits.is_some() {
+            Some(self.logits(&x)?)
+        } else {
+            None
+        };
+        Ok(Refresh {
+            positions: pos,
+            keys,
+            values,
+            logits,
+            epoch,
+            timing: None,
+        })
+    }
+}
+
+/// Head geometry of the cache for one call.
+#[derive(Debug, Clone, Copy)]
+struct KvGeom {
+    batch: usize,
+    heads: usize,
+    hd: usize,
+}
+
+impl KvGeom {
+    fn of(w: &TransformerWeights, batch: usize) -> Self {
+        KvGeom {
+            batch,
+            heads: w.cfg.num_kv_heads,
+            hd: w.cfg.head_dim(),
+        }
+    }
+    /// Elements of one position of one batch item.
+    fn row(&self) -> usize {
+        self.heads * self.hd
+    }
+}
+
+/// Fresh K/V rows in `(batch, rows, kv_heads, head_dim)` layout (not position-major).
+struct FreshRows<'a, T> {
+    k: &'a [T],
+    v: &'a [T],
+    rows: usize,
+}
+
+fn tensor_slice<T: KvElem>(t: &Tensor) -> Result<Vec<T>> {
+    Ok(t.flatten_all()?.to_vec1::<T>()?)
+}
+
+fn segment_attention<T: KvElem>(
+    q: &Tensor,
+    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
+    kv: KvGeom,
+    scale: f32,
+) -> Result<Tensor> {
+    segment_attention_with(q, segs, None, kv, scale)
+}
+
+/// Attention of `q` `(b, nq, heads, d)` over position-major cache segments (each `(rows, rows
+/// count, skip)`) plus optional fresh rows; returns `(b, nq, heads * d)` in `q`'s dtype.
+fn segment_attention_with<T: KvElem>(
+    q: &Tensor,
+    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
+    fresh: Option<FreshRows<'_, T>>,
+    kv: KvGeom,
+    scale: f32,
+) -> Result<Tensor> {
+    let (b, nq, h, d) = q.dims4()?;
+    let qt = q.to_dtype(T::DTYPE)?.contiguous()?;
+    let qv = tensor_slice::<T>(&qt)?;
+    let row = kv.row();
+    let shape = AttnShape {
+        q_rows: nq,
+        heads: h,
+        kv_heads: kv.heads,
+        head_dim: d,
+    };
+    let per = nq * h * d;
+    let mut out = vec![T::ZERO; b * per];
+    for bi in 0..b {
+        let mut list: Vec<KvSegment<'_, T>> = segs
+            .iter()
+            .map(|(c, rows, skip)| KvSegment {
+                k: c.k.get(bi * row..).unwrap_or(&[]),
+                v: c.v.get(bi * row..).unwrap_or(&[]),
+                rows: *rows,
+                row_stride: b * row,
+                skip: *skip,
+            })
+            .collect();
+        if let Some(f) = &fresh {
+            let off = bi * f.rows * row;
+            list.push(KvSegment {
+                k: &f.k[off..],
+                v: &f.v[off..],
+                rows: f.rows,
+                row_stride: row,
+                skip: Skip::None,
+            });
+        }
+        ka::attention(
+            &qv[bi * per..(bi + 1) * per],
+            &list,
+            shape,
+            scale,
+            &mut out[bi * per..(bi + 1) * per],
+        )?;
+    }
+    let t = Tensor::from_vec(out, (b, nq, h * d), q.device())?;
+    Ok(t.to_dtype(q.dtype())?)
+}
+
+/// The key/value set of `segs` plus the fresh `k`/`v` as `(b, rows, kv_heads, d)` tensors, for the
+/// per-op NPU path whose kernel takes one key tensor (this copies the cache; the block-level path
+/// does not).
+fn materialize<T: KvElem>(
+    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
+    k: &Tensor,
+    v: &Tensor,
+    kv: KvGeom,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let mut ks = Vec::new();
+    let mut vs = Vec::new();
+    for (c, rows, skip) in segs {
+        if *rows == 0 {
+            continue;
+        }
+        let keep: Vec<u32> = (0..*rows)
+            .filter(|r| match skip {
+                Skip::None => true,
+                Skip::Range { start, end } => !(*start..*end).contains(r),
+                Skip::Sorted(s) => s.binary_search(r).is_err(),
+            })
+            .map(|r| r as u32)
+            .collect();
+        if keep.is_empty() {
+            continue;
+        }
+        let shape = (*rows, kv.batch, kv.heads, kv.hd);
+        let idx = Tensor::new(keep, device)?;
+        let kt = Tensor::from_slice(&c.k[..rows * kv.batch * kv.row()], shape, device)?
+            .index_select(&idx, 0)?
+            .transpose(0, 1)?;
+        let vt = Tensor::from_slice(&c.v[..rows * kv.batch * kv.row()], shape, device)?
+            .index_select(&idx, 0)?
+            .transpose(0, 1)?;
+        ks.push(kt.to_dtype(k.dtype())?);
+        vs.push(vt.to_dtype(v.dtype())?);
+    }
+    if ks.is_empty() {
+        return Ok((k.clone(), v.clone()));
+    }
+    ks.push(k.clone());
+    vs.push(v.clone());
+    Ok((
+        Tensor::cat(&ks, 1)?.contiguous()?,
+        Tensor::cat(&vs, 1)?.contiguous()?,
+    ))
+}
+
+/// Pack the whole stack into the NPU's block-level module when the device takes it (`None` keeps
+/// the per-op path; the decision and its reason are counted by the device).
+fn place_blocks(
+    dev: &HexagonDevice,
+    cfg: &TransformerConfig,
+    w: &dyn WeightSource,
+) -> Result<Option<HexTransformer>> {
+    let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+    let (nq, nkv, ff, v) = (
+        cfg.num_heads * hd,
+        cfg.num_kv_heads * hd,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    );
+    struct Owned {
+        attn_norm: Tensor,
+        ffn_norm: Tensor,
+        mats: [Param; 7],
+        bias: [Option<Tensor>; 3],
+    }
+    let norm = |role: Role| -> Result<Tensor> { dense(w.get(role, &[h])?, role) };
+    let mut owned = Vec::with_capacity(cfg.num_layers);
+    for i in 0..cfg.num_layers {
+        let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
+            if cfg.qkv_bias {
+                Ok(Some(dense(w.get(role, &[n])?, role)?))
+            } else {
+                Ok(None)
+            }
+        };
+        owned.push(Owned {
+            attn_norm: norm(Role::AttnNorm(i))?,
+            ffn_norm: norm(Role::FfnNorm(i))?,
+            mats: [
+                w.get(Role::Q(i), &[nq, h])?,
+                w.get(Role::K(i), &[nkv, h])?,
+                w.get(Role::V(i), &[nkv, h])?,
+                w.get(Role::O(i), &[h, nq])?,
+                w.get(Role::Gate(i), &[ff, h])?,
+                w.get(Role::Up(i), &[ff, h])?,
+                w.get(Role::Down(i), &[h, ff])?,
+            ],
+            bias: [
+                bias(Role::QBias(i), nq)?,
+                bias(Role::KBias(i), nkv)?,
+                bias(Role::VBias(i), nkv)?,
+            ],
+        });
+    }
+    let final_norm = norm(Role::FinalNorm)?;
+    let head = if cfg.tie_word_embeddings {
+        w.get(Role::Embed, &[v, h])?
+    } else {
+        w.get(Role::Head, &[v, h])?
+    };
+    fn r(p: &Param) -> WeightRef<'_> {
+        match p {
+            Param::Dense(t) => WeightRef::Dense(t),
+            Param::Quant(q) => WeightRef::Quant(q),
+        }
+    }
+    let blocks = owned
+        .iter()
+        .map(|o| BlockWeights {
+            attn_norm: &o.attn_norm,
+            q: r(&o.mats[0]),
+            k: r(&o.mats[1]),
+            v: r(&o.mats[2]),
+            q_bias: o.bias[0].as_ref(),
+            k_bias: o.bias[1].as_ref(),
+            v_bias: o.bias[2].as_ref(),
+            o: r(&o.mats[3]),
+            ffn_norm: &o.ffn_norm,
+            gate: r(&o.mats[4]),
+            up: r(&o.mats[5]),
+            down: r(&o.mats[6]),
+        })
+        .collect();
+    let hcfg = HexTransformerConfig {
+        hidden: h,
+        heads: cfg.num_heads,
+        kv_heads: cfg.num_kv_heads,
+        head_dim: hd,
+        ffn: ff,
+        vocab: v,
+        rope_theta: cfg.rope_theta,
+        rms_eps: cfg.rms_norm_eps as f32,
+        max_positions: cfg.max_seq_len,
+    };
+    let weights = candle_hexagon::TransformerWeights {
+        blocks,
+        final_norm: &final_norm,
+        lm_head: Some(r(&head)),
+    };
+    Ok(match HexTransformer::new(dev, &hcfg, &weights)? {
+        Placed::Npu(t) => Some(t),
+        Placed::Cpu(_) => None,
+    })
+}

@@ -1,0 +1,291 @@
+//! The execution model: shared weights, per-sequence state, a refresh beside a forward, epochs.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+use dllm_models::synthetic::{random_weights, tiny_dream, tiny_llada};
+use dllm_models::weights::HfWeights;
+use dllm_models::{
+    DiffusionLm, DiffusionTransformer, Error, OpMode, RefreshRequest, Rows, TransformerConfig,
+    TransformerWeights,
+};
+
+fn weights(cfg: TransformerConfig, dtype: DType) -> Arc<TransformerWeights> {
+    let w = random_weights(&cfg, 11).unwrap();
+    let src = HfWeights::from_tensors(w, cfg.arch, dtype, &Device::Cpu);
+    Arc::new(TransformerWeights::new(cfg, &src, OpMode::Fused, &Default::default()).unwrap())
+}
+
+fn canvas(ids: &[u32]) -> Tensor {
+    Tensor::from_slice(ids, (1, ids.len()), &Device::Cpu).unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect()
+}
+
+/// A sequence with `[0, 48)` cached, then some cached ids changed (the revision a refresh repairs).
+fn primed(w: &Arc<TransformerWeights>, ids: &mut [u32]) -> DiffusionTransformer {
+    let mut m = DiffusionTransformer::from_weights(w.clone()).unwrap();
+    m.forward(&canvas(ids), 0..48, Rows::None).unwrap();
+    m.commit(0..48).unwrap();
+    for p in [6usize, 21, 42] {
+        ids[p] = (ids[p] + 17) % 200;
+    }
+    m
+}
+
+fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
+    // Wide enough that each path takes milliseconds (so the overlap is not a scheduling accident).
+    let cfg = TransformerConfig {
+        hidden_size: 256,
+        intermediate_size: 768,
+        num_layers: 4,
+        ..cfg
+    };
+    let w = weights(cfg, dtype);
+    let base: Vec<u32> = (0..64u32).map(|i| (i * 31 + 7) % 200).collect();
+    let refresh: Vec<usize> = (0..48).filter(|p| p % 3 == 0).collect();
+    let want_logits = [6usize, 21, 42];
+    let rows: Vec<usize> = (48..64).collect();
+
+    // Sequential: compute the refresh, forward the window, merge, commit, forward again.
+    let mut ids = base.clone();
+    let mut a = primed(&w, &mut ids);
+    let c = canvas(&ids);
+    let ra = a.compute_refresh(&c, &refresh, Some(&want_logits)).unwrap();
+    let la = a.forward(&c, 48..64, Rows::Positions(&rows)).unwrap();
+    a.apply_refresh(&ra).unwrap();
+    a.commit(48..56).unwrap();
+    let next_a = a.forward(&c, 56..64, Rows::All).unwrap();
+
+    // Dual path on a second sequence sharing the same weights: the refresh runs on its own thread.
+    let mut ids = base.clone();
+    let mut b = primed(&w, &mut ids);
+    let (lb, rb) = b
+        .forward_with_refresh(
+            &c,
+            48..64,
+            Rows::Positions(&rows),
+            RefreshRequest {
+                positions: &refresh,
+                logits: Some(&want_logits),
+                score_masked: false,
+            },
+        )
+        .unwrap();
+    let t = b.last_dual_path().expect("timing of the dual path");
+    // Both were really running at the same time.
+    assert!(t.overlap_secs() > 0.0, "{t:?}");
+    assert!(
+        t.forward.0 < t.refresh.1 && t.refresh.0 < t.forward.1,
+        "{t:?}"
+    );
+    assert_ne!(
+        std::thread::current().id(),
+        std::thread::spawn(|| std::thread::current().id())
+            .join()
+            .unwrap()
+    );
+    b.apply_refresh(&rb).unwrap();
+    b.commit(48..56).unwrap();
+    let next_b = b.forward(&c, 56..64, Rows::All).unwrap();
+
+    assert_eq!(bits(&la), bits(&lb), "window logits");
+    assert_eq!(ra.positions, rb.positions);
+    assert_eq!(ra.epoch, rb.epoch);
+    for l in 0..ra.keys.len() {
+        assert_eq!(
+            bits(&ra.keys[l]),
+            bits(&rb.keys[l]),
+            "refreshed keys, layer {l}"
+        );
+        assert_eq!(
+            bits(&ra.values[l]),
+            bits(&rb.values[l]),
+            "refreshed values, layer {l}"
+        );
+    }
+    assert_eq!(
+        bits(ra.logits.as_ref().unwrap()),
+        bits(rb.logits.as_ref().unwrap()),
+        "refresh logits"
+    );
+    assert_eq!(bits(&next_a), bits(&next_b), "the forward after the merge");
+    assert_eq!(a.epoch(), b.epoch());
+
+    // The refresh really changed the cache: without it the next forward differs.
+    let mut ids2 = base.clone();
+    let mut no = primed(&w, &mut ids2);
+    no.forward(&c, 48..64, Rows::None).unwrap();
+    no.commit(48..56).unwrap();
+    let next_no = no.forward(&c, 56..64, Rows::All).unwrap();
+    assert_ne!(bits(&next_no), bits(&next_a), "the refresh had no effect");
+}
+
+#[test]
+fn refresh_beside_forward_is_bit_identical_to_sequential_llada_f32() {
+    dual_path_equals_sequential(tiny_llada(), DType::F32);
+}
+
+#[test]
+fn refresh_beside_forward_is_bit_identical_to_sequential_dream_f16() {
+    dual_path_equals_sequential(tiny_dream(), DType::F16);
+}
+
+#[test]
+fn stale_refresh_is_rejected() {
+    let w = weights(tiny_llada(), DType::F32);
+    let mut ids: Vec<u32> = (0..64u32).map(|i| i % 200).collect();
+    let mut m = primed(&w, &mut ids);
+    let c = canvas(&ids);
+    let r = m.compute_refresh(&c, &[3, 6], None).unwrap();
+    assert_eq!(r.epoch, m.epoch());
+    // The cache changes (a commit) before the merge: the refresh is stale.
+    m.forward(&c, 48..56, Rows::None).unwrap();
+    m.commit(48..56).unwrap();
+    match m.apply_refresh(&r) {
+        Err(Error::StaleRefresh { computed, current }) => {
+            assert_eq!(computed, r.epoch);
+            assert_eq!(current, m.epoch());
+            assert!(current > computed);
+        }
+        other => panic!("expected a stale-refresh error, got {other:?}"),
+    }
+    // A forward alone does not change the cache, so a refresh stays valid across it.
+    let r = m.compute_refresh(&c, &[3, 4], None).unwrap();
+    m.forward(&c, 56..64, Rows::All).unwrap();
+    m.apply_refresh(&r).unwrap();
+    // Truncation bumps the epoch too.
+    let r = m.compute_refresh(&c, &[3], None).unwrap();
+    m.truncate_cache(50).unwrap();
+    assert!(matches!(
+        m.apply_refresh(&r),
+        Err(Error::StaleRefresh { .. })
+    ));
+}
+
+#[test]
+fn sequences_share_weights_and_keep_their_own_caches() {
+    let w = weights(tiny_llada(), DType::F32);
+    let ids: Vec<u32> = (0..32u32).map(|i| (i * 13 + 1) % 200).collect();
+    let c = canvas(&ids);
+    let mut a = DiffusionTransformer::from_weights(w.clone()).unwrap();
+    let mut b = a.new_sequence().unwrap();
+    assert!(Arc::ptr_eq(a.weights(), b.weights()));
+    a.forward_full(&c, Rows::None).unwrap();
+    a.commit(0..16).unwrap();
+    assert_eq!((a.cache_len(), b.cache_len()), (16, 0));
+    // Two sequences on two threads at once.
+    let (la, lb) = std::thread::scope(|s| {
+        let ha = s.spawn(|| a.forward(&c, 16..32, Rows::All).unwrap());
+        let hb = s.spawn(|| b.forward_full(&c, Rows::All).unwrap());
+        (ha.join().unwrap(), hb.join().unwrap())
+    });
+    let d = (la - lb.narrow(1, 16, 16).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(d < 1e-4, "{d}");
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<TransformerWeights>();
+}
+
+#[test]
+fn commits_in_place_and_moved() {
+    let w = weights(tiny_llada(), DType::F32);
+    let ids: Vec<u32> = (0..40u32).map(|i| (i * 7 + 3) % 200).collect();
+    let c = canvas(&ids);
+    let mut full = DiffusionTransformer::from_weights(w.clone()).unwrap();
+    let want = full.forward_full(&c, Rows::All).unwrap();
+    let close = |a: &Tensor, b: &Tensor| {
+        let d = (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap();
+        d.to_scalar::<f32>().unwrap() < 1e-4
+    };
+    // Dual cache: everything cached, then an inner window is forwarded and committed (a move).
+    let mut m = DiffusionTransformer::from_weights(w.clone()).unwrap();
+    m.forward_full(&c, Rows::None).unwrap();
+    m.commit(0..40).unwrap();
+    m.forward(&c, 8..16, Rows::None).unwrap();
+    m.commit(8..16).unwrap();
+    let l = m.forward(&c, 24..32, Rows::All).unwrap();
+    assert!(close(&l, &want.narrow(1, 24, 8).unwrap()));
+    // A window that starts inside the cache: pending rows sit after the cache and commits move them.
+    let mut m = DiffusionTransformer::from_weights(w).unwrap();
+    m.forward_full(&c, Rows::None).unwrap();
+    m.commit(0..20).unwrap();
+    m.forward(&c, 10..40, Rows::None).unwrap(); // positions 10..40 pending in rows [20, 50)
+    m.commit(15..25).unwrap(); // rows [25, 35) -> [15, 25): overwrites the pending rows of 10..15
+    let e = m.commit(10..15).unwrap_err().to_string();
+    assert!(e.contains("without a preceding forward"), "{e}");
+    // Moves that do not overwrite other pending rows keep the window committable.
+    m.forward(&c, 25..40, Rows::None).unwrap(); // rows [25, 40): in place
+    m.commit(25..30).unwrap();
+    m.commit(30..40).unwrap();
+    assert_eq!(m.cache_len(), 40);
+    let l = m.forward(&c, 32..40, Rows::All).unwrap();
+    assert!(close(&l, &want.narrow(1, 32, 8).unwrap()));
+}
+
+#[test]
+fn masked_scoring_refresh_scores_masked_positions_and_keeps_real_kv() {
+    let w = weights(tiny_llada(), DType::F32);
+    let mut ids: Vec<u32> = (0..64u32).map(|i| (i * 5 + 2) % 200).collect();
+    let mut m = primed(&w, &mut ids);
+    let c = canvas(&ids);
+    let pos = [5usize, 20, 41];
+    let (_, r) = m
+        .forward_with_refresh(
+            &c,
+            48..64,
+            Rows::None,
+            RefreshRequest {
+                positions: &pos,
+                logits: Some(&pos),
+                score_masked: true,
+            },
+        )
+        .unwrap();
+    let mask = m.info().special.mask;
+    let mut masked = ids.clone();
+    pos.iter().for_each(|&p| masked[p] = mask);
+    let want_logits = m
+        .compute_refresh(&canvas(&masked), &pos, Some(&pos))
+        .unwrap();
+    let want_kv = m.compute_refresh(&c, &pos, None).unwrap();
+    assert_eq!(
+        bits(r.logits.as_ref().unwrap()),
+        bits(want_logits.logits.as_ref().unwrap())
+    );
+    for l in 0..r.keys.len() {
+        assert_eq!(bits(&r.keys[l]), bits(&want_kv.keys[l]));
+        assert_eq!(bits(&r.values[l]), bits(&want_kv.values[l]));
+    }
+    // And it differs from scoring the tokens unmasked.
+    let plain = m.compute_refresh(&c, &pos, Some(&pos)).unwrap();
+    assert_ne!(
+        bits(r.logits.as_ref().unwrap()),
+        bits(plain.logits.as_ref().unwrap())
+    );
+}

@@ -1,0 +1,92 @@
+//! The benchmark model: a ~100M-parameter random LLaDA (d 768, 12 layers, 12 heads, MLP 2048,
+//! vocabulary 8192), in memory or written as a GGUF with a placeholder vocabulary llama.cpp
+//! accepts.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::GgmlDType;
+use candle_core::{DType, Device, Tensor};
+use dllm_models::synthetic::{bench_llada_100m, random_weights};
+use dllm_models::weights::HfWeights;
+use dllm_models::{
+    CpuLinears, DiffusionTransformer, LoadOptions, ModelSource, OpMode, TransformerConfig,
+};
+
+/// The config and its random f32 weights (seed 0).
+pub fn synthetic() -> Result<(TransformerConfig, std::collections::HashMap<String, Tensor>)> {
+    let cfg = bench_llada_100m();
+    let w = random_weights(&cfg, 0)?;
+    Ok((cfg, w))
+}
+
+/// The in-memory f32 model.
+pub fn in_memory(which: CpuLinears) -> Result<DiffusionTransformer> {
+    let (cfg, w) = synthetic()?;
+    let src = HfWeights::from_tensors(w, cfg.arch, DType::F32, &Device::Cpu);
+    Ok(dllm_models::linear::with_cpu_linears(which, || {
+        DiffusionTransformer::new(cfg, &src, OpMode::Fused)
+    })?)
+}
+
+/// A GGUF file through the public loader.
+pub fn load_gguf(path: &Path, which: CpuLinears) -> Result<DiffusionTransformer> {
+    let opts = LoadOptions {
+        cpu_linears: which,
+        ..Default::default()
+    };
+    Ok(
+        dllm_models::load(&ModelSource::Gguf(path.to_path_buf()), &opts)
+            .with_context(|| format!("loading {}", path.display()))?
+            .model,
+    )
+}
+
+/// Write the synthetic model as a GGUF with 2-D weights in `dtype` (the project's writer).
+pub fn write_gguf(path: &Path, dtype: GgmlDType) -> Result<()> {
+    let (cfg, w) = synthetic()?;
+    dllm_models::gguf_write::write_gguf(path, &cfg, &w, dtype, &placeholder_vocab(cfg.vocab_size))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// A SentencePiece-style placeholder vocabulary so llama.cpp can load a checkpoint that has none.
+fn placeholder_vocab(n: usize) -> Vec<(String, Value)> {
+    let tokens = (0..n)
+        .map(|i| {
+            Value::String(match i {
+                0 => "<unk>".into(),
+                1 => "<s>".into(),
+                2 => "</s>".into(),
+                _ => format!("tok{i}"),
+            })
+        })
+        .collect();
+    let types = (0..n)
+        .map(|i| {
+            Value::I32(match i {
+                0 => 2,
+                1 | 2 => 3,
+                _ => 1,
+            })
+        })
+        .collect();
+    vec![
+        ("tokenizer.ggml.model".into(), Value::String("llama".into())),
+        ("tokenizer.ggml.tokens".into(), Value::Array(tokens)),
+        (
+            "tokenizer.ggml.scores".into(),
+            Value::Array((0..n).map(|_| Value::F32(0.0)).collect()),
+        ),
+        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
+    ]
+}
+
+/// A deterministic `(1, len)` canvas of ids below `vocab - 3`.
+pub fn canvas(len: usize, vocab: usize) -> Result<Tensor> {
+    let ids: Vec<u32> = (0..len as u32)
+        .map(|i| (i * 7919 + 13) % (vocab as u32 - 3))
+        .collect();
+    Ok(Tensor::from_vec(ids, (1, len), &Device::Cpu)?)
+}

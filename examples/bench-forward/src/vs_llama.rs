@@ -1,0 +1,211 @@
+//! The model-level comparison with llama.cpp: one forward over a 160-token canvas of the 100M
+//! LLaDA, per GGUF type, llama.cpp's `llama-bench` and llada-rs alternated in one run.
+//!
+//! F32 and F16 files come from the project's GGUF writer, Q8_0 and Q4_0 from llama.cpp's own
+//! `llama-quantize` run on the F32 file (so Q4_0 has the Q6_K `output.weight` llama-quantize
+//! writes). llama.cpp is never built here: the caller passes the paths of its binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::GgmlDType;
+use dllm_models::{CpuLinears, DiffusionLm, Rows};
+
+use crate::model::{canvas, load_gguf, write_gguf};
+
+/// What to compare.
+pub struct Plan {
+    /// `llama-bench`.
+    pub llama_bench: PathBuf,
+    /// `llama-quantize`.
+    pub llama_quantize: PathBuf,
+    /// Where the GGUF files go.
+    pub dir: PathBuf,
+    /// GGUF types (`f32`, `f16`, `q8_0`, `q4_0`).
+    pub types: Vec<String>,
+    /// Alternated rounds.
+    pub rounds: usize,
+    /// Repetitions per side per round.
+    pub reps: usize,
+    /// Canvas length.
+    pub tokens: usize,
+    /// Threads for both sides.
+    pub threads: usize,
+}
+
+fn run_ok(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Make `<dir>/<ty>.gguf`.
+fn make(plan: &Plan, ty: &str) -> Result<PathBuf> {
+    let path = plan.dir.join(format!("bench100m-{ty}.gguf"));
+    if path.is_file() {
+        return Ok(path);
+    }
+    match ty {
+        "f32" => write_gguf(&path, GgmlDType::F32)?,
+        "f16" => write_gguf(&path, GgmlDType::F16)?,
+        "q8_0" | "q4_0" => {
+            let src = make(plan, "f32")?;
+            run_ok(
+                Command::new(&plan.llama_quantize)
+                    .arg(&src)
+                    .arg(&path)
+                    .arg(ty.to_uppercase()),
+            )?;
+        }
+        other => bail!("--types: `{other}` (expected f32, f16, q8_0 or q4_0)"),
+    }
+    Ok(path)
+}
+
+/// CPU seconds (user + system) used so far by this process's finished children.
+fn children_cpu() -> f64 {
+    // SAFETY: a valid `who` and a valid out-pointer.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(ru.ru_utime) + t(ru.ru_stime)
+}
+
+/// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run).
+fn llama_run(plan: &Plan, model: &Path, reps: usize) -> Result<(f64, f64)> {
+    let before = children_cpu();
+    let out = run_ok(
+        Command::new(&plan.llama_bench)
+            .arg("-m")
+            .arg(model)
+            .args(["-p", &plan.tokens.to_string(), "-n", "0"])
+            .args(["-t", &plan.threads.to_string()])
+            .args(["-r", &reps.to_string(), "-o", "json"]),
+    )?;
+    let cpu = children_cpu() - before;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).context("parsing llama-bench's JSON output")?;
+    let ns = v
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|r| r.get("avg_ns"))
+        .and_then(|n| n.as_f64())
+        .context("llama-bench output has no avg_ns")?;
+    Ok((ns / 1e6, cpu))
+}
+
+/// llama.cpp per forward: (wall ms as llama-bench reports it, CPU ms). The CPU time is the
+/// difference between a run of `1 + reps` forwards and a run of 1, so loading and warm-up
+/// cancel out.
+fn llama_ms(plan: &Plan, model: &Path) -> Result<(f64, f64)> {
+    let (_, one) = llama_run(plan, model, 1)?;
+    let (wall, many) = llama_run(plan, model, 1 + plan.reps)?;
+    Ok((wall, (many - one) / plan.reps as f64 * 1e3))
+}
+
+/// This process's CPU time, in seconds.
+fn self_cpu() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Our forward: (median wall ms, median CPU ms) over `reps` runs after a warm-up.
+fn ours_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<(f64, f64)> {
+    f()?;
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let (t, c) = (std::time::Instant::now(), self_cpu());
+        f()?;
+        cpu.push((self_cpu() - c) * 1e3);
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok((mid(&wall), mid(&cpu)))
+}
+
+fn mid(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
+}
+
+fn range(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    if (hi - lo) < 0.05 {
+        format!("{lo:.1}")
+    } else {
+        format!("{lo:.1}-{hi:.1}")
+    }
+}
+
+/// Run the comparison and print the tables.
+pub fn run(plan: &Plan) -> Result<()> {
+    std::fs::create_dir_all(&plan.dir)
+        .with_context(|| format!("creating {}", plan.dir.display()))?;
+    let t = plan.tokens;
+    let mut wall_rows = Vec::new();
+    let mut cpu_rows = Vec::new();
+    for ty in &plan.types {
+        let path = make(plan, ty)?;
+        let mut m = load_gguf(&path, CpuLinears::Packed)?;
+        let x = canvas(t, m.info().vocab_size)?;
+        let last = [t - 1];
+        let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
+        for _ in 0..plan.rounds {
+            let (w, c) = llama_ms(plan, &path)?;
+            lw.push(w);
+            lc.push(c);
+            let (w, _) = ours_ms(plan.reps, || {
+                m.forward_full(&x, Rows::All)?;
+                Ok(())
+            })?;
+            aw.push(w);
+            let (w, c) = ours_ms(plan.reps, || {
+                m.forward_full(&x, Rows::Positions(&last))?;
+                Ok(())
+            })?;
+            ow.push(w);
+            oc.push(c);
+        }
+        let name = ty.to_uppercase();
+        wall_rows.push(format!(
+            "| {name} | {} | {} | {:.2}x | {} | {:.2}x |",
+            range(&lw),
+            range(&aw),
+            mid(&lw) / mid(&aw),
+            range(&ow),
+            mid(&lw) / mid(&ow)
+        ));
+        cpu_rows.push(format!(
+            "| {name} | {} | {} | {:.2}x |",
+            range(&lc),
+            range(&oc),
+            mid(&lc) / mid(&oc)
+        ));
+    }
+    println!("Wall clock (what llama-bench reports), ms per forward, ranges over rounds; ratio = llama.cpp / llada-rs (medians):\n");
+    println!("| GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in &wall_rows {
+        println!("{r}");
+    }
+    println!("\nCPU time per forward (immune to preemption by other jobs), ms; llada-rs with logits for the last row:\n");
+    println!("| GGUF | llama.cpp | llada-rs | ratio |");
+    println!("|---|---:|---:|---:|");
+    for r in &cpu_rows {
+        println!("{r}");
+    }
+    Ok(())
+}

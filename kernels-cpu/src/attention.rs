@@ -1,0 +1,559 @@
+//! Bidirectional attention over KV-cache *segments*, without assembling the keys first.
+//!
+//! A diffusion LM's window attends to the cached prefix plus its own fresh keys, and a sparse refresh
+//! attends to the cache with a few rows replaced. Concatenating those key sets into one tensor per
+//! layer per step copies the whole cache every step; this kernel instead takes a list of
+//! [`KvSegment`]s (each a run of key/value rows in caller memory, possibly with rows to skip) and
+//! runs one online softmax across all of them.
+//!
+//! Layout: queries are `q_rows x heads x head_dim` with row stride `heads * head_dim`; a segment's
+//! rows are `kv_heads x head_dim` with an explicit row stride (so a `(positions, batch, kv_heads,
+//! head_dim)` cache can be read for one batch item without a copy). Query head `h` reads key/value
+//! head `h / (heads / kv_heads)` (GQA). Scores are computed and accumulated in f32 whatever the
+//! storage type.
+//!
+//! Determinism: every output row is computed by one task, sequentially over the keys in segment
+//! order, in blocks of [`KEY_BLOCK`] keys with explicit 16-lane accumulators, so the result is
+//! bit-identical for any number of threads and for the SIMD-width the compiler picks.
+
+use std::ops::Range;
+
+use half::{bf16, f16, slice::HalfFloatSliceExt};
+use rayon::prelude::*;
+
+use crate::{Error, Result};
+
+/// Keys processed per softmax block (their K/V rows are converted to f32 once per block).
+pub const KEY_BLOCK: usize = 64;
+/// Query rows one task handles together (they share the converted key/value blocks).
+pub const QUERY_BLOCK: usize = 16;
+const LANES: usize = 16;
+
+/// A storage element the kernels read: f32, f16 or bf16.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// +0.0.
+    const ZERO: Self;
+    /// Widen a slice into `out` (same length).
+    fn to_f32_slice(src: &[Self], out: &mut [f32]);
+    /// Narrow a slice from `src` (same length), rounding to nearest even.
+    fn from_f32_slice(src: &[f32], out: &mut [Self]);
+}
+
+impl Element for f32 {
+    const ZERO: Self = 0.0;
+    fn to_f32_slice(src: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(src);
+    }
+    fn from_f32_slice(src: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(src);
+    }
+}
+
+impl Element for f16 {
+    const ZERO: Self = f16::ZERO;
+    fn to_f32_slice(src: &[f16], out: &mut [f32]) {
+        src.convert_to_f32_slice(out);
+    }
+    fn from_f32_slice(src: &[f32], out: &mut [f16]) {
+        out.convert_from_f32_slice(src);
+    }
+}
+
+impl Element for bf16 {
+    const ZERO: Self = bf16::ZERO;
+    fn to_f32_slice(src: &[bf16], out: &mut [f32]) {
+        src.convert_to_f32_slice(out);
+    }
+    fn from_f32_slice(src: &[f32], out: &mut [bf16]) {
+        out.convert_from_f32_slice(src);
+    }
+}
+
+/// Rows of a segment that take no part in the attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip<'a> {
+    /// Every row takes part.
+    None,
+    /// Rows `start..end` (segment-relative) are ignored (e.g. cached rows of the window's own
+    /// positions, whose fresh K/V come in another segment).
+    Range {
+        /// First ignored row.
+        start: usize,
+        /// One past the last ignored row.
+        end: usize,
+    },
+    /// These rows (segment-relative, sorted ascending, unique) are ignored (e.g. positions being
+    /// refreshed).
+    Sorted(&'a [usize]),
+}
+
+impl Skip<'_> {
+    fn contains(&self, row: usize, cursor: &mut usize) -> bool {
+        match self {
+            Skip::None => false,
+            Skip::Range { start, end } => (*start..*end).contains(&row),
+            Skip::Sorted(s) => {
+                while *cursor < s.len() && s[*cursor] < row {
+                    *cursor += 1;
+                }
+                *cursor < s.len() && s[*cursor] == row
+            }
+        }
+    }
+}
+
+/// A run of key/value rows in caller memory.
+#[derive(Debug, Clone, Copy)]
+pub struct KvSegment<'a, T> {
+    /// Keys: row `r`, head `h`, dim `i` at `k[r * row_stride + h * head_dim + i]`.
+    pub k: &'a [T],
+    /// Values, same addressing as `k`.
+    pub v: &'a [T],
+    /// Number of rows.
+    pub rows: usize,
+    /// Elements between consecutive rows (at least `kv_heads * head_dim`).
+    pub row_stride: usize,
+    /// Rows to ignore.
+    pub skip: Skip<'a>,
+}
+
+/// Head geometry of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnShape {
+    /// Query rows.
+    pub q_rows: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub kv_heads: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+}
+
+fn check<T>(q: &[T], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) -> Result<()> {
+    let bad = |what: String| {
+        Err(Error::Shape {
+            op: "attention",
+            what,
+        })
+    };
+    if s.heads == 0 || s.kv_heads == 0 || s.head_dim == 0 || s.heads % s.kv_heads != 0 {
+        return bad(format!(
+            "{} query heads over {} key/value heads of dim {}",
+            s.heads, s.kv_heads, s.head_dim
+        ));
+    }
+    let q_len = s.q_rows * s.heads * s.head_dim;
+    if q.len() < q_len || out_len < q_len {
+        return bad(format!(
+            "{} query rows x {} heads x {} need {q_len} elements; q has {}, out {out_len}",
+            s.q_rows,
+            s.heads,
+            s.head_dim,
+            q.len()
+        ));
+    }
+    let row = s.kv_heads * s.head_dim;
+    for (i, g) in segs.iter().enumerate() {
+        if g.rows == 0 {
+            continue;
+        }
+        let need = (g.rows - 1) * g.row_stride + row;
+        if g.row_stride < row || g.k.len() < need || g.v.len() < need {
+            return bad(format!(
+                "segment {i}: {} rows of stride {} need {need} elements (row {row}); k has {}, v {}",
+                g.rows,
+                g.row_stride,
+                g.k.len(),
+                g.v.len()
+            ));
+        }
+        if let Skip::Sorted(p) = g.skip {
+            if p.windows(2).any(|w| w[0] >= w[1]) {
+                return bad(format!(
+                    "segment {i}: skipped rows are not sorted and unique"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `out = softmax(scale * q k^T) v` per query head over every non-skipped row of `segs`.
+///
+/// `out` has the layout of `q`. Rows whose keys are all skipped (or no keys at all) produce zeros.
+pub fn attention<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    shape: AttnShape,
+    scale: f32,
+    out: &mut [T],
+) -> Result<()> {
+    attention_with(crate::isa::Isa::best(), q, segs, shape, scale, out)
+}
+
+/// [`attention`] on an explicit SIMD path (an error if this CPU does not run it). Every path gives
+/// bit-identical results.
+pub fn attention_with<T: Element>(
+    isa: crate::isa::Isa,
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    shape: AttnShape,
+    scale: f32,
+    out: &mut [T],
+) -> Result<()> {
+    isa.require()?;
+    check(q, segs, shape, out.len())?;
+    if !scale.is_finite() {
+        return Err(Error::Shape {
+            op: "attention",
+            what: format!("scale {scale} is not finite"),
+        });
+    }
+    let AttnShape {
+        q_rows,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = shape;
+    if q_rows == 0 {
+        return Ok(());
+    }
+    let group = heads / kv_heads;
+    let q_row_len = heads * d;
+    let out = &mut out[..q_rows * q_row_len];
+    // One task per (query block, kv head): it owns the output rows of the `group` query heads of that
+    // kv head for the block's query rows. Outputs are gathered per task and scattered afterwards so
+    // that tasks never share an output slice.
+    let qblocks = q_rows.div_ceil(QUERY_BLOCK);
+    let tasks: Vec<(usize, usize)> = (0..qblocks)
+        .flat_map(|qb| (0..kv_heads).map(move |kh| (qb, kh)))
+        .collect();
+    let results: Vec<Vec<f32>> = tasks
+        .par_iter()
+        .map(|&(qb, kh)| {
+            let rows = qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(q_rows);
+            task_dispatch(isa, q, segs, shape, scale, rows, kh)
+        })
+        .collect();
+    let mut tmp = vec![T::ZERO; d];
+    for (&(qb, kh), res) in tasks.iter().zip(&results) {
+        let rows = qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(q_rows);
+        for (ri, r) in rows.enumerate() {
+            for g in 0..group {
+                let h = kh * group + g;
+                let src = &res[(ri * group + g) * d..][..d];
+                T::from_f32_slice(src, &mut tmp);
+                out[r * q_row_len + h * d..][..d].copy_from_slice(&tmp);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`task`] compiled for the widest SIMD the CPU runs. The body uses explicit lanes and no fused
+/// multiply-add (Rust never contracts `a * b + c`), so every path computes bit-identical results;
+/// only the vector width the compiler may use differs.
+fn task_dispatch<T: Element>(
+    isa: crate::isa::Isa,
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use crate::isa::Isa;
+        match isa {
+            Isa::Avx512 | Isa::Avx512Vnni => {
+                // SAFETY: the CPU runs AVX-512 F/BW/VL (`attention_with` checked the path).
+                return unsafe { task_avx512(q, segs, s, scale, rows, kh) };
+            }
+            Isa::Avx2 | Isa::AvxVnni => {
+                // SAFETY: the CPU runs AVX2 (`attention_with` checked the path).
+                return unsafe { task_avx2(q, segs, s, scale, rows, kh) };
+            }
+            Isa::Portable => {}
+        }
+    }
+    let _ = isa;
+    task(q, segs, s, scale, rows, kh)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+unsafe fn task_avx512<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    task(q, segs, s, scale, rows, kh)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn task_avx2<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    task(q, segs, s, scale, rows, kh)
+}
+
+/// The attention of query rows `rows` for the `group` query heads of kv head `kh`; returns
+/// `(rows, group, d)` f32.
+#[inline(always)]
+fn task<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    scale: f32,
+    rows: Range<usize>,
+    kh: usize,
+) -> Vec<f32> {
+    let d = s.head_dim;
+    let group = s.heads / s.kv_heads;
+    let nq = rows.len() * group;
+    // Queries of this task in f32, pre-scaled.
+    let mut qf = vec![0f32; nq * d];
+    for (ri, r) in rows.clone().enumerate() {
+        for g in 0..group {
+            let h = kh * group + g;
+            let dst = &mut qf[(ri * group + g) * d..][..d];
+            T::to_f32_slice(&q[r * s.heads * d + h * d..][..d], dst);
+            dst.iter_mut().for_each(|x| *x *= scale);
+        }
+    }
+    let mut acc = vec![0f32; nq * d];
+    let mut m = vec![f32::NEG_INFINITY; nq];
+    let mut l = vec![0f32; nq];
+    let mut kb = vec![0f32; KEY_BLOCK * d];
+    let mut vb = vec![0f32; KEY_BLOCK * d];
+    let mut sc = vec![0f32; KEY_BLOCK * nq];
+    for seg in segs {
+        let mut cursor = 0usize;
+        let mut r = 0usize;
+        while r < seg.rows {
+            // Gather up to KEY_BLOCK non-skipped rows, converted to f32.
+            let mut nk = 0;
+            while r < seg.rows && nk < KEY_BLOCK {
+                if !seg.skip.contains(r, &mut cursor) {
+                    let off = r * seg.row_stride + kh * d;
+                    T::to_f32_slice(&seg.k[off..off + d], &mut kb[nk * d..(nk + 1) * d]);
+                    T::to_f32_slice(&seg.v[off..off + d], &mut vb[nk * d..(nk + 1) * d]);
+                    nk += 1;
+                }
+                r += 1;
+            }
+            if nk > 0 {
+                block(
+                    &qf,
+                    &kb[..nk * d],
+                    &vb[..nk * d],
+                    d,
+                    nk,
+                    &mut sc,
+                    &mut m,
+                    &mut l,
+                    &mut acc,
+                );
+            }
+        }
+    }
+    for (i, li) in l.iter().enumerate() {
+        let inv = if *li > 0.0 { 1.0 / li } else { 0.0 };
+        acc[i * d..(i + 1) * d].iter_mut().for_each(|x| *x *= inv);
+    }
+    acc
+}
+
+/// `e^x` for `x <= 0` (scores minus their running maximum), branch-free so that a loop over a block
+/// vectorises: Cody-Waite range reduction `x = n ln2 + r` and Cephes' degree-6 polynomial for
+/// `e^r` (relative error about 1e-7), scaled by `2^n` through the exponent bits. Inputs below -87
+/// are clamped (their weight is below 2^-125 of the maximum's, i.e. 0 in f32 sums).
+#[inline(always)]
+pub fn exp_neg(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let x = x.clamp(-87.0, 0.0);
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    let ni = t.to_bits() as i32 - ROUND.to_bits() as i32;
+    e * f32::from_bits(((ni + 127) as u32) << 23)
+}
+
+/// Dot product with explicit lanes (vectorisable; the result does not depend on the SIMD width).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let chunks = a.len() / LANES;
+    for c in 0..chunks {
+        let (x, y) = (&a[c * LANES..][..LANES], &b[c * LANES..][..LANES]);
+        for i in 0..LANES {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0f32;
+    for i in chunks * LANES..a.len() {
+        tail += a[i] * b[i];
+    }
+    let mut s = 0f32;
+    for x in lanes {
+        s += x;
+    }
+    s + tail
+}
+
+/// One key block: scores, online-softmax update, value accumulation.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn block(
+    qf: &[f32],
+    kb: &[f32],
+    vb: &[f32],
+    d: usize,
+    nk: usize,
+    sc: &mut [f32],
+    m: &mut [f32],
+    l: &mut [f32],
+    acc: &mut [f32],
+) {
+    let nq = m.len();
+    for i in 0..nq {
+        let qi = &qf[i * d..(i + 1) * d];
+        let s = &mut sc[i * nk..(i + 1) * nk];
+        let mut mx = m[i];
+        for j in 0..nk {
+            let v = dot(qi, &kb[j * d..(j + 1) * d]);
+            s[j] = v;
+            mx = mx.max(v);
+        }
+        if mx == f32::NEG_INFINITY {
+            continue;
+        }
+        let corr = exp_neg(m[i] - mx);
+        for x in s.iter_mut() {
+            *x = exp_neg(*x - mx);
+        }
+        let mut sum = 0f32;
+        for x in s.iter() {
+            sum += *x;
+        }
+        l[i] = l[i] * corr + sum;
+        m[i] = mx;
+        let a = &mut acc[i * d..(i + 1) * d];
+        if corr != 1.0 {
+            a.iter_mut().for_each(|x| *x *= corr);
+        }
+        for j in 0..nk {
+            let p = s[j];
+            let vj = &vb[j * d..(j + 1) * d];
+            for (x, &y) in a.iter_mut().zip(vj) {
+                *x += p * y;
+            }
+        }
+    }
+}
+
+/// Slow reference: the same function in f64 with every key set materialised (for tests).
+pub fn attention_reference<T: Element>(
+    q: &[T],
+    segs: &[KvSegment<'_, T>],
+    shape: AttnShape,
+    scale: f32,
+) -> Result<Vec<f64>> {
+    check(q, segs, shape, q.len())?;
+    let AttnShape {
+        q_rows,
+        heads,
+        kv_heads,
+        head_dim: d,
+    } = shape;
+    let group = heads / kv_heads;
+    let widen = |x: &[T]| {
+        let mut o = vec![0f32; x.len()];
+        T::to_f32_slice(x, &mut o);
+        o
+    };
+    let qf = widen(&q[..q_rows * heads * d]);
+    let mut keys: Vec<(Vec<f32>, Vec<f32>)> = Vec::new(); // per kept row, all kv heads
+    for g in segs {
+        let mut cursor = 0;
+        for r in 0..g.rows {
+            if !g.skip.contains(r, &mut cursor) {
+                let off = r * g.row_stride;
+                keys.push((
+                    widen(&g.k[off..off + kv_heads * d]),
+                    widen(&g.v[off..off + kv_heads * d]),
+                ));
+            }
+        }
+    }
+    let mut out = vec![0f64; q_rows * heads * d];
+    for r in 0..q_rows {
+        for h in 0..heads {
+            let kh = h / group;
+            let qv = &qf[(r * heads + h) * d..][..d];
+            let scores: Vec<f64> = keys
+                .iter()
+                .map(|(k, _)| {
+                    scale as f64
+                        * (0..d)
+                            .map(|i| qv[i] as f64 * k[kh * d + i] as f64)
+                            .sum::<f64>()
+                })
+                .collect();
+            let mx = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if keys.is_empty() {
+                continue;
+            }
+            let w: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
+            let z: f64 = w.iter().sum();
+            for (wi, (_, v)) in w.iter().zip(&keys) {
+                for i in 0..d {
+                    out[(r * heads + h) * d + i] += wi / z * v[kh * d + i] as f64;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_neg;
+
+    #[test]
+    fn exp_neg_is_accurate_and_total() {
+        let mut worst = 0f64;
+        let mut x = 0f32;
+        while x > -87.0 {
+            let got = exp_neg(x) as f64;
+            let want = (x as f64).exp();
+            worst = worst.max(((got - want) / want).abs());
+            x -= 0.0137;
+        }
+        assert!(worst < 3e-7, "relative error {worst}");
+        assert_eq!(exp_neg(0.0), 1.0);
+        assert!(exp_neg(-1e30) >= 0.0 && exp_neg(-1e30) < 1e-37);
+        assert_eq!(exp_neg(f32::NEG_INFINITY), exp_neg(-87.0));
+    }
+}

@@ -1,0 +1,438 @@
+//! GEMM over dense weights (f32, f16, bf16) stored in the NPU's HMX weight-tile order, with f32
+//! activations and f32 accumulation; half-precision weights stay half in memory and are widened
+//! in registers.
+//!
+//! The layout is `KDSP_LAYOUT_HMX_WEIGHT_TILES` (kernels-dsp `kdsp_ops.h`) for any element type:
+//! 32 x 32 tiles, tile `(nt, kt)` at element `(nt * KT + kt) * 1024`, element `(k, n)` of a tile
+//! at `(k / 2) * 64 + n * 2 + k % 2` (pairs of K interleaved; in bytes for f16,
+//! `(k/2)*128 + n*4 + (k%2)*2`). Padding is zero. For f16 the bytes are exactly the NPU's, so
+//! one copy of the weights serves both; the CPU gives nothing up for it: a vector load of one
+//! K pair across `LANES / 2` outputs, multiplied by the broadcast activation pair, accumulates
+//! each output's even and odd K terms in neighbouring lanes, summed once at the end.
+
+use std::ops::Range;
+
+use half::{bf16, f16};
+
+use crate::aligned::AlignedBytes;
+use crate::error::{check_len, mul};
+use crate::ggml::GgmlType;
+use crate::isa::Isa;
+use crate::par::{self, OutPtr};
+use crate::qgemm::lanes;
+use crate::simd::portable::Portable;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::x86::{V256, V512};
+use crate::simd::Simd;
+use crate::{Error, Result};
+
+const TILE: usize = 32;
+/// Elements per tile.
+const TILE_ELEMS: usize = TILE * TILE;
+
+/// Element type of dense weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DenseType {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary16.
+    F16,
+    /// bfloat16.
+    BF16,
+}
+
+impl DenseType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DenseType::F32 => 4,
+            DenseType::F16 | DenseType::BF16 => 2,
+        }
+    }
+
+    /// The dense type of a ggml type, if it is one.
+    pub fn of(ty: GgmlType) -> Option<DenseType> {
+        match ty {
+            GgmlType::F32 => Some(DenseType::F32),
+            GgmlType::F16 => Some(DenseType::F16),
+            GgmlType::BF16 => Some(DenseType::BF16),
+            _ => None,
+        }
+    }
+}
+
+/// Bytes of an `n x k` matrix of `ty` in tile order.
+pub fn tiles_len(ty: DenseType, n: usize, k: usize) -> Result<usize> {
+    if n == 0 || k == 0 {
+        return Err(Error::Shape {
+            op: "dense weights",
+            what: format!("{n} x {k} has no elements"),
+        });
+    }
+    let tiles = mul("dense weights", n.div_ceil(TILE), k.div_ceil(TILE))?;
+    mul("dense weights", tiles, TILE_ELEMS * ty.size())
+}
+
+/// Element index of `(row n, column k)` in tile order.
+fn tile_index(kt_n: usize, row: usize, col: usize) -> usize {
+    let tile = (row / TILE) * kt_n + col / TILE;
+    let (k, n) = (col % TILE, row % TILE);
+    tile * TILE_ELEMS + (k / 2) * 64 + n * 2 + k % 2
+}
+
+/// Dense weights borrowed in tile order (a model's weights, or the NPU's fp16 HMX tiles).
+#[derive(Debug, Clone, Copy)]
+pub struct DenseView<'a> {
+    ty: DenseType,
+    n: usize,
+    k: usize,
+    bytes: &'a [u8],
+}
+
+/// Dense weights in tile order, owning their (64-byte aligned) bytes.
+#[derive(Debug, Clone)]
+pub struct DenseMatrix {
+    ty: DenseType,
+    n: usize,
+    k: usize,
+    data: AlignedBytes,
+}
+
+impl DenseMatrix {
+    /// Re-lay row-major raw little-endian elements of `ty` (`n` rows of `k`) into tile order.
+    pub fn from_row_major(ty: DenseType, n: usize, k: usize, raw: &[u8]) -> Result<Self> {
+        let len = tiles_len(ty, n, k)?;
+        check_len(
+            "dense weight bytes",
+            raw.len(),
+            mul(
+                "dense weight bytes",
+                mul("dense weight bytes", n, k)?,
+                ty.size(),
+            )?,
+        )?;
+        let mut data = AlignedBytes::zeroed(len);
+        let dst = data.as_mut_slice();
+        let (kt_n, es) = (k.div_ceil(TILE), ty.size());
+        for (row, src_row) in raw.chunks_exact(k * es).enumerate() {
+            for (col, e) in src_row.chunks_exact(es).enumerate() {
+                let at = tile_index(kt_n, row, col) * es;
+                dst[at..at + es].copy_from_slice(e);
+            }
+        }
+        Ok(Self { ty, n, k, data })
+    }
+
+    /// From f32 values (kept f32).
+    pub fn from_f32(w: &[f32], n: usize, k: usize) -> Result<Self> {
+        let raw: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::from_row_major(DenseType::F32, n, k, &raw)
+    }
+
+    /// From f16 values (kept f16).
+    pub fn from_f16(w: &[f16], n: usize, k: usize) -> Result<Self> {
+        let raw: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        Self::from_row_major(DenseType::F16, n, k, &raw)
+    }
+
+    /// From bf16 values (kept bf16).
+    pub fn from_bf16(w: &[bf16], n: usize, k: usize) -> Result<Self> {
+        let raw: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        Self::from_row_major(DenseType::BF16, n, k, &raw)
+    }
+
+    /// Take bytes already in tile order (e.g. fp16 tiles made for the NPU).
+    pub fn from_tiles(ty: DenseType, n: usize, k: usize, tiles: &[u8]) -> Result<Self> {
+        let v = DenseView::new(ty, n, k, tiles)?;
+        let mut data = AlignedBytes::zeroed(tiles.len());
+        data.as_mut_slice().copy_from_slice(v.bytes);
+        Ok(Self { ty, n, k, data })
+    }
+
+    /// The borrowed view the kernels run on.
+    pub fn view(&self) -> DenseView<'_> {
+        DenseView {
+            ty: self.ty,
+            n: self.n,
+            k: self.k,
+            bytes: self.data.as_slice(),
+        }
+    }
+}
+
+impl<'a> DenseView<'a> {
+    /// View `bytes` (tile order) as an `n x k` matrix of `ty`.
+    pub fn new(ty: DenseType, n: usize, k: usize, bytes: &'a [u8]) -> Result<Self> {
+        check_len("dense weight tiles", bytes.len(), tiles_len(ty, n, k)?)?;
+        Ok(Self { ty, n, k, bytes })
+    }
+
+    /// View the NPU's fp16 HMX weight tiles (`KDSP_LAYOUT_HMX_WEIGHT_TILES`) of `W[n][k]`.
+    pub fn hmx_f16_tiles(bytes: &'a [u8], n: usize, k: usize) -> Result<Self> {
+        Self::new(DenseType::F16, n, k, bytes)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DenseType {
+        self.ty
+    }
+
+    /// `(n, k)`.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// The bytes, in tile order.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Row `row` as f32 (`k` values).
+    pub fn row(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        check_len("row output", out.len(), self.k)?;
+        if row >= self.n {
+            return Err(Error::Shape {
+                op: "row index",
+                what: format!("{row} is outside the {} rows", self.n),
+            });
+        }
+        let kt_n = self.k.div_ceil(TILE);
+        for (col, o) in out.iter_mut().enumerate() {
+            let at = tile_index(kt_n, row, col) * self.ty.size();
+            let b = &self.bytes[at..];
+            *o = match self.ty {
+                DenseType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                DenseType::F16 => f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+                DenseType::BF16 => bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
+            };
+        }
+        Ok(())
+    }
+
+    /// `out[m][n] = sum_k x[m][k] W[n][k] + bias[n]` on the best path of this CPU.
+    pub fn gemm(&self, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) -> Result<()> {
+        self.gemm_with(Isa::best(), x, m, bias, out)
+    }
+
+    /// [`DenseView::gemm`] on an explicit path (an error if this CPU cannot run it).
+    pub fn gemm_with(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(isa, x, m, bias, out.as_mut_ptr(), len)
+    }
+
+    /// [`Self::gemm`] into uninitialised memory (every element is written), so callers need not
+    /// zero a buffer the kernel overwrites.
+    pub fn gemm_uninit(
+        &self,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [std::mem::MaybeUninit<f32>],
+    ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(Isa::best(), x, m, bias, out.as_mut_ptr().cast(), len)
+    }
+
+    /// The GEMM into `len` floats at `out`, which it only writes.
+    fn gemm_raw(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: *mut f32,
+        len: usize,
+    ) -> Result<()> {
+        isa.require()?;
+        let (n, k) = (self.n, self.k);
+        check_len("activations", x.len(), mul("activations", m, k)?)?;
+        check_len("output", len, mul("output", m, n)?)?;
+        if let Some(b) = bias {
+            check_len("bias", b.len(), n)?;
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let kt_n = k.div_ceil(TILE);
+        let kp = kt_n * TILE;
+        let xs = pack_pairs(x, m, k, kp);
+        let nt = n.div_ceil(TILE);
+        let bias_pad = bias.map(|b| {
+            let mut v = b.to_vec();
+            v.resize(nt * TILE, 0.0);
+            v
+        });
+        let job = Job {
+            w: *self,
+            x: &xs,
+            m,
+            out: OutPtr(out),
+            bias: bias_pad.as_deref(),
+        };
+        let task = task_for(isa);
+        let n_slabs = n.div_ceil(lanes(isa));
+        // SAFETY: the ISA was checked above; tiles of the grid are disjoint output rectangles.
+        par::for_each_tile(n_slabs, m, |slabs, rows| unsafe { task(&job, slabs, rows) });
+        Ok(())
+    }
+}
+
+/// Activations re-laid K-pair-major: pair `p` of row `r` (`x[r][2p], x[r][2p + 1]`) at floats
+/// `(p * m + r) * 2`, K zero-padded to whole tiles. A micro-kernel's broadcasts for one K pair are
+/// then consecutive pairs at one address plus constant offsets (no per-row pointer arithmetic on
+/// the ports the FMAs need, one stream instead of one per row); the copy is one pass over `x`.
+fn pack_pairs(x: &[f32], m: usize, k: usize, kp: usize) -> Vec<f32> {
+    let pairs = kp / 2;
+    let mut v = vec![0f32; m * kp];
+    for (r, row) in x.chunks_exact(k).enumerate() {
+        for (p, pair) in row.chunks(2).enumerate() {
+            let at = (p * m + r) * 2;
+            v[at] = pair[0];
+            if let Some(&b) = pair.get(1) {
+                v[at + 1] = b;
+            }
+        }
+    }
+    debug_assert_eq!(v.len(), pairs * m * 2);
+    v
+}
+
+struct Job<'a> {
+    w: DenseView<'a>,
+    /// Activations, K-pair-major ([`pack_pairs`]).
+    x: &'a [f32],
+    /// Activation rows.
+    m: usize,
+    out: OutPtr,
+    bias: Option<&'a [f32]>,
+}
+
+type TaskFn = unsafe fn(&Job<'_>, Range<usize>, Range<usize>);
+
+fn task_for(isa: Isa) -> TaskFn {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => task_avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => task_avx512,
+        _ => task::<Portable>,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn task_avx2(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<V256<false>>(job, slabs, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn task_avx512(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<V512<false>>(job, slabs, rows)
+}
+
+/// One slab's operands.
+struct Slab {
+    /// Tile `(nt, 0)` plus this slab's lane offset, in elements of the weight type.
+    tiles: *const u8,
+    kt_n: usize,
+    out: *mut f32,
+    ldo: usize,
+    bias: *const f32,
+    nvalid: usize,
+}
+
+#[inline(always)]
+unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    let w = &job.w;
+    let kt_n = w.k.div_ceil(TILE);
+    let es = w.ty.size();
+    let per_tile = TILE / S::LANES;
+    for s in slabs {
+        let (nt, g) = (s / per_tile, s % per_tile);
+        let n0 = s * S::LANES;
+        let sl = Slab {
+            tiles: w
+                .bytes
+                .as_ptr()
+                .add((nt * kt_n * TILE_ELEMS + g * S::LANES * 2) * es),
+            kt_n,
+            out: job.out.0.add(n0),
+            ldo: w.n,
+            bias: job.bias.map_or(std::ptr::null(), |b| b.as_ptr().add(n0)),
+            nvalid: (w.n - n0).min(S::LANES),
+        };
+        let mut m = rows.start;
+        while m < rows.end {
+            let left = rows.end - m;
+            macro_rules! go {
+                ($mr:literal) => {{
+                    match w.ty {
+                        DenseType::F32 => k_dense::<S, $mr, 0>(&sl, job, m),
+                        DenseType::F16 => k_dense::<S, $mr, 1>(&sl, job, m),
+                        DenseType::BF16 => k_dense::<S, $mr, 2>(&sl, job, m),
+                    }
+                    $mr
+                }};
+            }
+            m += if S::LANES >= 16 && left >= 12 {
+                go!(12)
+            } else if left >= 6 {
+                go!(6)
+            } else if left >= 3 {
+                go!(3)
+            } else if left >= 2 {
+                go!(2)
+            } else {
+                go!(1)
+            };
+        }
+    }
+}
+
+/// Load `LANES` weights of type `T` (0 = f32, 1 = f16, 2 = bf16) at element `i` of `p`.
+#[inline(always)]
+unsafe fn load_w<S: Simd, const T: u8>(p: *const u8, i: usize) -> S::F {
+    match T {
+        0 => S::load_f32(p.cast::<f32>().add(i)),
+        1 => S::load_f16(p.cast::<u16>().add(i)),
+        _ => S::load_bf16(p.cast::<u16>().add(i)),
+    }
+}
+
+#[inline(always)]
+unsafe fn k_dense<S: Simd, const MR: usize, const T: u8>(sl: &Slab, job: &Job<'_>, m0: usize) {
+    let mut a0 = [S::fzero(); MR];
+    let mut a1 = [S::fzero(); MR];
+    // Pair p of rows m0.. starts at (p * m + m0) * 2.
+    let mut x = job.x.as_ptr().add(m0 * 2);
+    let step = job.m * 2;
+    for kt in 0..sl.kt_n {
+        let t = kt * TILE_ELEMS;
+        for kp in 0..TILE / 2 {
+            let e = t + kp * 64;
+            let w0 = load_w::<S, T>(sl.tiles, e);
+            let w1 = load_w::<S, T>(sl.tiles, e + S::LANES);
+            for i in 0..MR {
+                let xb = S::splat_pair(x.add(2 * i));
+                a0[i] = S::fma(w0, xb, a0[i]);
+                a1[i] = S::fma(w1, xb, a1[i]);
+            }
+            x = x.add(step);
+        }
+    }
+    for i in 0..MR {
+        let mut v = S::pair_sum(a0[i], a1[i]);
+        if !sl.bias.is_null() {
+            v = S::fadd(v, S::load_f32(sl.bias));
+        }
+        S::store(sl.out.add((m0 + i) * sl.ldo), v, sl.nvalid);
+    }
+}

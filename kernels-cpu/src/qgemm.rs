@@ -1,0 +1,502 @@
+//! GEMM over packed quantized weights: `y[m][n] = sum_k x[m][k] W[n][k] (+ bias[n])`.
+//!
+//! Activations are quantized once per call ([`crate::act`]); the weights stay in their packed
+//! layout ([`crate::qlayout`]). A *slab* is `LANES` consecutive weight rows (one vector of
+//! outputs); the micro-kernel runs one slab against `MR` activation rows, keeping the slab's
+//! unpacked codes of one K block in registers and one accumulator per activation row. Per block
+//! and row it does eight 4-byte dots (`vpdpbusd` or its emulation) into an integer accumulator
+//! started at the code-offset correction, converts it to f32 once, and accumulates with the
+//! product of the two scales, so each output element sees the same operations in the same order
+//! whichever `MR`, task split or thread count computed it.
+
+use std::ops::Range;
+
+use crate::act::{self, ActSpec, Acts};
+use crate::aligned::AlignedBytes;
+use crate::error::check_len;
+use crate::ggml::GgmlType;
+use crate::isa::Isa;
+use crate::par::{self, OutPtr};
+use crate::qlayout::{self, packed_len, QFormat, TILE};
+use crate::simd::portable::Portable;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::x86::{V256, V512};
+use crate::simd::Simd;
+use crate::{Error, Result};
+
+/// A packed quantized matrix `W[n][k]` borrowed from memory someone else owns (a model's
+/// weights, or the NPU's shared buffer holding the same Q4_0 tiles).
+#[derive(Debug, Clone, Copy)]
+pub struct QuantView<'a> {
+    fmt: QFormat,
+    n: usize,
+    k: usize,
+    bytes: &'a [u8],
+}
+
+/// A packed quantized matrix that owns its (64-byte aligned) bytes.
+#[derive(Debug, Clone)]
+pub struct QuantMatrix {
+    fmt: QFormat,
+    n: usize,
+    k: usize,
+    data: AlignedBytes,
+}
+
+impl QuantMatrix {
+    /// Repack ggml row-major blocks of type `ty` (`n` rows of `k` values) once.
+    pub fn from_ggml(ty: GgmlType, n: usize, k: usize, blocks: &[u8]) -> Result<Self> {
+        let fmt = QFormat::of(ty).ok_or_else(|| Error::Unsupported(ty.name().into()))?;
+        let mut data = AlignedBytes::zeroed(packed_len(fmt, n, k)?);
+        qlayout::pack_into(fmt, data.as_mut_slice(), blocks, n, k)?;
+        Ok(Self { fmt, n, k, data })
+    }
+
+    /// Take bytes already in the packed layout (e.g. Q4_0 tiles made for the NPU).
+    pub fn from_packed(fmt: QFormat, n: usize, k: usize, packed: &[u8]) -> Result<Self> {
+        let view = QuantView::new(fmt, n, k, packed)?;
+        let mut data = AlignedBytes::zeroed(packed.len());
+        data.as_mut_slice().copy_from_slice(view.bytes);
+        Ok(Self { fmt, n, k, data })
+    }
+
+    /// The borrowed view the kernels run on.
+    pub fn view(&self) -> QuantView<'_> {
+        QuantView {
+            fmt: self.fmt,
+            n: self.n,
+            k: self.k,
+            bytes: self.data.as_slice(),
+        }
+    }
+}
+
+impl<'a> QuantView<'a> {
+    /// View `bytes` as a packed `n x k` matrix of `fmt`; an error names a wrong length or shape.
+    pub fn new(fmt: QFormat, n: usize, k: usize, bytes: &'a [u8]) -> Result<Self> {
+        check_len("packed weights", bytes.len(), packed_len(fmt, n, k)?)?;
+        Ok(Self { fmt, n, k, bytes })
+    }
+
+    /// View the NPU's Q4_0 tiles (`KDSP_LAYOUT_Q4_0_TILES`) of an `n x k` matrix.
+    pub fn q4_0_tiles(bytes: &'a [u8], n: usize, k: usize) -> Result<Self> {
+        Self::new(QFormat::Q4_0, n, k, bytes)
+    }
+
+    /// The format.
+    pub fn format(&self) -> QFormat {
+        self.fmt
+    }
+
+    /// `(n, k)`: output features, input features.
+    pub fn dims(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// The packed bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Dequantize row `row` into `out` (`k` values).
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        qlayout::dequantize_packed_row(self.fmt, self.bytes, self.n, self.k, row, out)
+    }
+
+    /// `out[m][n] = sum_k x[m][k] W[n][k] + bias[n]` on the best path of this CPU.
+    pub fn gemm(&self, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) -> Result<()> {
+        self.gemm_with(Isa::best(), x, m, bias, out)
+    }
+
+    /// [`QuantView::gemm`] on an explicit path (an error if this CPU cannot run it).
+    pub fn gemm_with(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(isa, x, m, bias, out.as_mut_ptr(), len)
+    }
+
+    /// [`Self::gemm`] into uninitialised memory (every element is written), so callers need not
+    /// zero a buffer the kernel overwrites.
+    pub fn gemm_uninit(
+        &self,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: &mut [std::mem::MaybeUninit<f32>],
+    ) -> Result<()> {
+        let len = out.len();
+        self.gemm_raw(Isa::best(), x, m, bias, out.as_mut_ptr().cast(), len)
+    }
+
+    /// The GEMM into `len` floats at `out`, which it only writes.
+    fn gemm_raw(
+        &self,
+        isa: Isa,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+        out: *mut f32,
+        len: usize,
+    ) -> Result<()> {
+        isa.require()?;
+        let (n, k) = (self.n, self.k);
+        check_len(
+            "activations",
+            x.len(),
+            crate::error::mul("activations", m, k)?,
+        )?;
+        check_len("output", len, crate::error::mul("output", m, n)?)?;
+        if let Some(b) = bias {
+            check_len("bias", b.len(), n)?;
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let acts = act::quantize(x, m, k, act_spec(self.fmt, isa), isa);
+        let nt = n.div_ceil(TILE);
+        // Padded so a slab's vector load of the bias never reads past it.
+        let bias_pad = bias.map(|b| {
+            let mut v = b.to_vec();
+            v.resize(nt * TILE, 0.0);
+            v
+        });
+        let job = Job {
+            w: *self,
+            acts: &acts,
+            out: OutPtr(out),
+            bias: bias_pad.as_deref(),
+        };
+        let task = task_for(isa);
+        let n_slabs = n.div_ceil(lanes(isa));
+        // SAFETY: the ISA was checked above; tiles of the grid are disjoint output rectangles.
+        par::for_each_tile(n_slabs, m, |slabs, rows| unsafe { task(&job, slabs, rows) });
+        Ok(())
+    }
+}
+
+/// The activation scheme a weight format pairs with on `isa`.
+fn act_spec(fmt: QFormat, isa: Isa) -> ActSpec {
+    match fmt {
+        QFormat::Q4_0 => ActSpec {
+            k_quant: false,
+            off_group: 32,
+            offset: 8,
+            fsum: false,
+        },
+        QFormat::Q8_0 => ActSpec {
+            k_quant: false,
+            off_group: 32,
+            // VNNI multiplies unsigned weight bytes: codes are biased by 128 on load.
+            offset: if s8_biased(isa) { 128 } else { 0 },
+            fsum: false,
+        },
+        QFormat::Q4K => ActSpec {
+            k_quant: true,
+            off_group: 32,
+            offset: 0,
+            fsum: true,
+        },
+        QFormat::Q6K => ActSpec {
+            k_quant: true,
+            off_group: 16,
+            offset: 32,
+            fsum: false,
+        },
+    }
+}
+
+fn s8_biased(isa: Isa) -> bool {
+    matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni)
+}
+
+/// 32-bit lanes of a vector on `isa` (= weight rows per slab).
+pub(crate) fn lanes(isa: Isa) -> usize {
+    match isa {
+        Isa::Avx512 | Isa::Avx512Vnni => 16,
+        _ => 8,
+    }
+}
+
+/// One GEMM call, shared by its tasks.
+struct Job<'a> {
+    w: QuantView<'a>,
+    acts: &'a Acts,
+    out: OutPtr,
+    bias: Option<&'a [f32]>,
+}
+
+/// One slab's operands.
+struct Slab {
+    /// Codes of unit `(nt, 0)`, advanced to this slab's lanes.
+    codes: *const u8,
+    /// Scales of unit `(nt, 0)`.
+    scales: *const u8,
+    /// This slab's first row within its 32-row tile.
+    g_off: usize,
+    /// K blocks.
+    kb_n: usize,
+    /// Output column `n0` of row 0.
+    out: *mut f32,
+    /// Output row stride.
+    ldo: usize,
+    /// Bias at `n0`, or null.
+    bias: *const f32,
+    /// Valid output columns of the slab.
+    nvalid: usize,
+}
+
+type TaskFn = unsafe fn(&Job<'_>, Range<usize>, Range<usize>);
+
+fn task_for(isa: Isa) -> TaskFn {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => task_avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => task_avx_vnni,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => task_avx512,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => task_avx512_vnni,
+        _ => task::<Portable>,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn task_avx2(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<V256<false>>(job, slabs, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn task_avx_vnni(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<V256<true>>(job, slabs, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn task_avx512(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<V512<false>>(job, slabs, rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn task_avx512_vnni(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<V512<true>>(job, slabs, rows)
+}
+
+/// All slabs x rows of one task.
+#[inline(always)]
+unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    let w = &job.w;
+    let fmt = w.fmt;
+    let (nt_n, kb_n) = (w.n.div_ceil(TILE), w.k / fmt.block());
+    let (cb, sb) = (fmt.code_bytes(), fmt.scale_bytes());
+    let base = w.bytes.as_ptr();
+    let scale_base = base.add(nt_n * kb_n * cb);
+    let per_tile = TILE / S::LANES;
+    for s in slabs {
+        let (nt, g) = (s / per_tile, s % per_tile);
+        let n0 = s * S::LANES;
+        let sl = Slab {
+            codes: base.add(nt * kb_n * cb + g * S::LANES * 4),
+            scales: scale_base.add(nt * kb_n * sb),
+            g_off: g * S::LANES,
+            kb_n,
+            out: job.out.0.add(n0),
+            ldo: w.n,
+            bias: job.bias.map_or(std::ptr::null(), |b| b.as_ptr().add(n0)),
+            nvalid: (w.n - n0).min(S::LANES),
+        };
+        let mut m = rows.start;
+        while m < rows.end {
+            m += run_rows::<S>(fmt, &sl, job.acts, m, rows.end - m);
+        }
+    }
+}
+
+/// Run the largest micro-kernel that fits `left` rows; returns the rows done.
+#[inline(always)]
+unsafe fn run_rows<S: Simd>(fmt: QFormat, sl: &Slab, a: &Acts, m0: usize, left: usize) -> usize {
+    macro_rules! go {
+        ($mr:literal) => {{
+            match fmt {
+                QFormat::Q4_0 => k_b32::<S, $mr, false>(sl, a, m0),
+                QFormat::Q8_0 => k_b32::<S, $mr, true>(sl, a, m0),
+                QFormat::Q4K => k_q4k::<S, $mr>(sl, a, m0),
+                QFormat::Q6K => k_q6k::<S, $mr>(sl, a, m0),
+            }
+            $mr
+        }};
+    }
+    let wide = S::LANES >= 16;
+    // Taller kernels (12, 16 rows) measured slower: they spill the 8 code vectors.
+    if wide && left >= 8 {
+        go!(8)
+    } else if left >= 4 {
+        go!(4)
+    } else if left >= 2 {
+        go!(2)
+    } else {
+        go!(1)
+    }
+}
+
+/// Store `MR` rows of one slab (plus bias).
+#[inline(always)]
+unsafe fn store_rows<S: Simd, const MR: usize>(sl: &Slab, acc: &[S::F; MR], m0: usize) {
+    for (i, &v) in acc.iter().enumerate() {
+        let v = if sl.bias.is_null() {
+            v
+        } else {
+            S::fadd(v, S::load_f32(sl.bias))
+        };
+        S::store(sl.out.add((m0 + i) * sl.ldo), v, sl.nvalid);
+    }
+}
+
+/// Q4_0 (`Q8 = false`: nibble codes, offset 8) and Q8_0 (`Q8 = true`: int8 codes) against Q8_0
+/// activations.
+#[inline(always)]
+unsafe fn k_b32<S: Simd, const MR: usize, const Q8: bool>(sl: &Slab, a: &Acts, m0: usize) {
+    let mut acc = [S::fzero(); MR];
+    let kb_n = sl.kb_n;
+    let tb = if Q8 { 1024 } else { 512 };
+    // Group-major activations: rows m0.. of block kb start at (kb * m + m0).
+    let mut x = a.q.as_ptr().add(m0 * 32);
+    let mut off = a.off.as_ptr().add(m0);
+    let mut sc = a.scale.as_ptr().add(m0);
+    let mut t = sl.codes;
+    let mut d = sl.scales.cast::<u16>().add(sl.g_off);
+    for _ in 0..kb_n {
+        let dw = S::load_f16(d);
+        if Q8 {
+            let mut w = [S::prep_s8(S::izero()); 8];
+            for (j, wj) in w.iter_mut().enumerate() {
+                *wj = S::prep_s8(S::iload(t.add(j * 128)));
+            }
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let mut ia = S::isplat(off.add(i));
+                for (j, &wj) in w.iter().enumerate() {
+                    ia = S::dot4_s8(ia, wj, x.add(32 * i + 4 * j));
+                }
+                *acc_i = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(sc.add(i))), *acc_i);
+            }
+        } else {
+            let mut w = [S::izero(); 8];
+            for p in 0..4 {
+                let v = S::iload(t.add(p * 128));
+                w[2 * p] = S::nib_lo(v);
+                w[2 * p + 1] = S::nib_hi(v);
+            }
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let mut ia = S::isplat(off.add(i));
+                for (j, &wj) in w.iter().enumerate() {
+                    ia = S::dot4(ia, wj, x.add(32 * i + 4 * j));
+                }
+                *acc_i = S::fma(S::itof(ia), S::fmul(dw, S::fsplat(sc.add(i))), *acc_i);
+            }
+        }
+        x = x.add(a.m * 32);
+        off = off.add(a.m);
+        sc = sc.add(a.m);
+        t = t.add(tb);
+        d = d.add(32);
+    }
+    store_rows::<S, MR>(sl, &acc, m0);
+}
+
+/// Q4_K against Q8_K activations: per 32-value sub-block `d sc_j sum(c q) - dmin m_j sum(q)`,
+/// summed over the super-block, times the activation scale.
+#[inline(always)]
+unsafe fn k_q4k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
+    let mut acc = [S::fzero(); MR];
+    let kb_n = sl.kb_n;
+    let (q, fsum, sc) = (a.q.as_ptr(), a.fsum.as_ptr(), a.scale.as_ptr());
+    let m = a.m;
+    for sb in 0..kb_n {
+        let c = sl.codes.add(sb * 4096);
+        let s = sl.scales.add(sb * 640);
+        let d = S::load_f16(s.cast::<u16>().add(sl.g_off));
+        let dmin = S::load_f16(s.add(64).cast::<u16>().add(sl.g_off));
+        let mut sacc = [S::fzero(); MR];
+        for j in 0..8 {
+            let t = c.add(j * 512);
+            let mut w = [S::izero(); 8];
+            for p in 0..4 {
+                let v = S::iload(t.add(p * 128));
+                w[2 * p] = S::nib_lo(v);
+                w[2 * p + 1] = S::nib_hi(v);
+            }
+            let ws = S::fmul(d, S::load_u8(s.add(128 + j * 32 + sl.g_off)));
+            let wm = S::fmul(dmin, S::load_u8(s.add(384 + j * 32 + sl.g_off)));
+            // Block b = 8 sb + j of rows m0.. (group-major activations).
+            let b = (sb * 8 + j) * m + m0;
+            let (x, fs) = (q.add(b * 32), fsum.add(b));
+            for (i, sacc_i) in sacc.iter_mut().enumerate() {
+                let mut ia = S::izero();
+                for (t, &wt) in w.iter().enumerate() {
+                    ia = S::dot4(ia, wt, x.add(32 * i + 4 * t));
+                }
+                let v = S::fma(S::itof(ia), ws, *sacc_i);
+                *sacc_i = S::fnma(wm, S::fsplat(fs.add(i)), v);
+            }
+        }
+        for (i, acc_i) in acc.iter_mut().enumerate() {
+            *acc_i = S::fma(sacc[i], S::fsplat(sc.add(sb * m + m0 + i)), *acc_i);
+        }
+    }
+    store_rows::<S, MR>(sl, &acc, m0);
+}
+
+/// Q6_K against Q8_K activations: per 16-value sub-block `d sc_j sum((c - 32) q)`.
+#[inline(always)]
+unsafe fn k_q6k<S: Simd, const MR: usize>(sl: &Slab, a: &Acts, m0: usize) {
+    let mut acc = [S::fzero(); MR];
+    let kb_n = sl.kb_n;
+    let (q, off, sc) = (a.q.as_ptr(), a.off.as_ptr(), a.scale.as_ptr());
+    let m = a.m;
+    for sb in 0..kb_n {
+        let c = sl.codes.add(sb * 8192);
+        let s = sl.scales.add(sb * 576);
+        let d = S::load_f16(s.cast::<u16>().add(sl.g_off));
+        let mut sacc = [S::fzero(); MR];
+        for j in 0..8 {
+            let t = c.add(j * 1024);
+            let mut w = [S::izero(); 8];
+            for (qq, wq) in w.iter_mut().enumerate() {
+                *wq = S::iload(t.add(qq * 128));
+            }
+            let ws_a = S::fmul(d, S::load_i8(s.add(64 + 2 * j * 32 + sl.g_off).cast()));
+            let ws_b = S::fmul(
+                d,
+                S::load_i8(s.add(64 + (2 * j + 1) * 32 + sl.g_off).cast()),
+            );
+            // Block 8 sb + j and its two 16-value groups, rows m0.. (group-major activations).
+            let xb = q.add(((sb * 8 + j) * m + m0) * 32);
+            let oa = off.add((sb * 16 + 2 * j) * m + m0);
+            let ob = off.add((sb * 16 + 2 * j + 1) * m + m0);
+            for (i, sacc_i) in sacc.iter_mut().enumerate() {
+                let x = xb.add(32 * i);
+                let mut ia = S::isplat(oa.add(i));
+                let mut ib = S::isplat(ob.add(i));
+                for t in 0..4 {
+                    ia = S::dot4(ia, w[t], x.add(4 * t));
+                    ib = S::dot4(ib, w[4 + t], x.add(16 + 4 * t));
+                }
+                let v = S::fma(S::itof(ia), ws_a, *sacc_i);
+                *sacc_i = S::fma(S::itof(ib), ws_b, v);
+            }
+        }
+        for (i, acc_i) in acc.iter_mut().enumerate() {
+            *acc_i = S::fma(sacc[i], S::fsplat(sc.add(sb * m + m0 + i)), *acc_i);
+        }
+    }
+    store_rows::<S, MR>(sl, &acc, m0);
+}
