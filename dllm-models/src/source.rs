@@ -248,7 +248,10 @@ fn weight_map(index: &Path) -> Result<Vec<(String, String)>> {
     let mut out = Vec::with_capacity(map.len());
     for (tensor, file) in map {
         let file = file.as_str().ok_or_else(|| {
-            Error::file(index, format!("`weight_map` entry `{tensor}` is not a file name"))
+            Error::file(
+                index,
+                format!("`weight_map` entry `{tensor}` is not a file name"),
+            )
         })?;
         let plain = !file.is_empty()
             && file != "."
@@ -296,7 +299,9 @@ fn check_index(dir: &Path, index: &Path) -> Result<()> {
             None => {
                 return Err(Error::file(
                     index,
-                    format!("`weight_map` puts tensor `{tensor}` in {file}, which does not hold it"),
+                    format!(
+                        "`weight_map` puts tensor `{tensor}` in {file}, which does not hold it"
+                    ),
                 ))
             }
         }
@@ -456,9 +461,9 @@ fn finish(
     })
 }
 
-/// A tokenizer that cannot spell the model's special tokens, or that produces ids beyond the
-/// model's embedding, is not this model's: an error. One that covers much less than the
-/// embedding is a warning (checkpoints pad their embedding a little: LLaDA-8B has 126,349 ids
+/// A tokenizer that produces ids beyond the model's embedding is not this model's: an error (the
+/// embedding lookup would fail mid-run). One that cannot spell the model's mask or EOS id, or
+/// covers much less than the embedding, is a warning (checkpoints pad their embedding a little: LLaDA-8B has 126,349 ids
 /// for 126,464 rows, Dream-7B 151,667 for 152,064; generated ids beyond the tokenizer's decode
 /// to nothing).
 fn check_tokenizer(
@@ -479,11 +484,14 @@ fn check_tokenizer(
             info.vocab_size
         )));
     }
-    for (field, id) in [("mask_token_id", info.special.mask), ("eos_token_id", info.special.eos)] {
+    for (field, id) in [
+        ("mask_token_id", info.special.mask),
+        ("eos_token_id", info.special.eos),
+    ] {
         if tok.inner().id_to_token(id).is_none() {
-            return Err(mismatch(format!(
-                "has no token with the model's {field} {id}: it belongs to another model"
-            )));
+            warnings.push(format!(
+                "tokenizer {desc} has no token with the model's {field} {id} (is it the model's tokenizer?)"
+            ));
         }
     }
     // Less than 99% of the rows: more than padding.
@@ -508,7 +516,10 @@ fn load_tokenizer(
         None if beside.is_file() => beside,
         None => return Ok(None),
     };
-    Ok(Some((TextTokenizer::from_file(path)?, path.display().to_string())))
+    Ok(Some((
+        TextTokenizer::from_file(path)?,
+        path.display().to_string(),
+    )))
 }
 
 /// Load an HF-layout directory.
