@@ -89,7 +89,10 @@ impl TransformerConfig {
         let nq = (self.num_heads as u64).checked_mul(hd)?;
         let nkv = (self.num_kv_heads as u64).checked_mul(hd)?;
         let ff = self.intermediate_size as u64;
-        let attn = nq.checked_mul(2)?.checked_add(nkv.checked_mul(2)?)?.checked_mul(h)?;
+        let attn = nq
+            .checked_mul(2)?
+            .checked_add(nkv.checked_mul(2)?)?
+            .checked_mul(h)?;
         let mlp = ff.checked_mul(3)?.checked_mul(h)?;
         let bias = if self.qkv_bias {
             nq.checked_add(nkv.checked_mul(2)?)?

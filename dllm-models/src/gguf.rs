@@ -92,9 +92,8 @@ impl Meta<'_> {
     fn token(&self, key: &str) -> Result<Option<u32>> {
         self.int(key)?
             .map(|v| {
-                u32::try_from(v).map_err(|_| {
-                    Error::invalid(key, format!("{v} does not fit a 32-bit token id"))
-                })
+                u32::try_from(v)
+                    .map_err(|_| Error::invalid(key, format!("{v} does not fit a 32-bit token id")))
             })
             .transpose()
     }
@@ -419,7 +418,8 @@ impl WeightSource for GgufWeights {
             .values()
             .map(|t| {
                 let elems = t.shape.elem_count() as u64;
-                let stored = elems / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
+                let stored =
+                    elems / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
                 match t.ggml_dtype {
                     _ if t.shape.rank() != 2 => elems.saturating_mul(compute),
                     GgmlDType::F32 => elems.saturating_mul(compute),
@@ -460,7 +460,9 @@ fn non_finite(q: &QTensor) -> Result<Option<String>> {
         _ => None,
     };
     if let Some(p) = plain {
-        return Ok((!crate::limits::raw_is_finite(&data, p)).then(|| "a NaN or infinite value".into()));
+        return Ok(
+            (!crate::limits::raw_is_finite(&data, p)).then(|| "a NaN or infinite value".into())
+        );
     }
     let Some(fields) = scale_fields(dt) else {
         return Ok(None);

@@ -184,9 +184,17 @@ impl<R: Read> Walker<R> {
                 let et = self.u32(&what)?;
                 let n = self.len_prefix(&what)?;
                 let min = match et {
-                    8 => if self.wide { 8 } else { 4 },
+                    8 => {
+                        if self.wide {
+                            8
+                        } else {
+                            4
+                        }
+                    }
                     9 => 4 + if self.wide { 8 } else { 4 },
-                    t => fixed(t).ok_or_else(|| format!("{what}: unknown array element type {t}"))?,
+                    t => {
+                        fixed(t).ok_or_else(|| format!("{what}: unknown array element type {t}"))?
+                    }
                 };
                 if n.saturating_mul(min) > self.left() {
                     return Err(format!(
@@ -288,7 +296,9 @@ pub fn walk<R: Read + Seek>(mut r: R) -> Res<Header> {
         if key == "general.alignment" {
             alignment = Some(match v {
                 Some((4, a)) => a,
-                _ => return Err(format!("metadata `general.alignment`: type {t} is not u32 (type 4), as GGUF requires")),
+                _ => return Err(format!(
+                    "metadata `general.alignment`: type {t} is not u32 (type 4), as GGUF requires"
+                )),
             });
         }
         if !keys.insert(key.clone()) {
@@ -312,7 +322,11 @@ pub fn walk<R: Read + Seek>(mut r: R) -> Res<Header> {
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for _ in 0..n_dims {
-            dims.push(if w.wide { w.u64(&what)? } else { w.u32(&what)? as u64 });
+            dims.push(if w.wide {
+                w.u64(&what)?
+            } else {
+                w.u32(&what)? as u64
+            });
         }
         let t = w.u32(&what)?;
         let dtype = ggml_type(t).ok_or_else(|| format!("{what}: unknown GGML type {t}"))?;

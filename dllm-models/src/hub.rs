@@ -92,7 +92,9 @@ impl HubRepo {
         self.download(file).map_err(|e| Error::Source {
             source_desc: self.id.clone(),
             reason: match e {
-                Download::NotFound => format!("`{file}` is not in {where_} nor in the repository (404)"),
+                Download::NotFound => {
+                    format!("`{file}` is not in {where_} nor in the repository (404)")
+                }
                 Download::Failed(r) => format!("`{file}` is not in {where_} and {r}"),
             },
         })
@@ -145,7 +147,9 @@ impl HubRepo {
             return Some(self.revision.clone());
         }
         let refs = self.repo_dir().join("refs").join(&self.revision);
-        std::fs::read_to_string(refs).ok().map(|s| s.trim().to_string())
+        std::fs::read_to_string(refs)
+            .ok()
+            .map(|s| s.trim().to_string())
     }
 
     fn repo_dir(&self) -> PathBuf {

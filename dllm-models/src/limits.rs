@@ -142,7 +142,10 @@ mod tests {
     #[test]
     fn finite_scans() {
         let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        assert!(raw_is_finite(&f(&[0.0, -1.5, f32::MAX, f32::MIN_POSITIVE]), DType::F32));
+        assert!(raw_is_finite(
+            &f(&[0.0, -1.5, f32::MAX, f32::MIN_POSITIVE]),
+            DType::F32
+        ));
         assert!(!raw_is_finite(&f(&[0.0, f32::NAN]), DType::F32));
         assert!(!raw_is_finite(&f(&[f32::NEG_INFINITY]), DType::F32));
         let h = |v: f32| half::f16::from_f32(v).to_le_bytes().to_vec();

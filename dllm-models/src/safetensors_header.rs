@@ -61,9 +61,11 @@ pub fn read_file(path: &Path) -> Result<Vec<TensorMeta>> {
             "not a safetensors file (shorter than its 8-byte header length)",
         )
     })?;
-    let header_len = header_len(u64::from_le_bytes(n), file_len).map_err(|r| Error::file(path, r))?;
+    let header_len =
+        header_len(u64::from_le_bytes(n), file_len).map_err(|r| Error::file(path, r))?;
     let mut header = vec![0u8; header_len as usize];
-    f.read_exact(&mut header).map_err(|e| Error::file(path, e))?;
+    f.read_exact(&mut header)
+        .map_err(|e| Error::file(path, e))?;
     parse(&header, file_len - 8 - header_len).map_err(|r| Error::file(path, r))
 }
 
@@ -91,8 +93,8 @@ fn header_len(n: u64, file_len: u64) -> std::result::Result<u64, String> {
 pub fn parse(header: &[u8], data_len: u64) -> std::result::Result<Vec<TensorMeta>, String> {
     let text = std::str::from_utf8(header)
         .map_err(|e| format!("invalid safetensors header: not UTF-8 ({e})"))?;
-    let map: serde_json::Map<String, Value> = serde_json::from_str(text)
-        .map_err(|e| format!("invalid safetensors header: {e}"))?;
+    let map: serde_json::Map<String, Value> =
+        serde_json::from_str(text).map_err(|e| format!("invalid safetensors header: {e}"))?;
     let mut out = Vec::with_capacity(map.len());
     for (name, info) in map {
         if name == "__metadata__" {
@@ -172,12 +174,10 @@ fn tensor(name: &str, info: &Value, data_len: u64) -> std::result::Result<Tensor
         .and_then(|e| e.checked_mul(size));
     match need {
         Some(n) if n == end - begin => {}
-        Some(n) => {
-            return Err(format!(
-                "tensor `{name}`: shape {shape:?} of {dtype} needs {n} bytes, its data_offsets span {}",
-                end - begin
-            ))
-        }
+        Some(n) => return Err(format!(
+            "tensor `{name}`: shape {shape:?} of {dtype} needs {n} bytes, its data_offsets span {}",
+            end - begin
+        )),
         None => return Err(format!("tensor `{name}`: shape {shape:?} is too large")),
     }
     Ok(TensorMeta {
@@ -205,17 +205,56 @@ mod tests {
             "__metadata__": {"format": "pt"}
         });
         let t = parse(&hdr(ok), 24).unwrap();
-        assert_eq!(t.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            t.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         let cases = [
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}), 12, "needs 16 bytes"),
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}), 6, "overlap"),
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}), 8, "unused"),
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}), 9, "trailing"),
-            (serde_json::json!({"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}), 4, "Q9"),
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}), 4, "shape"),
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [4294967296u64, 4294967296u64, 4], "data_offsets": [0, 4]}}), 4, "too large"),
-            (serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}}), 8, "end before"),
-            (serde_json::json!({"__metadata__": {"x": 1}}), 0, "__metadata__"),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}),
+                12,
+                "needs 16 bytes",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]}}),
+                6,
+                "overlap",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}),
+                8,
+                "unused",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}),
+                9,
+                "trailing",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "Q9", "shape": [1], "data_offsets": [0, 4]}}),
+                4,
+                "Q9",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}),
+                4,
+                "shape",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [4294967296u64, 4294967296u64, 4], "data_offsets": [0, 4]}}),
+                4,
+                "too large",
+            ),
+            (
+                serde_json::json!({"a": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}}),
+                8,
+                "end before",
+            ),
+            (
+                serde_json::json!({"__metadata__": {"x": 1}}),
+                0,
+                "__metadata__",
+            ),
         ];
         for (h, len, want) in cases {
             let e = parse(&hdr(h.clone()), len).unwrap_err();

@@ -74,7 +74,8 @@ impl TextTokenizer {
 
     /// Parse a `tokenizer.json` held in memory.
     pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Self, String> {
-        let inner = guarded(|| tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| e.to_string()))?;
+        let inner =
+            guarded(|| tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| e.to_string()))?;
         Ok(Self::new(inner))
     }
 
@@ -140,8 +141,12 @@ impl TextTokenizer {
 
     /// Decode ids; `skip_special` drops special tokens.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        guarded(|| self.inner.decode(ids, skip_special).map_err(|e| e.to_string()))
-            .map_err(Error::Tokenizer)
+        guarded(|| {
+            self.inner
+                .decode(ids, skip_special)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(Error::Tokenizer)
     }
 
     /// Render messages with the chat template (as text, specials spelled out).
@@ -207,7 +212,9 @@ impl TextTokenizer {
 /// Run a `tokenizers` call, turning a panic inside it into an error: that crate panics on some
 /// malformed `tokenizer.json` files (e.g. inconsistent merges or normalizer data) instead of
 /// returning its error, and a bad file must not abort the program.
-fn guarded<T>(f: impl FnOnce() -> std::result::Result<T, String>) -> std::result::Result<T, String> {
+fn guarded<T>(
+    f: impl FnOnce() -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => Err(format!(

@@ -198,9 +198,9 @@ impl HfWeights {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let first = files.first().ok_or_else(|| {
-            Error::InvalidArgument("no safetensors files to load".into())
-        })?;
+        let first = files
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("no safetensors files to load".into()))?;
         let mut tensors = HashMap::new();
         let mut owner: HashMap<String, &PathBuf> = HashMap::new();
         for f in files {
@@ -284,7 +284,14 @@ impl HfWeights {
                 let dt = t.dtype();
                 let half = matches!(dt, DType::F16 | DType::BF16).then_some(dt);
                 let float = dt.is_float();
-                (n.clone(), Stored { shape: t.dims().to_vec(), half, float })
+                (
+                    n.clone(),
+                    Stored {
+                        shape: t.dims().to_vec(),
+                        half,
+                        float,
+                    },
+                )
             })
             .collect();
         Self {

@@ -320,8 +320,9 @@ impl TransformerWeights {
             if let Some((i, v)) = crate::limits::first_non_finite(&logits)? {
                 let vocab = self.cfg.vocab_size.max(1);
                 return Err(Error::NonFinite {
-                    what: "the model's logits (its weights hold NaN or infinite values, or overflow)"
-                        .into(),
+                    what:
+                        "the model's logits (its weights hold NaN or infinite values, or overflow)"
+                            .into(),
                     detail: format!("requested row {}, token id {}: {v}", i / vocab, i % vocab),
                 });
             }
