@@ -7,167 +7,28 @@
 //! Cloning it is cheap (an `Arc`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use candle_core::DType;
 use kernels_dsp::kdsp_op;
 
+pub use crate::config::{
+    window_bytes_from_mib, HexagonConfig, TransportConfig, DEFAULT_FASTRPC_LIBRARY,
+    DEFAULT_MAPPER_ENTRIES, DEFAULT_MEMORY_POLICY, DEFAULT_SCRATCH_BYTES, DEFAULT_STAGING_BYTES,
+    DEFAULT_VA_WINDOW_BYTES, DEFAULT_VA_WINDOW_MIB, DEFAULT_WEIGHT_CHUNK_BYTES, DEFAULT_WORKERS,
+    MAX_DIM, MAX_HEAD_DIM, MAX_VA_WINDOW_BYTES,
+};
 use crate::error::{Error, KernelStatus, Result};
 use crate::memory::leases::batch_touches;
 use crate::memory::{
     BufferPool, DeviceBuffer, Memory, MemoryStats, PooledBuffer, VaWindow, WeightArena, WeightSlot,
 };
 use crate::routing::{
-    Decision, OpDesc, OpKind, Reason, RoutingReport, RoutingStats, Support, Tier, WeightFormat,
+    Decision, OpDesc, Reason, RoutingReport, RoutingStats, Support, Tier, WeightFormat,
 };
+use crate::runtime::{MemoryPlan, SwapSnapshot, SwapStats};
 use crate::transport::emulated::EmulatedTransport;
 use crate::transport::{Batch, Completion, Fence, OpCheck, Transport};
-
-/// Default DSP worker threads (HVX contexts on a phone; pthreads on the emulated DSP).
-pub const DEFAULT_WORKERS: usize = 2;
-/// Default NPU address window: about what one v75 FastRPC session can map.
-pub const DEFAULT_VA_WINDOW_BYTES: u64 = 3 << 30;
-/// Largest window: the DSP process has a 32-bit address space.
-pub const MAX_VA_WINDOW_BYTES: u64 = 4 << 30;
-/// Default mapper entries of a session (an assumption: the real limit is not public).
-pub const DEFAULT_MAPPER_ENTRIES: usize = 256;
-/// Default scratch arena: the size of VTCM on SM8550..SM8850.
-pub const DEFAULT_SCRATCH_BYTES: u64 = 8 << 20;
-/// Default size of one weight chunk (packed weights share chunks to save mapper entries).
-pub const DEFAULT_WEIGHT_CHUNK_BYTES: u64 = 32 << 20;
-/// The FastRPC library of the compute DSP.
-pub const DEFAULT_FASTRPC_LIBRARY: &str = "libcdsprpc.so";
-/// Largest head dimension of the FlashAttention kernel.
-pub const MAX_HEAD_DIM: usize = kernels_dsp::KDSP_FA_MAX_HEAD_DIM as usize;
-/// Largest dim the kernels accept.
-pub const MAX_DIM: usize = kernels_dsp::KDSP_MAX_NE as usize;
-
-/// How to reach the DSP.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum TransportConfig {
-    /// A DSP thread on the host running the kernels-dsp host build.
-    #[default]
-    Emulated,
-    /// FastRPC through the named library (`libcdsprpc.so` on a phone, or a path to the host
-    /// shim, see [`crate::shim_library_path`]).
-    FastRpc {
-        /// Library name or path given to `dlopen`.
-        library: PathBuf,
-    },
-}
-
-impl TransportConfig {
-    /// From command-line spellings: `emulated`, or `fastrpc` with `library` naming what to
-    /// `dlopen` (`libcdsprpc.so` on a phone, a path) or `shim` for the host FastRPC shim built
-    /// with this crate ([`crate::shim_library_path`]). `library` is ignored for `emulated`.
-    pub fn from_names(transport: &str, library: &str) -> Result<Self> {
-        match transport {
-            "emulated" => Ok(Self::Emulated),
-            "fastrpc" if library == "shim" => match crate::shim_library_path() {
-                Some(library) => Ok(Self::FastRpc { library }),
-                None => Err(Error::Config {
-                    field: "fastrpc library",
-                    reason: "`shim`: this build has no host FastRPC shim".into(),
-                }),
-            },
-            "fastrpc" => Ok(Self::FastRpc {
-                library: PathBuf::from(library),
-            }),
-            t => Err(Error::Config {
-                field: "transport",
-                reason: format!("`{t}` (expected emulated or fastrpc)"),
-            }),
-        }
-    }
-}
-
-/// Device options (all fields have `DEFAULT_*` constants).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HexagonConfig {
-    /// DSP worker threads, 1..=16.
-    pub workers: usize,
-    /// NPU address window in bytes (page multiple, at most 4 GiB).
-    pub va_window_bytes: u64,
-    /// Mapper entries (live mappings) of the session, >= 2.
-    pub mapper_entries: usize,
-    /// Scratch arena (VTCM stand-in) in bytes.
-    pub scratch_bytes: u64,
-    /// Size of one shared weight chunk.
-    pub weight_chunk_bytes: u64,
-    /// Ops forced onto the CPU (for bisecting).
-    pub deny: Vec<OpKind>,
-    /// Transport.
-    pub transport: TransportConfig,
-}
-
-impl Default for HexagonConfig {
-    fn default() -> Self {
-        HexagonConfig {
-            workers: DEFAULT_WORKERS,
-            va_window_bytes: DEFAULT_VA_WINDOW_BYTES,
-            mapper_entries: DEFAULT_MAPPER_ENTRIES,
-            scratch_bytes: DEFAULT_SCRATCH_BYTES,
-            weight_chunk_bytes: DEFAULT_WEIGHT_CHUNK_BYTES,
-            deny: Vec::new(),
-            transport: TransportConfig::Emulated,
-        }
-    }
-}
-
-impl HexagonConfig {
-    /// Check every field; errors name the field.
-    pub fn validate(&self) -> Result<()> {
-        let bad = |field, reason: String| Err(Error::Config { field, reason });
-        if !(1..=kernels_dsp::KDSP_MAX_WORKERS as usize).contains(&self.workers) {
-            return bad(
-                "workers",
-                format!(
-                    "{} is not in 1..={}",
-                    self.workers,
-                    kernels_dsp::KDSP_MAX_WORKERS
-                ),
-            );
-        }
-        if self.va_window_bytes < (1 << 20) || self.va_window_bytes > MAX_VA_WINDOW_BYTES {
-            return bad(
-                "va_window_bytes",
-                format!(
-                    "{} is not in 1 MiB..=4 GiB (the DSP has a 32-bit address space)",
-                    self.va_window_bytes
-                ),
-            );
-        }
-        if !(2..=kernels_dsp::KDSP_MAX_BUFFERS as usize).contains(&self.mapper_entries) {
-            return bad(
-                "mapper_entries",
-                format!(
-                    "{} is not in 2..={} (one staging buffer plus at least one weight chunk)",
-                    self.mapper_entries,
-                    kernels_dsp::KDSP_MAX_BUFFERS
-                ),
-            );
-        }
-        // FlashAttention needs ~280 KiB per worker at head dim 256; keep 1 MiB on top.
-        let min_scratch = self.workers as u64 * (320 << 10) + (1 << 20);
-        if self.scratch_bytes < min_scratch {
-            return bad(
-                "scratch_bytes",
-                format!(
-                    "{} is below the {min_scratch} bytes {} workers need",
-                    self.scratch_bytes, self.workers
-                ),
-            );
-        }
-        if self.weight_chunk_bytes < (64 << 10) {
-            return bad(
-                "weight_chunk_bytes",
-                format!("{} is below 64 KiB", self.weight_chunk_bytes),
-            );
-        }
-        Ok(())
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct PlanKey {
@@ -190,6 +51,8 @@ struct Inner {
     pool: Arc<BufferPool>,
     arena: Mutex<WeightArena>,
     stats: RoutingStats,
+    swap: SwapStats,
+    last_plan: Mutex<Option<MemoryPlan>>,
     plans: Mutex<HashMap<PlanKey, Plan>>,
 }
 
@@ -250,6 +113,8 @@ impl HexagonDevice {
                 mem,
                 pool: Arc::new(BufferPool::default()),
                 stats: RoutingStats::default(),
+                swap: SwapStats::default(),
+                last_plan: Mutex::new(None),
                 plans: Mutex::new(HashMap::new()),
             }),
         })
@@ -280,6 +145,26 @@ impl HexagonDevice {
         &self.inner.stats
     }
 
+    /// Swap counters of the memory runtime (bytes streamed, stall, overlap).
+    pub fn swap_counters(&self) -> SwapSnapshot {
+        self.inner.swap.snapshot()
+    }
+
+    pub(crate) fn swap_stats(&self) -> &SwapStats {
+        &self.inner.swap
+    }
+
+    /// The memory plan a module on this device made last (policy `somr`): where its weights
+    /// live, the stages of a forward and the expected stall. Per module: see
+    /// `HexTransformer::memory_plan`.
+    pub fn last_memory_plan(&self) -> Option<MemoryPlan> {
+        self.inner.last_plan.lock().expect("plan lock").clone()
+    }
+
+    pub(crate) fn note_plan(&self, p: &MemoryPlan) {
+        *self.inner.last_plan.lock().expect("plan lock") = Some(p.clone());
+    }
+
     /// Memory counters (maps, unmaps, peak VA, bytes staged).
     pub fn memory_stats(&self) -> MemoryStats {
         self.inner.mem.stats()
@@ -289,11 +174,18 @@ impl HexagonDevice {
     /// [`DeviceCounters::since`] for one run).
     pub fn counters(&self) -> DeviceCounters {
         let m = self.inner.mem.stats();
+        let s = self.inner.swap.snapshot();
         DeviceCounters {
             dsp_batches: self.inner.stats.batches(),
             dsp_ops: self.inner.stats.dsp_ops(),
             bytes_staged_in: m.staged_in,
             bytes_staged_out: m.staged_out,
+            maps: m.va.maps,
+            unmaps: m.va.unmaps,
+            forwards: s.forwards,
+            bytes_streamed: s.bytes_streamed,
+            stall_ns: s.stall_ns,
+            overlapped_ns: s.overlapped_ns,
         }
     }
 
@@ -303,6 +195,7 @@ impl HexagonDevice {
             format!("Hexagon routing report — {}", self.description()),
             &self.inner.stats,
             self.memory_stats(),
+            (self.inner.cfg.memory_policy, self.swap_counters()),
         )
     }
 
@@ -495,6 +388,17 @@ impl HexagonDevice {
         self.inner.pool.take(&self.inner.mem, bytes)
     }
 
+    /// [`Self::take_buffer`], mapping exactly `bytes` (page-rounded) when `exact` and no idle
+    /// buffer fits.
+    pub(crate) fn take_buffer_exact(&self, bytes: usize, exact: bool) -> Result<PooledBuffer> {
+        self.inner.pool.take_with(&self.inner.mem, bytes, exact)
+    }
+
+    /// Unmap the pool's idle buffers (a planner reclaiming their window space).
+    pub(crate) fn release_idle_buffers(&self) {
+        self.inner.pool.release_idle();
+    }
+
     /// Idle buffers in the staging/activation pool.
     pub fn pooled_buffers(&self) -> usize {
         self.inner.pool.idle_count()
@@ -629,6 +533,18 @@ pub struct DeviceCounters {
     pub bytes_staged_in: u64,
     /// Bytes the host copied out of shared buffers.
     pub bytes_staged_out: u64,
+    /// Mappings made in the NPU window.
+    pub maps: u64,
+    /// Mappings removed from the NPU window.
+    pub unmaps: u64,
+    /// Forwards of weight-owning modules (the block module) under the memory runtime.
+    pub forwards: u64,
+    /// Weight bytes the memory runtime copied into staging slots or on-demand mappings.
+    pub bytes_streamed: u64,
+    /// Synchronous stall: time the DSP had nothing to run while weights were being staged.
+    pub stall_ns: u64,
+    /// Staging time hidden behind DSP work.
+    pub overlapped_ns: u64,
 }
 
 impl DeviceCounters {
@@ -637,15 +553,25 @@ impl DeviceCounters {
         self.bytes_staged_in + self.bytes_staged_out
     }
 
+    /// [`Self::stall_ns`] in milliseconds.
+    pub fn stall_ms(&self) -> f64 {
+        self.stall_ns as f64 / 1e6
+    }
+
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &DeviceCounters) -> DeviceCounters {
+        let d = |a: u64, b: u64| a.saturating_sub(b);
         DeviceCounters {
-            dsp_batches: self.dsp_batches.saturating_sub(earlier.dsp_batches),
-            dsp_ops: self.dsp_ops.saturating_sub(earlier.dsp_ops),
-            bytes_staged_in: self.bytes_staged_in.saturating_sub(earlier.bytes_staged_in),
-            bytes_staged_out: self
-                .bytes_staged_out
-                .saturating_sub(earlier.bytes_staged_out),
+            dsp_batches: d(self.dsp_batches, earlier.dsp_batches),
+            dsp_ops: d(self.dsp_ops, earlier.dsp_ops),
+            bytes_staged_in: d(self.bytes_staged_in, earlier.bytes_staged_in),
+            bytes_staged_out: d(self.bytes_staged_out, earlier.bytes_staged_out),
+            maps: d(self.maps, earlier.maps),
+            unmaps: d(self.unmaps, earlier.unmaps),
+            forwards: d(self.forwards, earlier.forwards),
+            bytes_streamed: d(self.bytes_streamed, earlier.bytes_streamed),
+            stall_ns: d(self.stall_ns, earlier.stall_ns),
+            overlapped_ns: d(self.overlapped_ns, earlier.overlapped_ns),
         }
     }
 }
@@ -669,75 +595,5 @@ pub(crate) fn check_statuses(batch: &Batch, statuses: &[u32]) -> Result<()> {
             index: i,
             status: KernelStatus(statuses[i]),
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn transports_from_their_command_line_names() {
-        use TransportConfig as T;
-        assert_eq!(T::from_names("emulated", "shim").unwrap(), T::Emulated);
-        assert_eq!(
-            T::from_names("fastrpc", "libcdsprpc.so").unwrap(),
-            T::FastRpc {
-                library: "libcdsprpc.so".into()
-            }
-        );
-        match (T::from_names("fastrpc", "shim"), crate::shim_library_path()) {
-            (Ok(T::FastRpc { library }), Some(p)) => assert_eq!(library, p),
-            (Err(e), None) => assert!(e.to_string().contains("shim"), "{e}"),
-            (r, p) => panic!("{r:?} with shim {p:?}"),
-        }
-        let e = T::from_names("usb", "shim").unwrap_err().to_string();
-        assert!(e.contains("`usb`") && e.contains("transport"), "{e}");
-    }
-
-    #[test]
-    fn config_errors_name_the_field() {
-        let cases: Vec<(HexagonConfig, &str)> = vec![
-            (
-                HexagonConfig {
-                    workers: 0,
-                    ..Default::default()
-                },
-                "workers",
-            ),
-            (
-                HexagonConfig {
-                    va_window_bytes: 5 << 30,
-                    ..Default::default()
-                },
-                "va_window_bytes",
-            ),
-            (
-                HexagonConfig {
-                    mapper_entries: 1,
-                    ..Default::default()
-                },
-                "mapper_entries",
-            ),
-            (
-                HexagonConfig {
-                    scratch_bytes: 4096,
-                    ..Default::default()
-                },
-                "scratch_bytes",
-            ),
-            (
-                HexagonConfig {
-                    weight_chunk_bytes: 1,
-                    ..Default::default()
-                },
-                "weight_chunk_bytes",
-            ),
-        ];
-        for (cfg, field) in cases {
-            let e = HexagonDevice::open(cfg).unwrap_err().to_string();
-            assert!(e.contains(&format!("`{field}`")), "{e}");
-        }
-        HexagonConfig::default().validate().unwrap();
     }
 }

@@ -31,7 +31,9 @@
 //! DSP thread; FastRPC via `dlopen`), [`memory`] (shared buffers, the bounded NPU address window,
 //! leases that keep host access from racing the DSP, the buffer pool), [`layout`] (weight
 //! packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`block`] (block-level
-//! execution), [`error`].
+//! execution), [`runtime`] (the swap-optimized memory runtime: graph capture, placement under
+//! the VA budget, lifetime packing, double-buffered staging; policies `naive`, `paging`,
+//! `somr`), [`error`].
 //!
 //! This crate knows nothing of tokens, diffusion or models.
 //!
@@ -39,12 +41,14 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod config;
 pub mod device;
 pub mod error;
 pub mod layout;
 pub mod memory;
 pub mod ops;
 pub mod routing;
+pub mod runtime;
 pub mod transport;
 
 /// The host <-> DSP ABI (`kdsp_ops.h` bindings): op descriptors for [`transport::Batch`].
@@ -59,6 +63,7 @@ pub use error::{Error, Result};
 pub use ops::linear::{PackedFormat, Placed};
 pub use ops::HexLinear;
 pub use routing::{OpDesc, OpKind, Reason, RoutingReport, Support, Tier, WeightFormat};
+pub use runtime::{MemoryPlan, MemoryPolicy, SwapSnapshot};
 
 /// Path of the host FastRPC shim library built with this crate (feature `fastrpc`, Linux host
 /// builds), which exports libcdsprpc.so's C ABI and serves it with the emulated DSP. `None` when

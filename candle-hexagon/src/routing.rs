@@ -14,6 +14,7 @@ use candle_core::DType;
 
 use crate::error::{fmt_bytes, Error, Result};
 use crate::memory::MemoryStats;
+use crate::runtime::{MemoryPolicy, SwapSnapshot};
 
 /// The ops the backend routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -473,10 +474,16 @@ pub struct RoutingReport {
     batches: u64,
     dsp_ops: u64,
     memory: MemoryStats,
+    swap: (MemoryPolicy, SwapSnapshot),
 }
 
 impl RoutingReport {
-    pub(crate) fn new(header: String, stats: &RoutingStats, memory: MemoryStats) -> Self {
+    pub(crate) fn new(
+        header: String,
+        stats: &RoutingStats,
+        memory: MemoryStats,
+        swap: (MemoryPolicy, SwapSnapshot),
+    ) -> Self {
         let (placements, calls) = stats.snapshot();
         RoutingReport {
             header,
@@ -485,6 +492,7 @@ impl RoutingReport {
             batches: stats.batches(),
             dsp_ops: stats.dsp_ops(),
             memory,
+            swap,
         }
     }
 }
@@ -558,6 +566,21 @@ impl fmt::Display for RoutingReport {
         if m.release_failures > 0 {
             write!(f, "; {} buffer releases FAILED", m.release_failures)?;
         }
+        let (policy, s) = self.swap;
+        if s.forwards > 0 {
+            write!(
+                f,
+                "\nmemory runtime ({policy}): {} forwards; {} streamed; stall {:.1} ms, overlapped \
+                 {:.1} ms; {} plans, {} profiling forwards, {} evictions",
+                s.forwards,
+                fmt_bytes(s.bytes_streamed),
+                s.stall_ns as f64 / 1e6,
+                s.overlapped_ns as f64 / 1e6,
+                s.plans,
+                s.profiled,
+                s.evictions
+            )?;
+        }
         Ok(())
     }
 }
@@ -587,7 +610,13 @@ mod tests {
         assert_eq!(s.npu_calls(OpKind::RmsNorm), 2);
         assert_eq!(s.cpu_calls(OpKind::RmsNorm), 1);
         assert_eq!(s.cpu_placements(OpKind::LinearQuant), 1);
-        let r = RoutingReport::new("t".into(), &s, MemoryStats::default()).to_string();
+        let r = RoutingReport::new(
+            "t".into(),
+            &s,
+            MemoryStats::default(),
+            (MemoryPolicy::Somr, SwapSnapshot::default()),
+        )
+        .to_string();
         assert!(
             r.contains("| rms_norm | npu (hvx) | 2 | 200 B | 1.5 ms |"),
             "{r}"

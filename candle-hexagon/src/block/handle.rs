@@ -11,6 +11,8 @@ use crate::memory::leases::Access;
 use crate::memory::PooledBuffer;
 use crate::ops::typed_mut;
 use crate::routing::{Decision, OpKind, Tier};
+use crate::runtime::somr::{prefetch, Prefetch};
+use crate::runtime::Runtime;
 use crate::transport::{Batch, Fence};
 
 /// What a forward returns.
@@ -26,7 +28,9 @@ pub enum ForwardOutput {
 /// keep their leases until they complete; the result is discarded.
 pub struct ForwardHandle {
     dev: HexagonDevice,
-    fences: Vec<(Fence, Batch)>,
+    /// One per stage (DSP batch), with the block it belongs to.
+    fences: Vec<(Fence, Batch, usize)>,
+    blocks: usize,
     act: PooledBuffer,
     out_off: usize,
     dims: (usize, usize, usize),
@@ -34,6 +38,7 @@ pub struct ForwardHandle {
     tier: Tier,
     staged_in: usize,
     started: Instant,
+    prefetch: Option<(std::sync::Arc<Runtime>, Prefetch)>,
 }
 
 impl std::fmt::Debug for ForwardHandle {
@@ -51,7 +56,8 @@ impl ForwardHandle {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         dev: HexagonDevice,
-        fences: Vec<(Fence, Batch)>,
+        fences: Vec<(Fence, Batch, usize)>,
+        blocks: usize,
         act: PooledBuffer,
         out_off: usize,
         dims: (usize, usize, usize),
@@ -59,10 +65,12 @@ impl ForwardHandle {
         tier: Tier,
         staged_in: usize,
         started: Instant,
+        prefetch: Option<(std::sync::Arc<Runtime>, Prefetch)>,
     ) -> Self {
         ForwardHandle {
             dev,
             fences,
+            blocks,
             act,
             out_off,
             dims,
@@ -70,15 +78,17 @@ impl ForwardHandle {
             tier,
             staged_in,
             started,
+            prefetch,
         }
     }
 
     /// True once every block's batch has finished.
     pub fn is_done(&self) -> bool {
-        self.fences.iter().all(|(f, _)| f.is_signaled())
+        self.fences.iter().all(|(f, ..)| f.is_signaled())
     }
 
-    /// Batches (one per block) this forward submitted.
+    /// Batches this forward submitted: one per block, more when the memory runtime cuts blocks
+    /// into stages around streamed weights.
     pub fn batches(&self) -> usize {
         self.fences.len()
     }
@@ -92,9 +102,15 @@ impl ForwardHandle {
     /// rows, see [`Self::output`]). A failed op is [`Error::InBlock`] naming the block, the op
     /// and the kernel status; the window's pending K/V are then garbage (do not commit them).
     pub fn wait(self) -> Result<Tensor> {
-        let blocks = self.fences.len();
+        let blocks = self.blocks;
         let mut first_err = None;
-        for (li, (fence, batch)) in self.fences.into_iter().enumerate() {
+        // While the last stages run, the memory runtime stages the next forward's first
+        // streamed weights into the slot the earlier stages have released.
+        let mut prefetch = self.prefetch;
+        for (k, (fence, batch, li)) in self.fences.into_iter().enumerate() {
+            if let Some((rt, p)) = prefetch.take_if(|(_, p)| p.after == k) {
+                prefetch_or_note(&rt, p, &mut first_err);
+            }
             let r = fence.wait().and_then(|st| check_statuses(&batch, &st));
             if let (Err(e), None) = (r, &first_err) {
                 first_err = Some(Error::InBlock {
@@ -102,6 +118,9 @@ impl ForwardHandle {
                     source: Box::new(e),
                 });
             }
+        }
+        if let Some((rt, p)) = prefetch {
+            prefetch_or_note(&rt, p, &mut first_err);
         }
         if let Some(e) = first_err {
             return Err(e);
@@ -135,5 +154,12 @@ impl ForwardHandle {
             );
         }
         Ok(Tensor::from_vec(v, (b, r, w), &Device::Cpu)?.to_dtype(DType::F32)?)
+    }
+}
+
+/// A failed prefetch is an error of the forward only when nothing failed before it.
+fn prefetch_or_note(rt: &Runtime, p: Prefetch, first_err: &mut Option<Error>) {
+    if let Err(e) = prefetch(rt, p) {
+        first_err.get_or_insert(e);
     }
 }

@@ -548,6 +548,16 @@ impl DeviceKv {
 
     // ---- descriptors for the block batches ----
 
+    /// `(buffer id, bytes)` of each layer's buffer.
+    pub(crate) fn buffer_ids(&self) -> Vec<(u32, usize)> {
+        self.bufs.iter().map(|b| (b.id(), b.len())).collect()
+    }
+
+    /// Bytes of all layer buffers.
+    pub(crate) fn mapped_bytes(&self) -> usize {
+        self.bufs.iter().map(|b| b.len()).sum()
+    }
+
     /// K of rows `[row0, row0 + count)` of item `bi`: `{head_dim, kv_heads, count}` f16.
     pub(crate) fn k_rows(&self, layer: usize, bi: usize, row0: usize, count: usize) -> kdsp_tensor {
         self.rows_at(layer, 0, bi, row0, count)

@@ -1,37 +1,41 @@
 //! Block-level NPU execution: a weight-owning transformer module that runs each transformer
-//! block as **one DSP batch** over resident weights, a resident fp16 KV cache and planned
+//! block as **one DSP batch** over its weights, a resident fp16 KV cache and planned
 //! intermediates in the NPU address window.
 //!
 //! An NPU pays per round trip, so at this grain the module *is* the op (STYLE.md: "a
 //! block-level module is the op"). [`HexTransformer`] packs a stack of llama-style
 //! bidirectional blocks at load time — fused QKV (+ bias) and fused gate/up as fp16 HMX tiles or
-//! Q4_0 tiles, RMSNorm weights and NeoX RoPE tables as resident f32 — plus the final norm and
-//! the LM head. A forward over a window of `n` rows starting at canvas position `ws`, against a
+//! Q4_0 tiles, kept in host memory for the memory runtime ([`crate::runtime`]) to place
+//! (resident, or streamed through staging slots when the window is too small); RMSNorm weights,
+//! biases and NeoX RoPE tables as pinned f32 in one mapping — plus the final norm and the LM
+//! head. A forward over a window of `n` rows starting at canvas position `ws`, against a
 //! [`DeviceKv`] holding `len` cached rows:
 //!
 //! 1. the host writes the embedded input `(b, n, hidden)` (as f32), the positions and the row
-//!    selection into a planned activation buffer taken from the device pool (same offsets for
-//!    every forward of the same shape);
-//! 2. one batch per block is queued: RMSNorm → fused QKV matmul (+ bias) → RoPE on q (in place)
+//!    selection into an activation buffer (offsets planned once per shape: `plan.rs`; under the
+//!    `somr` policy, regions never live together share bytes);
+//! 2. one batch per block is queued (more when the runtime cuts a block into stages around
+//!    streamed weights: `forward.rs`): RMSNorm → fused QKV matmul (+ bias) → RoPE on q (in place)
 //!    and on k (written as f16 straight into KV rows `[len, len + n)`) → V copied as f16 into
 //!    the same rows → FlashAttention over rows `[0, len + n)` skipping the stale cached rows
 //!    `[ws, min(ws + n, len))` → o matmul + residual → RMSNorm → fused gate/up matmul → SwiGLU
 //!    over the two halves (strided views) → down matmul + residual. The last block gathers the
 //!    requested rows (`GET_ROWS`) before attention and ends with the final norm and the LM head
 //!    (or returns the normalised hidden rows when the head is not on the NPU);
-//! 3. [`HexTransformer::submit`] returns a [`ForwardHandle`] holding the fences at once: the
-//!    caller does CPU work, then [`ForwardHandle::wait`] returns `(b, rows, vocab)` f32 logits.
-//!    Block `i + 1` is queued before block `i` runs (the DSP queue runs in order); nothing is
-//!    copied through the host between blocks.
+//! 3. [`HexTransformer::submit`] returns a [`ForwardHandle`] holding the fences: the caller does
+//!    CPU work, then [`ForwardHandle::wait`] returns `(b, rows, vocab)` f32 logits. Block `i + 1`
+//!    is queued before block `i` runs (the DSP queue runs in order); nothing is copied through
+//!    the host between blocks except streamed weights into their slots.
 //!
 //! Every submitted batch leases the bytes it touches (see [`crate::memory`]), so host reads of
 //! cached rows (a CPU refresh) proceed while the NPU appends new rows, and conflicting host
 //! access is refused until the fences complete.
 //!
-//! What cannot run on the device (deny-list `block`, weight dtypes, shapes, address window,
-//! mapper entries) is a routing decision: the constructor returns [`Placed::Cpu`] with the
-//! reason, counted under [`OpKind::Block`], and the caller keeps its per-op or CPU path.
+//! What cannot run on the device (deny-list `block`, weight dtypes, shapes, a window that cannot
+//! take the pinned vectors) is a routing decision: the constructor returns [`Placed::Cpu`] with
+//! the reason, counted under [`OpKind::Block`], and the caller keeps its per-op or CPU path.
 
+mod forward;
 mod handle;
 mod kv;
 mod packed;
@@ -51,7 +55,8 @@ use crate::error::{Error, Result};
 use crate::memory::WeightSlot;
 use crate::ops::linear::{PackedFormat, Placed};
 use crate::routing::{Decision, OpDesc, OpKind, Reason, Support, Tier, WeightFormat};
-use packed::{group_format, resident_f32, rope_tables, PackedLinear};
+use crate::runtime::{HostWeight, MemoryPlan, Runtime};
+use packed::{group_format, rope_tables, PackedLinear, Pinned};
 
 /// Hyper-parameters of the block stack.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,13 +131,14 @@ pub struct TransformerWeights<'a> {
     pub lm_head: Option<WeightRef<'a>>,
 }
 
-/// One block's resident tensors.
+/// One block's tensors: pinned vectors by index into `Inner::pinned`, linear layers as runtime
+/// weights.
 #[derive(Debug)]
 pub(crate) struct PackedBlock {
-    pub(crate) attn_norm: WeightSlot,
+    pub(crate) attn_norm: usize,
     pub(crate) qkv: PackedLinear,
     pub(crate) o: PackedLinear,
-    pub(crate) ffn_norm: WeightSlot,
+    pub(crate) ffn_norm: usize,
     pub(crate) gate_up: PackedLinear,
     pub(crate) down: PackedLinear,
 }
@@ -141,13 +147,17 @@ pub(crate) struct Inner {
     pub(crate) dev: HexagonDevice,
     pub(crate) cfg: HexTransformerConfig,
     pub(crate) blocks: Vec<PackedBlock>,
-    pub(crate) final_norm: WeightSlot,
+    pub(crate) final_norm: usize,
     pub(crate) head: Option<PackedLinear>,
     pub(crate) head_reason: Option<Reason>,
-    pub(crate) cos: WeightSlot,
-    pub(crate) sin: WeightSlot,
+    pub(crate) cos: usize,
+    pub(crate) sin: usize,
+    /// Norm weights, biases and RoPE tables, resident in one mapping.
+    pub(crate) pinned: Vec<WeightSlot>,
+    /// The packed linear weights and where they live (the memory runtime).
+    pub(crate) runtime: Arc<Runtime>,
     pub(crate) tier: Tier,
-    pub(crate) plans: Mutex<HashMap<plan::ShapeKey, Arc<plan::ActPlan>>>,
+    pub(crate) plans: Mutex<HashMap<plan::ShapeKey, Arc<plan::ShapePlan>>>,
 }
 
 /// A stack of transformer blocks (plus final norm and LM head) resident on the NPU, run one
@@ -345,30 +355,66 @@ impl HexTransformer {
         tier: Tier,
     ) -> Result<Self> {
         let (h, nq, ff) = (cfg.hidden, cfg.heads * cfg.head_dim, cfg.ffn);
+        let mut host: Vec<HostWeight> = Vec::new();
+        let mut pinned = Pinned::default();
         let mut blocks = Vec::with_capacity(w.blocks.len());
-        for (b, f) in w.blocks.iter().zip(formats) {
+        for (i, (b, f)) in w.blocks.iter().zip(formats).enumerate() {
+            let attn_norm = pinned.push(crate::ops::to_f32_vec(b.attn_norm)?);
+            let qkv = PackedLinear::pack(
+                format!("block {i} q/k/v"),
+                &[b.q, b.k, b.v],
+                &[b.q_bias, b.k_bias, b.v_bias],
+                f[0],
+                h,
+                &mut host,
+                &mut pinned,
+            )?;
+            let o = PackedLinear::pack(
+                format!("block {i} o"),
+                &[b.o],
+                &[],
+                f[1],
+                nq,
+                &mut host,
+                &mut pinned,
+            )?;
+            let ffn_norm = pinned.push(crate::ops::to_f32_vec(b.ffn_norm)?);
+            let gate_up = PackedLinear::pack(
+                format!("block {i} gate/up"),
+                &[b.gate, b.up],
+                &[],
+                f[2],
+                h,
+                &mut host,
+                &mut pinned,
+            )?;
+            let down = PackedLinear::pack(
+                format!("block {i} down"),
+                &[b.down],
+                &[],
+                f[3],
+                ff,
+                &mut host,
+                &mut pinned,
+            )?;
             blocks.push(PackedBlock {
-                attn_norm: resident_f32(dev, &crate::ops::to_f32_vec(b.attn_norm)?)?,
-                qkv: PackedLinear::pack(
-                    dev,
-                    &[b.q, b.k, b.v],
-                    &[b.q_bias, b.k_bias, b.v_bias],
-                    f[0],
-                    h,
-                )?,
-                o: PackedLinear::pack(dev, &[b.o], &[], f[1], nq)?,
-                ffn_norm: resident_f32(dev, &crate::ops::to_f32_vec(b.ffn_norm)?)?,
-                gate_up: PackedLinear::pack(dev, &[b.gate, b.up], &[], f[2], h)?,
-                down: PackedLinear::pack(dev, &[b.down], &[], f[3], ff)?,
+                attn_norm,
+                qkv,
+                o,
+                ffn_norm,
+                gate_up,
+                down,
             });
         }
-        let final_norm = resident_f32(dev, &crate::ops::to_f32_vec(w.final_norm)?)?;
+        let final_norm = pinned.push(crate::ops::to_f32_vec(w.final_norm)?);
         let (cos, sin) = rope_tables(cfg.rope_theta, cfg.head_dim, cfg.max_positions);
-        let (cos, sin) = (resident_f32(dev, &cos)?, resident_f32(dev, &sin)?);
+        let (cos, sin) = (pinned.push(cos), pinned.push(sin));
         let (head, head_reason) = match &w.lm_head {
             None => (None, None),
-            Some(hw) => Self::place_head(dev, cfg, hw)?,
+            Some(hw) => Self::place_head(dev, cfg, hw, &mut host, &mut pinned)?,
         };
+        // Only the pinned vectors are mapped now; the runtime places the weights.
+        let pinned = pinned.map(dev)?;
         Ok(HexTransformer {
             inner: Arc::new(Inner {
                 dev: dev.clone(),
@@ -379,17 +425,22 @@ impl HexTransformer {
                 head_reason,
                 cos,
                 sin,
+                pinned,
+                runtime: Runtime::new(dev, host),
                 tier,
                 plans: Mutex::new(HashMap::new()),
             }),
         })
     }
 
-    /// The head is routed like a linear layer (deny-list, dtype, alignment, window).
+    /// The head is routed like a linear layer (deny-list, dtype, alignment); the runtime
+    /// places its weights with the others, so the load-time window check does not apply.
     fn place_head(
         dev: &HexagonDevice,
         cfg: &HexTransformerConfig,
         hw: &WeightRef<'_>,
+        host: &mut Vec<HostWeight>,
+        pinned: &mut Pinned,
     ) -> Result<(Option<PackedLinear>, Option<Reason>)> {
         let weights = match hw {
             WeightRef::Dense(t) => WeightFormat::Dense(t.dtype()),
@@ -402,27 +453,33 @@ impl HexTransformer {
             weights,
             n: cfg.vocab,
             k: cfg.hidden,
-            rows: 0,
+            rows: 1,
             dtype: candle_core::DType::F32,
         };
         let kind = desc.kind();
-        let reason = match dev.supports(&desc) {
+        match dev.supports(&desc) {
             Support::Yes(tier) => {
                 let format = packed::format_of(hw).map_err(|r| invalid(r.to_string()))?;
-                match PackedLinear::pack(dev, &[*hw], &[], format, cfg.hidden) {
-                    Ok(p) => {
-                        dev.stats()
-                            .record_placement(kind, Decision::Npu(tier), p.bytes() as u64);
-                        return Ok((Some(p), None));
-                    }
-                    Err(e) => Reason::from_error(&e).ok_or(e)?,
-                }
+                let p = PackedLinear::pack(
+                    "lm head".into(),
+                    &[*hw],
+                    &[],
+                    format,
+                    cfg.hidden,
+                    host,
+                    pinned,
+                )?;
+                let bytes = host[p.w].bytes.len() as u64;
+                dev.stats()
+                    .record_placement(kind, Decision::Npu(tier), bytes);
+                Ok((Some(p), None))
             }
-            Support::No(r) => r,
-        };
-        dev.stats()
-            .record_placement(kind, Decision::Cpu(reason.key()), 0);
-        Ok((None, Some(reason)))
+            Support::No(reason) => {
+                dev.stats()
+                    .record_placement(kind, Decision::Cpu(reason.key()), 0);
+                Ok((None, Some(reason)))
+            }
+        }
     }
 
     /// The config.
@@ -450,36 +507,35 @@ impl HexTransformer {
         self.inner.head_reason.as_ref()
     }
 
-    /// Bytes of packed weights, norms and tables this module holds in the NPU window.
+    /// Bytes of packed weights, norms and tables of this module (where they live is the memory
+    /// runtime's business: see [`Self::memory_plan`]).
     pub fn packed_bytes(&self) -> usize {
         let i = &self.inner;
-        let blocks: usize = i
-            .blocks
-            .iter()
-            .map(|b| {
-                b.attn_norm.len
-                    + b.ffn_norm.len
-                    + b.qkv.bytes()
-                    + b.o.bytes()
-                    + b.gate_up.bytes()
-                    + b.down.bytes()
-            })
-            .sum();
-        blocks + i.final_norm.len + i.cos.len + i.sin.len + i.head.as_ref().map_or(0, |h| h.bytes())
+        let weights: usize = i.runtime.weights.iter().map(|w| w.bytes.len()).sum();
+        weights + i.pinned.iter().map(|p| p.len).sum::<usize>()
+    }
+
+    /// The memory plan in force (policy `somr`, after the first forward).
+    pub fn memory_plan(&self) -> Option<MemoryPlan> {
+        self.inner.runtime.plan()
     }
 
     /// An empty KV cache for this stack: `batch` sequences, room for `capacity` rows (grown on
     /// demand).
     pub fn new_kv(&self, batch: usize, capacity: usize) -> Result<DeviceKv> {
         let c = &self.inner.cfg;
-        DeviceKv::new(
-            &self.inner.dev,
-            self.num_blocks(),
-            batch,
-            c.kv_heads,
-            c.head_dim,
-            capacity,
-        )
+        let rt = &self.inner.runtime;
+        let mut st = rt.lock();
+        rt.reclaiming(&mut st, || {
+            DeviceKv::new(
+                &self.inner.dev,
+                self.num_blocks(),
+                batch,
+                c.kv_heads,
+                c.head_dim,
+                capacity,
+            )
+        })
     }
 
     /// Queue a forward of the embedded window `x (b, n, hidden)` at canvas positions
@@ -498,7 +554,7 @@ impl HexTransformer {
         window_start: usize,
         rows: Option<&[usize]>,
     ) -> Result<ForwardHandle> {
-        plan::submit(self, kv, x, window_start, rows)
+        forward::submit(self, kv, x, window_start, rows)
     }
 
     /// [`Self::submit`] and wait.

@@ -1,6 +1,7 @@
 //! Load-time packing for the block module: fused projections (QKV, gate/up) stacked along the
-//! output dimension and packed once into fp16 HMX tiles or Q4_0 tiles, fused biases, and the
-//! resident f32 vectors (norm weights, RoPE tables).
+//! output dimension and packed once into fp16 HMX tiles or Q4_0 tiles (kept in host memory; the
+//! memory runtime decides where the DSP reads them from), fused biases, and the pinned f32
+//! vectors (norm weights, biases, RoPE tables), mapped once into one buffer of their own.
 
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Tensor};
@@ -11,10 +12,11 @@ use super::WeightRef;
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::memory::WeightSlot;
+use crate::memory::{align_tensor, WeightSlot};
 use crate::ops::linear::PackedFormat;
 use crate::ops::{tiled, to_f32_vec};
 use crate::routing::Reason;
+use crate::runtime::{virtual_id, HostWeight};
 
 /// The packed format a checkpoint weight gets, or why it cannot be packed.
 pub(crate) fn format_of(w: &WeightRef<'_>) -> std::result::Result<PackedFormat, Reason> {
@@ -66,33 +68,37 @@ pub(crate) fn dims_of(w: &WeightRef<'_>) -> Result<(usize, usize)> {
     })
 }
 
-/// A linear layer packed in NPU memory: `y = x W^T (+ b)`, `W (n, k)`.
+/// A linear layer packed for the NPU: `y = x W^T (+ b)`, `W (n, k)`. The weight is runtime
+/// weight `w` (its descriptor names a virtual buffer until the runtime places it); the bias is
+/// pinned vector `bias`.
 #[derive(Debug)]
 pub(crate) struct PackedLinear {
-    pub(crate) w: WeightSlot,
+    pub(crate) w: usize,
     pub(crate) format: PackedFormat,
     pub(crate) n: usize,
     pub(crate) k: usize,
-    pub(crate) bias: Option<WeightSlot>,
+    pub(crate) bias: Option<usize>,
 }
 
 impl PackedLinear {
     /// Stack `parts` (each `(n_i, k)`, one format) along the output dimension and pack them
-    /// once. `biases` (one per part, or empty) become one fused f32 bias (zeros where a part
-    /// has none).
+    /// once into host memory as runtime weight `name`. `biases` (one per part, or empty) become
+    /// one fused pinned f32 bias (zeros where a part has none).
     pub(crate) fn pack(
-        dev: &HexagonDevice,
+        name: String,
         parts: &[WeightRef<'_>],
         biases: &[Option<&Tensor>],
         format: PackedFormat,
         k: usize,
+        host: &mut Vec<HostWeight>,
+        pinned: &mut Pinned,
     ) -> Result<Self> {
         let widths: Vec<usize> = parts
             .iter()
             .map(|p| dims_of(p).map(|d| d.0))
             .collect::<Result<_>>()?;
         let n: usize = widths.iter().sum();
-        let w = match format {
+        let bytes = match format {
             PackedFormat::F16Tiles => {
                 let mut w16: Vec<f16> = Vec::with_capacity(n * k);
                 for p in parts {
@@ -101,9 +107,9 @@ impl PackedLinear {
                     };
                     w16.extend(t.to_dtype(DType::F16)?.flatten_all()?.to_vec1::<f16>()?);
                 }
-                let slot = dev.alloc_weights(layout::f16_tiles_len(n, k))?;
-                slot.fill(|dst| layout::pack_f16_tiles_into(dst, &w16, n, k))?;
-                slot
+                let mut dst = vec![0u8; layout::f16_tiles_len(n, k)];
+                layout::pack_f16_tiles_into(&mut dst, &w16, n, k)?;
+                dst
             }
             PackedFormat::Q4_0Tiles => {
                 // ggml Q4_0 rows are independent blocks: stacking rows is concatenating bytes.
@@ -114,9 +120,9 @@ impl PackedLinear {
                     };
                     blocks.extend_from_slice(&q.data()?);
                 }
-                let slot = dev.alloc_weights(layout::q4_0_tiles_len(n, k))?;
-                slot.fill(|dst| layout::pack_q4_0_tiles_into(dst, &blocks, n, k))?;
-                slot
+                let mut dst = vec![0u8; layout::q4_0_tiles_len(n, k)];
+                layout::pack_q4_0_tiles_into(&mut dst, &blocks, n, k)?;
+                dst
             }
         };
         let bias = if biases.iter().any(Option::is_some) {
@@ -127,12 +133,13 @@ impl PackedLinear {
                     None => v.extend(std::iter::repeat_n(0.0, width)),
                 }
             }
-            Some(resident_f32(dev, &v)?)
+            Some(pinned.push(v))
         } else {
             None
         };
+        host.push(HostWeight { name, bytes });
         Ok(PackedLinear {
-            w,
+            w: host.len() - 1,
             format,
             n,
             k,
@@ -140,20 +147,13 @@ impl PackedLinear {
         })
     }
 
-    /// The weight as a kernel operand.
+    /// The weight as a kernel operand (a virtual buffer until the runtime relocates it).
     pub(crate) fn tensor(&self) -> kdsp_tensor {
         let (dtype, layout) = match self.format {
             PackedFormat::F16Tiles => (KDSP_DTYPE_F16, KDSP_LAYOUT_HMX_WEIGHT_TILES),
             PackedFormat::Q4_0Tiles => (KDSP_DTYPE_Q4_0, KDSP_LAYOUT_Q4_0_TILES),
         };
-        tiled(
-            self.w.buf.id(),
-            self.w.offset,
-            dtype,
-            layout,
-            self.k,
-            self.n,
-        )
+        tiled(virtual_id(self.w), 0, dtype, layout, self.k, self.n)
     }
 
     /// The matmul op code.
@@ -163,10 +163,45 @@ impl PackedLinear {
             PackedFormat::Q4_0Tiles => KDSP_OP_MATMUL_Q4_0,
         }
     }
+}
 
-    /// Packed bytes (weights and bias).
-    pub(crate) fn bytes(&self) -> usize {
-        self.w.len + self.bias.as_ref().map_or(0, |b| b.len)
+/// The pinned f32 vectors of a module (norm weights, biases, RoPE tables): always resident, in
+/// one mapping of their own, in the order they were pushed (consumption order).
+#[derive(Debug, Default)]
+pub(crate) struct Pinned {
+    vecs: Vec<Vec<f32>>,
+}
+
+impl Pinned {
+    /// Add a vector; returns its index.
+    pub(crate) fn push(&mut self, v: Vec<f32>) -> usize {
+        self.vecs.push(v);
+        self.vecs.len() - 1
+    }
+
+    /// Map them into one buffer; the slots in push order.
+    pub(crate) fn map(self, dev: &HexagonDevice) -> Result<Vec<WeightSlot>> {
+        let total: usize = self.vecs.iter().map(|v| align_tensor(v.len() * 4)).sum();
+        let buf = std::sync::Arc::new(dev.map_buffer(total)?);
+        let mut out = Vec::with_capacity(self.vecs.len());
+        let mut off = 0;
+        for v in &self.vecs {
+            let slot = WeightSlot {
+                buf: buf.clone(),
+                offset: off,
+                len: v.len() * 4,
+            };
+            slot.fill(|dst| {
+                for (d, x) in dst.chunks_exact_mut(4).zip(v) {
+                    d.copy_from_slice(&x.to_le_bytes());
+                }
+                Ok(())
+            })?;
+            off += align_tensor(v.len() * 4);
+            out.push(slot);
+        }
+        dev.mem().count_weights(total as u64);
+        Ok(out)
     }
 }
 
@@ -175,18 +210,6 @@ fn mixed() -> Error {
         op: "HexTransformer",
         detail: "a fused group mixes dense and quantized weights".into(),
     }
-}
-
-/// f32 values resident in the weight arena (norm weights, biases, RoPE tables).
-pub(crate) fn resident_f32(dev: &HexagonDevice, v: &[f32]) -> Result<WeightSlot> {
-    let slot = dev.alloc_weights(v.len() * 4)?;
-    slot.fill(|dst| {
-        for (d, x) in dst.chunks_exact_mut(4).zip(v) {
-            d.copy_from_slice(&x.to_le_bytes());
-        }
-        Ok(())
-    })?;
-    Ok(slot)
 }
 
 /// NeoX RoPE tables `(positions, head_dim / 2)` as `(cos, sin)` f32, computed like the CPU

@@ -161,7 +161,13 @@ fn unit(dtype: u32) -> Option<u64> {
 /// its extent (`kdsp_resolve`); contiguous dims are merged, the rest enumerated (or hulled).
 /// A descriptor the DSP would reject still gets a conservative range.
 pub(crate) fn tensor_runs(t: &kdsp_tensor) -> Vec<(u64, u64)> {
-    let everything = vec![(t.offset.min(u64::MAX - 1), u64::MAX)];
+    tensor_runs_exact(t).0
+}
+
+/// [`tensor_runs`], and whether the runs are exactly the bytes the tensor covers (`false` when
+/// they were widened to a hull or to everything): only exact runs may be taken as overwritten.
+pub(crate) fn tensor_runs_exact(t: &kdsp_tensor) -> (Vec<(u64, u64)>, bool) {
+    let everything = (vec![(t.offset.min(u64::MAX - 1), u64::MAX)], false);
     let ne = t.ne.map(|n| n.max(1) as u64);
     if t.layout != KDSP_LAYOUT_ROW_MAJOR {
         let tile = if t.layout == KDSP_LAYOUT_Q4_0_TILES {
@@ -171,7 +177,7 @@ pub(crate) fn tensor_runs(t: &kdsp_tensor) -> Vec<(u64, u64)> {
         };
         let bytes = ne[0].div_ceil(32) * ne[1].div_ceil(32) * tile;
         return match t.offset.checked_add(bytes) {
-            Some(end) => vec![(t.offset, end)],
+            Some(end) => (vec![(t.offset, end)], true),
             None => everything,
         };
     }
@@ -212,7 +218,7 @@ pub(crate) fn tensor_runs(t: &kdsp_tensor) -> Vec<(u64, u64)> {
             }
         }
         return match t.offset.checked_add(hull) {
-            Some(end) => vec![(t.offset, end)],
+            Some(end) => (vec![(t.offset, end)], false),
             None => everything,
         };
     }
@@ -233,7 +239,7 @@ pub(crate) fn tensor_runs(t: &kdsp_tensor) -> Vec<(u64, u64)> {
             None => return everything,
         }
     }
-    runs
+    (runs, true)
 }
 
 /// Every byte range the ops of a batch touch, merged per buffer and access.

@@ -89,6 +89,11 @@ impl Memory {
         }
     }
 
+    /// Count `bytes` of packed weights placed in shared buffers.
+    pub(crate) fn count_weights(&self, bytes: u64) {
+        self.weight_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     pub(crate) fn count_staged(&self, bytes_in: usize, bytes_out: usize) {
         self.staged_in.fetch_add(bytes_in as u64, Ordering::Relaxed);
         self.staged_out

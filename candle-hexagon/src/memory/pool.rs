@@ -25,6 +25,17 @@ pub(crate) struct BufferPool {
 impl BufferPool {
     /// A buffer of at least `need` bytes, exclusively the caller's until the guard drops.
     pub(crate) fn take(self: &Arc<Self>, mem: &Arc<Memory>, need: usize) -> Result<PooledBuffer> {
+        self.take_with(mem, need, false)
+    }
+
+    /// [`Self::take`]; with `exact`, a new mapping is exactly `need` bytes (page-rounded) rather
+    /// than the next power of two (callers that plan the window size their buffers themselves).
+    pub(crate) fn take_with(
+        self: &Arc<Self>,
+        mem: &Arc<Memory>,
+        need: usize,
+        exact: bool,
+    ) -> Result<PooledBuffer> {
         let reused = {
             let mut idle = self.idle.lock().expect("pool lock");
             let best = idle
@@ -38,7 +49,11 @@ impl BufferPool {
         let buf = match reused {
             Some(b) => b,
             None => {
-                let want = need.next_power_of_two().max(MIN_POOLED_BYTES);
+                let want = if exact {
+                    need
+                } else {
+                    need.next_power_of_two().max(MIN_POOLED_BYTES)
+                };
                 match mem.map(want) {
                     Ok(b) => b,
                     Err(e) if e.is_resource_exhausted() => {
@@ -56,6 +71,12 @@ impl BufferPool {
             buf: Some(buf),
             pool: self.clone(),
         })
+    }
+
+    /// Unmap every idle buffer (their window space goes back to the planner).
+    pub(crate) fn release_idle(&self) {
+        let freed: Vec<DeviceBuffer> = std::mem::take(&mut *self.idle.lock().expect("pool lock"));
+        drop(freed);
     }
 
     /// Buffers waiting for reuse.

@@ -85,6 +85,16 @@ impl Batch {
         &self.ops
     }
 
+    /// The ops, to rewrite operands before submission.
+    pub(crate) fn ops_mut(&mut self) -> &mut [kdsp_op] {
+        &mut self.ops
+    }
+
+    /// The labels, one per op.
+    pub(crate) fn labels(&self) -> &[&'static str] {
+        &self.labels
+    }
+
     /// The wire format `kdsp_execute_batch` takes: header, then the ops verbatim. Stored in
     /// `u64`s so the bytes are 8-byte aligned as the DSP side requires.
     pub fn to_wire(&self) -> WireBatch {

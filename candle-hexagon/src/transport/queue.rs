@@ -8,25 +8,57 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 
 /// Set once a submitted job has finished running, or is known never to run; it never goes back.
 /// The device ties the leases of a batch (the memory it may touch, see [`crate::memory`]) to it,
-/// so it must not be set while the DSP may still access the batch's memory.
+/// so it must not be set while the DSP may still access the batch's memory. It also records
+/// *when* it was set, which the swap runtime uses to tell DSP idle time from overlapped staging.
 #[derive(Debug, Clone, Default)]
-pub struct Completion(Arc<AtomicBool>);
+pub struct Completion(Arc<CompletionState>);
+
+#[derive(Debug, Default)]
+struct CompletionState {
+    done: AtomicBool,
+    at: OnceLock<Instant>,
+    lock: Mutex<()>,
+    cv: Condvar,
+}
 
 impl Completion {
     /// True once the job is over.
     pub fn is_done(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.0.done.load(Ordering::Acquire)
+    }
+
+    /// When the job was over (`None` while it is not).
+    pub fn done_at(&self) -> Option<Instant> {
+        if self.is_done() {
+            self.0.at.get().copied()
+        } else {
+            None
+        }
+    }
+
+    /// Block until the job is over.
+    pub fn wait(&self) {
+        let mut g = self.0.lock.lock().expect("completion lock");
+        while !self.is_done() {
+            g = self.0.cv.wait(g).expect("completion lock");
+        }
     }
 
     pub(crate) fn set(&self) {
-        self.0.store(true, Ordering::Release);
+        // The time first, so that `is_done` implies `done_at`.
+        let _ = self.0.at.set(Instant::now());
+        let g = self.0.lock.lock().expect("completion lock");
+        self.0.done.store(true, Ordering::Release);
+        drop(g);
+        self.0.cv.notify_all();
     }
 }
 

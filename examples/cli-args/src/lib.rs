@@ -200,6 +200,12 @@ pub struct DeviceArgs {
     /// linear_quant, flash_attn, rms_norm, swiglu, rope).
     #[arg(long, default_value = "")]
     pub hexagon_deny: String,
+    /// Hexagon: how the model's weights share the NPU window: naive, paging or somr.
+    #[arg(long, default_value = candle_hexagon::device::DEFAULT_MEMORY_POLICY.name())]
+    pub memory_policy: String,
+    /// Hexagon: the NPU address window in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = candle_hexagon::device::DEFAULT_VA_WINDOW_MIB)]
+    pub hexagon_window: u64,
 }
 
 impl DeviceArgs {
@@ -217,7 +223,9 @@ impl DeviceArgs {
                         .map_err(|e| anyhow!("--hexagon-deny: {e}"))?,
                     transport,
                     ..Default::default()
-                };
+                }
+                .with_memory_names(&self.memory_policy, self.hexagon_window)
+                .map_err(|e| anyhow!("--memory-policy / --hexagon-window: {e}"))?;
                 let dev = HexagonDevice::open(cfg).context("--device hexagon")?;
                 Ok(Backend::Hexagon(dev))
             }

@@ -48,6 +48,12 @@ struct Args {
     /// Hexagon/FastRPC: library to dlopen, or `shim` for the host shim.
     #[arg(long, default_value = candle_hexagon::device::DEFAULT_FASTRPC_LIBRARY)]
     fastrpc_lib: String,
+    /// Hexagon: how the model's weights share the NPU window: naive, paging or somr.
+    #[arg(long, default_value = candle_hexagon::device::DEFAULT_MEMORY_POLICY.name())]
+    memory_policy: String,
+    /// Hexagon: the NPU address window in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = candle_hexagon::device::DEFAULT_VA_WINDOW_MIB)]
+    hexagon_window: u64,
     /// Window sizes (tokens forwarded per call).
     #[arg(
         long,
@@ -85,11 +91,15 @@ fn backend(a: &Args) -> Result<Backend> {
             let transport = TransportConfig::from_names(&a.hexagon_transport, &a.fastrpc_lib)
                 .map_err(|e| anyhow!("--hexagon-transport: {e}"))?;
             Ok(Backend::Hexagon(
-                HexagonDevice::open(HexagonConfig {
-                    workers: a.hexagon_workers,
-                    transport,
-                    ..Default::default()
-                })
+                HexagonDevice::open(
+                    HexagonConfig {
+                        workers: a.hexagon_workers,
+                        transport,
+                        ..Default::default()
+                    }
+                    .with_memory_names(&a.memory_policy, a.hexagon_window)
+                    .map_err(|e| anyhow!("--memory-policy / --hexagon-window: {e}"))?,
+                )
                 .context("--device hexagon")?,
             ))
         }

@@ -1,0 +1,278 @@
+//! One forward of [`HexTransformer`]: checks, host writes, and the batches — each block's batch
+//! cut into the memory runtime's stages, its weights given a place (resident, a staging slot,
+//! an on-demand mapping), its matmuls split by rows to fit the scratch arena, then submitted.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use candle_core::{DType, Tensor};
+use kernels_dsp::*;
+
+use super::handle::ForwardHandle;
+use super::kv::DeviceKv;
+use super::plan::{Fwd, ShapeKey, ShapePlan};
+use super::HexTransformer;
+use crate::device::{HexagonDevice, PlanKey};
+use crate::error::{Error, Result};
+use crate::memory::leases::Access;
+use crate::ops::{rows, typed_mut, Wire};
+use crate::routing::{Decision, OpKind, Reason};
+use crate::runtime::pager::Pager;
+use crate::runtime::somr::{Context, Somr};
+use crate::runtime::{op_weight, relocate, MemoryPolicy};
+use crate::transport::Batch;
+
+fn invalid(detail: String) -> Error {
+    Error::InvalidInput {
+        op: "HexTransformer::submit",
+        detail,
+    }
+}
+
+/// Split every matmul of `batch` by rows as the DSP scratch arena needs (found with
+/// `kdsp_op_check` on the op's real descriptors, once per shape and remembered by the device).
+fn split_rows(dev: &HexagonDevice, batch: Batch) -> Result<Batch> {
+    let mut out = Batch::new();
+    for (i, op) in batch.ops().iter().enumerate() {
+        let label = batch.label(i);
+        if !matches!(op.opcode, KDSP_OP_MATMUL_F16 | KDSP_OP_MATMUL_Q4_0) {
+            out.push(label, *op);
+            continue;
+        }
+        let (w, a, y) = (op.src[0], op.src[1], op.dst);
+        let (k, n, m) = (a.ne[0] as usize, y.ne[0] as usize, y.ne[1] as usize);
+        let key = PlanKey {
+            opcode: op.opcode,
+            k: k as u32,
+            n: n as u32,
+            a_dtype: a.dtype,
+            d_dtype: y.dtype,
+        };
+        let part = |s: usize, r: usize| {
+            let mut o = *op;
+            o.dst = rows(
+                y.buffer_id,
+                y.offset as usize + s * n * 4,
+                Wire::F32,
+                &[n, r],
+            );
+            o.src[1] = rows(
+                a.buffer_id,
+                a.offset as usize + s * k * 4,
+                Wire::F32,
+                &[k, r],
+            );
+            o.src[0] = w;
+            o
+        };
+        let chunk = dev.rows_per_op(key, m, |r| part(0, r))?.max(1);
+        let mut s = 0;
+        while s < m {
+            let r = chunk.min(m - s);
+            out.push(label, part(s, r));
+            s += r;
+        }
+    }
+    Ok(out)
+}
+
+/// The plan of a shape (captured once).
+fn shape_plan(t: &HexTransformer, key: ShapeKey, kv: &DeviceKv, len: usize) -> Arc<ShapePlan> {
+    if let Some(p) = t.inner.plans.lock().expect("plan lock").get(&key) {
+        return p.clone();
+    }
+    let p = Arc::new(ShapePlan::new(t, key, kv, len));
+    t.inner
+        .plans
+        .lock()
+        .expect("plan lock")
+        .insert(key, p.clone());
+    p
+}
+
+/// [`HexTransformer::submit`].
+pub(crate) fn submit(
+    t: &HexTransformer,
+    kv: &mut DeviceKv,
+    x: &Tensor,
+    ws: usize,
+    sel: Option<&[usize]>,
+) -> Result<ForwardHandle> {
+    let i = &t.inner;
+    let c = &i.cfg;
+    let start = Instant::now();
+    let (b, n, hidden) = x
+        .dims3()
+        .map_err(|_| invalid(format!("input {:?} is not (batch, rows, hidden)", x.dims())))?;
+    if hidden != c.hidden || b == 0 || n == 0 {
+        return Err(invalid(format!(
+            "input {:?} is not (batch >= 1, rows >= 1, {})",
+            x.dims(),
+            c.hidden
+        )));
+    }
+    if !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+        return Err(invalid(format!(
+            "input dtype {:?} (use f32, f16 or bf16)",
+            x.dtype()
+        )));
+    }
+    kv.check_geometry(t.num_blocks(), c.kv_heads, c.head_dim, b)?;
+    if ws.checked_add(n).is_none_or(|e| e > c.max_positions) {
+        return Err(invalid(format!(
+            "window [{ws}, {ws} + {n}) exceeds the {} positions of the RoPE tables",
+            c.max_positions
+        )));
+    }
+    let sel: Option<Vec<i32>> = match sel {
+        Some(s) if s.len() == n && s.iter().enumerate().all(|(k, &v)| k == v) => None,
+        Some(s) => {
+            if let Some(&bad) = s.iter().find(|&&v| v >= n) {
+                return Err(invalid(format!(
+                    "row {bad} requested from a window of {n} rows"
+                )));
+            }
+            Some(s.iter().map(|&v| v as i32).collect())
+        }
+        None => None,
+    };
+    let r = sel.as_ref().map(Vec::len);
+    let blocks = t.num_blocks();
+    let fallback = |e: Error| -> Error {
+        if let Some(reason) = Reason::from_error(&e) {
+            for _ in 0..blocks {
+                i.dev
+                    .stats()
+                    .record_call(OpKind::Block, Decision::Cpu(reason.key()), 0, 0);
+            }
+        }
+        e
+    };
+    let rt = &i.runtime;
+    let somr = rt.policy == MemoryPolicy::Somr;
+    // One forward of this module is prepared at a time (the slots and mappings are shared).
+    let mut st = rt.lock();
+    // Room for the window's rows in the cache (may grow it: a new mapping + copy).
+    let len = rt
+        .reclaiming(&mut st, || kv.prepare(ws, n))
+        .map_err(fallback)?;
+    let shape = shape_plan(t, (b, n, r), kv, len);
+    let plan = if somr { &shape.packed } else { &shape.separate };
+    let act = rt
+        .reclaiming(&mut st, || i.dev.take_buffer_exact(plan.total, somr))
+        .map_err(fallback)?;
+
+    // Host writes: input rows (as f32), positions, selection.
+    let m = b * n;
+    let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    act.with_host_bytes(
+        plan.x(),
+        m * c.hidden * 4,
+        Access::Write,
+        |d| -> Result<()> {
+            typed_mut::<f32>(d)?.copy_from_slice(&xs);
+            Ok(())
+        },
+    )??;
+    let pos: Vec<u8> = (0..m)
+        .flat_map(|k| ((ws + k % n) as i32).to_le_bytes())
+        .collect();
+    act.write(plan.pos(), &pos)?;
+    let mut staged_in = xs.len() * 4 + pos.len();
+    if let Some(s) = &sel {
+        let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
+        act.write(plan.idx(), &bytes)?;
+        staged_in += bytes.len();
+    }
+    i.dev.mem().count_staged(staged_in, 0);
+
+    // Stale cached rows of the window's own positions are skipped by attention.
+    let skip_end = (ws + n).min(len);
+    let skip = if ws < skip_end {
+        (ws as u32, skip_end as u32)
+    } else {
+        (0, 0)
+    };
+    let fwd = Fwd {
+        t,
+        plan,
+        act: act.id(),
+        kv,
+        b,
+        n,
+        r,
+        len,
+        skip,
+    };
+    let batches: Vec<Batch> = i
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(li, blk)| fwd.block(li, blk, li + 1 == blocks))
+        .collect();
+    // (block, stage, batch) in submission order.
+    let stages: Vec<(usize, usize, Batch)> = if somr {
+        let ctx = Context {
+            kv_bytes: kv.mapped_bytes() as u64,
+            act_bytes: plan.total as u64,
+            act_unpacked_bytes: shape.separate.total as u64,
+            pinned_bytes: i.pinned.first().map_or(0, |p| p.buf.len()) as u64,
+        };
+        Somr::begin(rt, &mut st, &batches, ctx).map_err(fallback)?;
+        batches
+            .iter()
+            .enumerate()
+            .flat_map(|(li, b)| {
+                Somr::cut(&st, li, b)
+                    .into_iter()
+                    .map(move |(j, b)| (li, j, b))
+            })
+            .collect()
+    } else {
+        batches
+            .into_iter()
+            .enumerate()
+            .map(|(li, b)| (li, li, b))
+            .collect()
+    };
+    let mut fences = Vec::with_capacity(stages.len());
+    for (li, j, mut batch) in stages {
+        let locs = if somr {
+            Somr::prepare(rt, &mut st, j, &batch)
+        } else {
+            let mut needed: Vec<usize> = batch.ops().iter().filter_map(op_weight).collect();
+            needed.dedup();
+            Pager::prepare(rt, &mut st, &needed)
+        }
+        .map_err(fallback)?;
+        relocate(&mut batch, &locs)?;
+        let batch = split_rows(&i.dev, batch)?;
+        let at = Instant::now();
+        let fence = i.dev.submit(&batch)?;
+        let done = fence.completion();
+        if somr {
+            Somr::submitted(&mut st, j, &done, at);
+        } else {
+            st.last = Some(done);
+        }
+        fences.push((fence, batch, li));
+    }
+    st.forwards += 1;
+    let prefetch = if somr { Somr::end(&mut st) } else { None };
+    drop(st);
+    rt.stats().count_forward();
+    kv.set_pending(ws, n, len);
+    Ok(ForwardHandle::new(
+        i.dev.clone(),
+        fences,
+        blocks,
+        act,
+        plan.out(),
+        (b, r.unwrap_or(n), plan.width),
+        t.output(),
+        i.tier,
+        staged_in,
+        start,
+        prefetch.map(|p| (rt.clone(), p)),
+    ))
+}

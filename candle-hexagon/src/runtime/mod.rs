@@ -1,0 +1,329 @@
+//! The swap-optimized memory runtime: how a weight-owning module's tensors share the bounded
+//! NPU address window when they do not all fit (paper §3.4).
+//!
+//! The runtime is mechanism only: it is given the op batches a forward would submit (weights
+//! named by *virtual* buffer ids, activations by byte ranges of a buffer) and learns the graph
+//! from them; it knows nothing of tokens or models. Three policies, one switch
+//! ([`MemoryPolicy`], `HexagonConfig::memory_policy`):
+//!
+//! - **`naive`**: every weight gets its own mapping when a batch first uses it and keeps it;
+//!   activations come from the device's generic buffer pool. A model larger than the window
+//!   fails with the window's own error ([`crate::Error::VaBudget`] / `MapperEntries`).
+//! - **`paging`**: the same on-demand mappings, with replacement: when the window or the mapper
+//!   table is full, the least recently used weight mapping not needed by the batch being built
+//!   is unmapped (after the batches reading it) and the mapping retried. No graph plan, no
+//!   prefetch: every miss is a synchronous map + copy.
+//! - **`somr`** (the default): [`graph`] capture, [`placement`] under the VA budget from a
+//!   profile, [`packing`] (residents in consumption order inside a few large mappings;
+//!   activations sharing offsets by live range), and double-buffered staging ([`somr`]): while
+//!   the DSP runs one stage from a slot, the host fills the other slot for the next stage, and
+//!   slots change hands only when the fence of the stage reading them has completed (the leases
+//!   refuse any host write into a slot a batch in flight still reads).
+//!
+//! Counters ([`SwapStats`], reported by `HexagonDevice::counters` and the routing report): maps
+//! and unmaps (the window's), bytes streamed into slots or on-demand mappings, synchronous stall
+//! (time the DSP had nothing to run because the host was still preparing weights) and
+//! overlapped staging time.
+
+pub mod graph;
+pub mod packing;
+pub(crate) mod pager;
+pub mod placement;
+mod report;
+pub(crate) mod somr;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+pub use report::{MemoryPlan, PlanRow};
+
+use crate::device::HexagonDevice;
+use crate::error::{Error, Result};
+use crate::transport::{Batch, Completion};
+use pager::Pager;
+use somr::Somr;
+
+/// How a weight-owning module shares the NPU address window (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryPolicy {
+    /// Map every weight when first used and keep it mapped.
+    Naive,
+    /// On-demand map/unmap with LRU replacement; no plan, no prefetch.
+    Paging,
+    /// Graph-guided placement, lifetime packing and pipelined staging.
+    #[default]
+    Somr,
+}
+
+impl MemoryPolicy {
+    /// Every policy.
+    pub const ALL: [MemoryPolicy; 3] = [
+        MemoryPolicy::Naive,
+        MemoryPolicy::Paging,
+        MemoryPolicy::Somr,
+    ];
+
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryPolicy::Naive => "naive",
+            MemoryPolicy::Paging => "paging",
+            MemoryPolicy::Somr => "somr",
+        }
+    }
+
+    /// From the command-line spelling (`naive`, `paging`, `somr`).
+    pub fn from_name(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| Error::Config {
+                field: "memory_policy",
+                reason: format!("`{s}` (expected naive, paging or somr)"),
+            })
+    }
+}
+
+impl std::fmt::Display for MemoryPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Swap counters of a device (all modules), as atomics.
+#[derive(Debug, Default)]
+pub struct SwapStats {
+    forwards: AtomicU64,
+    bytes_streamed: AtomicU64,
+    stall_ns: AtomicU64,
+    overlapped_ns: AtomicU64,
+    plans: AtomicU64,
+    profiled: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// A snapshot of [`SwapStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwapSnapshot {
+    /// Forwards run by weight-owning modules under the runtime.
+    pub forwards: u64,
+    /// Bytes the host copied into staging slots or on-demand weight mappings.
+    pub bytes_streamed: u64,
+    /// Synchronous stall: time the DSP had no work because weights were still being staged.
+    pub stall_ns: u64,
+    /// Staging time hidden behind DSP work.
+    pub overlapped_ns: u64,
+    /// Placement plans made (`somr`; a re-plan after the window filled up counts again).
+    pub plans: u64,
+    /// Forwards run op-group by op-group to profile them (`somr`).
+    pub profiled: u64,
+    /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
+    pub evictions: u64,
+}
+
+impl SwapStats {
+    pub(crate) fn snapshot(&self) -> SwapSnapshot {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SwapSnapshot {
+            forwards: l(&self.forwards),
+            bytes_streamed: l(&self.bytes_streamed),
+            stall_ns: l(&self.stall_ns),
+            overlapped_ns: l(&self.overlapped_ns),
+            plans: l(&self.plans),
+            profiled: l(&self.profiled),
+            evictions: l(&self.evictions),
+        }
+    }
+
+    fn add(a: &AtomicU64, v: u64) {
+        a.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Count staging of `bytes` over `[start, end)`; `last` is the last batch queued before it
+    /// (`None`: nothing was queued, the DSP idled throughout). The part of the staging after the
+    /// DSP finished `last` is stall, the rest was overlapped.
+    pub(crate) fn staged(
+        &self,
+        bytes: u64,
+        start: Instant,
+        end: Instant,
+        last: Option<&Completion>,
+    ) {
+        let total = end.saturating_duration_since(start).as_nanos() as u64;
+        let stall = match last {
+            None => total,
+            Some(c) => match c.done_at() {
+                Some(t) => end.saturating_duration_since(t.max(start)).as_nanos() as u64,
+                None => 0,
+            },
+        };
+        Self::add(&self.bytes_streamed, bytes);
+        Self::add(&self.stall_ns, stall);
+        Self::add(&self.overlapped_ns, total.saturating_sub(stall));
+    }
+
+    pub(crate) fn count_forward(&self) {
+        Self::add(&self.forwards, 1);
+    }
+
+    pub(crate) fn count_plan(&self, profiled: bool) {
+        Self::add(
+            if profiled {
+                &self.profiled
+            } else {
+                &self.plans
+            },
+            1,
+        );
+    }
+
+    pub(crate) fn count_evictions(&self, n: u64) {
+        Self::add(&self.evictions, n);
+    }
+}
+
+/// Bit marking a virtual weight buffer id in op descriptors built before placement.
+pub(crate) const VIRTUAL_WEIGHT: u32 = 1 << 30;
+
+/// The buffer id standing for activations while a graph is captured.
+pub(crate) const VIRTUAL_ACT: u32 = u32::MAX;
+
+/// The virtual buffer id of weight `w`.
+pub(crate) fn virtual_id(w: usize) -> u32 {
+    VIRTUAL_WEIGHT | w as u32
+}
+
+/// The weight a virtual buffer id names.
+pub(crate) fn weight_of(id: u32) -> Option<usize> {
+    (id != VIRTUAL_ACT && id & VIRTUAL_WEIGHT != 0).then_some((id & !VIRTUAL_WEIGHT) as usize)
+}
+
+/// The weight an op reads, if any (its first virtual source).
+pub(crate) fn op_weight(op: &kernels_dsp::kdsp_op) -> Option<usize> {
+    let n = (op.n_src as usize).min(kernels_dsp::KDSP_MAX_SRC as usize);
+    op.src[..n].iter().find_map(|t| weight_of(t.buffer_id))
+}
+
+/// A packed weight kept in host memory; the runtime decides where the DSP reads it from.
+#[derive(Debug)]
+pub(crate) struct HostWeight {
+    /// Name for the plan printout (`block 3 gate/up`).
+    pub(crate) name: String,
+    /// The packed bytes (tiles).
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// Where the DSP finds a weight for one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub(crate) buffer: u32,
+    pub(crate) offset: usize,
+}
+
+/// Point every virtual weight operand of `batch` at its location.
+pub(crate) fn relocate(batch: &mut Batch, locs: &[(usize, Loc)]) -> Result<()> {
+    for op in batch.ops_mut() {
+        let n = (op.n_src as usize).min(kernels_dsp::KDSP_MAX_SRC as usize);
+        for t in op.src[..n].iter_mut() {
+            if let Some(w) = weight_of(t.buffer_id) {
+                let loc = locs
+                    .iter()
+                    .find(|(x, _)| *x == w)
+                    .map(|(_, l)| *l)
+                    .ok_or_else(|| Error::Transport(format!("weight {w} was not prepared")))?;
+                t.buffer_id = loc.buffer;
+                t.offset += loc.offset as u64;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The runtime's state for one weight-owning module.
+pub(crate) enum Policy {
+    Pager(Pager),
+    Somr(Box<Somr>),
+}
+
+/// The memory runtime of one weight-owning module: its weights (host copies) and the policy's
+/// state. Forwards of the module are prepared one at a time ([`Runtime::lock`]).
+pub(crate) struct Runtime {
+    pub(crate) dev: HexagonDevice,
+    pub(crate) policy: MemoryPolicy,
+    pub(crate) weights: Vec<HostWeight>,
+    state: Mutex<State>,
+}
+
+/// What the lock protects.
+pub(crate) struct State {
+    pub(crate) policy: Policy,
+    /// The last batch this module submitted (to tell overlapped staging from DSP idle time).
+    pub(crate) last: Option<Completion>,
+    /// Forwards submitted.
+    pub(crate) forwards: u64,
+}
+
+impl Runtime {
+    pub(crate) fn new(dev: &HexagonDevice, weights: Vec<HostWeight>) -> Arc<Self> {
+        let policy = dev.config().memory_policy;
+        let p = match policy {
+            MemoryPolicy::Naive => Policy::Pager(Pager::new(false)),
+            MemoryPolicy::Paging => Policy::Pager(Pager::new(true)),
+            MemoryPolicy::Somr => Policy::Somr(Box::default()),
+        };
+        Arc::new(Runtime {
+            dev: dev.clone(),
+            policy,
+            weights,
+            state: Mutex::new(State {
+                policy: p,
+                last: None,
+                forwards: 0,
+            }),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().expect("runtime lock")
+    }
+
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, State>> {
+        self.state.try_lock().ok()
+    }
+
+    pub(crate) fn stats(&self) -> &SwapStats {
+        self.dev.swap_stats()
+    }
+
+    /// The printable plan (`somr`, once made).
+    pub(crate) fn plan(&self) -> Option<MemoryPlan> {
+        match &self.lock().policy {
+            Policy::Somr(s) => s.report(self),
+            Policy::Pager(_) => None,
+        }
+    }
+
+    /// Run `f`; when it fails for lack of window or mapper entries, give back what the policy
+    /// can (evict weight mappings, demote residents) and try again while that freed something.
+    pub(crate) fn reclaiming<T>(
+        &self,
+        st: &mut State,
+        mut f: impl FnMut() -> Result<T>,
+    ) -> Result<T> {
+        loop {
+            match f() {
+                Err(e) if e.is_resource_exhausted() => {
+                    let freed = match &mut st.policy {
+                        Policy::Pager(p) => p.evict_all(self),
+                        Policy::Somr(s) => s.demote(self),
+                    };
+                    if !freed {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! The `somr` policy: plan, resident mappings and the two staging slots.
+//!
+//! The first forward that needs a plan makes one from the op stream it is about to submit:
+//! its batches (one per block, weights named by virtual ids) are cut into *segments* (the ops
+//! from one weight-consuming op to the next). When every weight fits the budget, all are made
+//! resident at once (packed in consumption order into a few large mappings). Otherwise that
+//! forward is a *profiling* forward: each segment runs as its own batch and is waited for, every
+//! weight that fits a slot is copied into one first, and the NPU time per segment and the copy
+//! time per weight are measured. The next forward places the weights from that profile
+//! ([`super::placement::place`]), maps the residents and the two slots, and runs pipelined:
+//!
+//! - a stage's streamed weights are copied into its slot only after the stage that last read the
+//!   slot has completed (its `Completion`); the copy goes through the buffer's checked host
+//!   write, so the leases refuse it if a batch in flight still reads those bytes;
+//! - the copy for stage `j + 1` runs on the host while the DSP runs stage `j` (already queued);
+//! - at the end of a forward, while its last stages run, the first streamed stage of the next
+//!   forward is staged ([`prefetch`], called from `ForwardHandle::wait`);
+//! - a slot that still holds its stage's weights is not copied again.
+//!
+//! When a later mapping (KV growth, a larger activation buffer) finds the window full, the
+//! residents and slots are released ([`Somr::demote`]) and the next forward re-plans with the
+//! space that is left, keeping the profile.
+
+use std::ops::Range;
+use std::time::Instant;
+
+use super::packing::pack_in_order;
+use super::placement::{self, Placement, Segment, Stage, WeightInfo};
+use super::report::MemoryPlan;
+use super::{op_weight, Loc, Policy, Runtime, State};
+use crate::error::{Error, Result};
+use crate::memory::{align_tensor, DeviceBuffer, TENSOR_ALIGN};
+use crate::transport::{Batch, Completion};
+
+/// Largest single mapping (v73: 2 GB per `HAP_mmap`).
+pub const MAX_MAPPING_BYTES: u64 = 2 << 30;
+
+/// Share of the window kept free for what the plan cannot see (other shapes' activations,
+/// KV growth): 1/32.
+pub const HEADROOM_DIVISOR: u64 = 32;
+
+/// The segments of one block's batch: `(weight its first op consumes, op range)`.
+pub(crate) fn segments_of(batch: &Batch) -> Vec<(Option<usize>, Range<usize>)> {
+    let mut out: Vec<(Option<usize>, Range<usize>)> = Vec::new();
+    for (i, op) in batch.ops().iter().enumerate() {
+        let w = op_weight(op);
+        match out.last_mut() {
+            Some((cur, r)) if w.is_none() || w == *cur => r.end = i + 1,
+            _ => out.push((w, i..i + 1)),
+        }
+    }
+    out
+}
+
+/// What the forward tells the plan about the rest of the window (for the printout).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Context {
+    pub(crate) kv_bytes: u64,
+    pub(crate) act_bytes: u64,
+    pub(crate) act_unpacked_bytes: u64,
+    pub(crate) pinned_bytes: u64,
+}
+
+struct Slot {
+    buf: DeviceBuffer,
+    tag: Option<usize>,
+    reader: Option<Completion>,
+}
+
+/// A plan in force: residents mapped, slots mapped.
+struct Active {
+    epoch: u64,
+    profiling: bool,
+    placement: Placement,
+    segments: Vec<Segment>,
+    /// Per weight: its stage (None: never consumed by the planned forward; kept resident).
+    stage_of: Vec<Option<usize>>,
+    block_first: Vec<usize>,
+    resident: Vec<Option<Loc>>,
+    mappings: Vec<DeviceBuffer>,
+    slots: Vec<Slot>,
+    alternates: bool,
+    report: MemoryPlan,
+    /// Profiling measurements: NPU ns per segment, copy ns per weight.
+    seg_ns: Vec<u64>,
+    copy_ns: Vec<u64>,
+    /// Stages submitted in the current forward (stage index, slot used).
+    submitted: Vec<(usize, Option<usize>)>,
+}
+
+/// A profile: the forward's segments with their NPU time and each weight's staging time.
+#[derive(Debug, Clone)]
+struct Profile {
+    segments: Vec<Segment>,
+    stage_ns: Vec<u64>,
+}
+
+/// The `somr` state of one module.
+#[derive(Default)]
+pub(crate) struct Somr {
+    profile: Option<Profile>,
+    active: Option<Active>,
+    epoch: u64,
+}
+
+/// What `ForwardHandle::wait` needs to stage the next forward's first streamed stage.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Prefetch {
+    pub(crate) epoch: u64,
+    pub(crate) forward: u64,
+    /// Wait for this many of the forward's batches first (the last one reading the slot).
+    pub(crate) after: usize,
+}
+
+fn somr(st: &mut State) -> &mut Somr {
+    match &mut st.policy {
+        Policy::Somr(s) => s,
+        Policy::Pager(_) => unreachable!("somr state"),
+    }
+}
+
+impl Somr {
+    /// Make sure a plan is in force for the forward whose per-block batches are `blocks`.
+    pub(crate) fn begin(
+        rt: &Runtime,
+        st: &mut State,
+        blocks: &[Batch],
+        ctx: Context,
+    ) -> Result<()> {
+        let s = somr(st);
+        let known = |a: &Active| {
+            blocks
+                .iter()
+                .flat_map(|b| b.ops())
+                .filter_map(op_weight)
+                .all(|w| a.stage_of[w].is_some() || a.resident[w].is_some())
+        };
+        match &s.active {
+            Some(a) if !a.profiling && known(a) => return Ok(()),
+            Some(a) if a.profiling && s.profile.is_none() && known(a) => return Ok(()),
+            _ => {}
+        }
+        // Release the old plan first: its space is part of the budget.
+        s.active = None;
+        s.epoch += 1;
+        // A profile that does not cover this forward's structure (a weight it never saw consumed)
+        // is taken again.
+        let segments = match Self::segments(blocks, s.profile.as_ref()) {
+            Some(seg) => seg,
+            None => {
+                s.profile = None;
+                Self::segments(blocks, None).expect("no profile to cover")
+            }
+        };
+        let w = &rt.weights;
+        let size = |i: usize| align_tensor(w[i].bytes.len()) as u64;
+        // Idle activation buffers of other shapes hold window space the plan can use.
+        rt.dev.release_idle_buffers();
+        let va = rt.dev.memory_stats().va;
+        let cfg = rt.dev.config();
+        let free = va.window_bytes.saturating_sub(va.mapped_bytes);
+        let headroom = va.window_bytes / HEADROOM_DIVISOR;
+        let total = free.saturating_sub(headroom);
+        let slot_max = (cfg.staging_bytes / 2).min(total / 2);
+        let all: u64 = (0..w.len()).map(size).sum();
+        let fits = all <= total && cfg.resident_weight_bytes.is_none_or(|c| all <= c);
+        let infos: Vec<WeightInfo> = (0..w.len())
+            .map(|i| WeightInfo {
+                bytes: size(i),
+                stage_ns: s.profile.as_ref().map_or(0, |p| p.stage_ns[i]),
+            })
+            .collect();
+        let profiling = !fits && s.profile.is_none();
+        let placement = if fits {
+            placement::all_resident(&infos, &segments, TENSOR_ALIGN as u64)
+        } else if profiling {
+            profiling_placement(&infos, &segments, slot_max)
+        } else {
+            placement::place(
+                &infos,
+                &segments,
+                total,
+                slot_max,
+                cfg.resident_weight_bytes,
+                TENSOR_ALIGN as u64,
+            )
+        };
+        rt.stats().count_plan(profiling);
+        let active = Self::map(
+            rt, s.epoch, profiling, placement, segments, ctx, total, headroom,
+        )?;
+        somr(st).active = Some(active);
+        Ok(())
+    }
+
+    /// The planning segments: those of this forward's batches, with the profiled times (`None`
+    /// when the profile does not cover a segment of this forward).
+    fn segments(blocks: &[Batch], profile: Option<&Profile>) -> Option<Vec<Segment>> {
+        let mut out = Vec::new();
+        for (li, b) in blocks.iter().enumerate() {
+            for (w, _) in segments_of(b) {
+                out.push(Segment {
+                    block: li,
+                    weight: w,
+                    compute_ns: 0,
+                });
+            }
+        }
+        if let Some(p) = profile {
+            for s in out.iter_mut() {
+                let q = p
+                    .segments
+                    .iter()
+                    .find(|q| (q.block, q.weight) == (s.block, s.weight))?;
+                s.compute_ns = q.compute_ns;
+            }
+        }
+        Some(out)
+    }
+
+    /// Map the residents and the slots of `placement`.
+    #[allow(clippy::too_many_arguments)]
+    fn map(
+        rt: &Runtime,
+        epoch: u64,
+        profiling: bool,
+        placement: Placement,
+        segments: Vec<Segment>,
+        ctx: Context,
+        total: u64,
+        headroom: u64,
+    ) -> Result<Active> {
+        let n = rt.weights.len();
+        let mut stage_of = vec![None; n];
+        let mut block_first = Vec::new();
+        for (j, st) in placement.stages.iter().enumerate() {
+            if block_first.len() <= st.block {
+                block_first.resize(st.block + 1, j);
+            }
+            for seg in &segments[st.segments.clone()] {
+                if let Some(w) = seg.weight {
+                    stage_of[w] = Some(j);
+                }
+            }
+        }
+        // Residents in consumption order; weights the forward never consumed go last.
+        let mut order: Vec<usize> = Vec::new();
+        for seg in &segments {
+            if let Some(w) = seg.weight {
+                if placement.resident[w] && !order.contains(&w) {
+                    order.push(w);
+                }
+            }
+        }
+        order.extend((0..n).filter(|&w| stage_of[w].is_none()));
+        let items: Vec<(usize, u64)> = order
+            .iter()
+            .map(|&w| (w, rt.weights[w].bytes.len() as u64))
+            .collect();
+        let mut resident = vec![None; n];
+        let mut mappings = Vec::new();
+        let mut pending = pack_in_order(&items, MAX_MAPPING_BYTES, TENSOR_ALIGN as u64);
+        pending.reverse();
+        while let Some(m) = pending.pop() {
+            let buf = match rt.dev.map_buffer(m.bytes as usize) {
+                Ok(b) => b,
+                // A fragmented window: the same tensors in smaller mappings.
+                Err(Error::VaBudget { have, .. }) if m.members.len() > 1 && have > 0 => {
+                    let sub: Vec<(usize, u64)> = m
+                        .members
+                        .iter()
+                        .map(|&(w, _)| (w, rt.weights[w].bytes.len() as u64))
+                        .collect();
+                    let mut parts =
+                        pack_in_order(&sub, have.min(m.bytes / 2).max(1), TENSOR_ALIGN as u64);
+                    parts.reverse();
+                    pending.extend(parts);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            for &(w, off) in &m.members {
+                buf.write(off as usize, &rt.weights[w].bytes)?;
+                resident[w] = Some(Loc {
+                    buffer: buf.id(),
+                    offset: off as usize,
+                });
+            }
+            rt.dev.mem().count_weights(
+                m.members
+                    .iter()
+                    .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
+                    .sum(),
+            );
+            mappings.push(buf);
+        }
+        let mut slots = Vec::new();
+        if placement.slot_bytes > 0 {
+            for _ in 0..2 {
+                slots.push(Slot {
+                    buf: rt.dev.map_buffer(placement.slot_bytes as usize)?,
+                    tag: None,
+                    reader: None,
+                });
+            }
+        }
+        let report = MemoryPlan::new(
+            rt, &placement, &segments, &resident, &mappings, ctx, total, headroom, profiling,
+        );
+        rt.dev.note_plan(&report);
+        Ok(Active {
+            epoch,
+            profiling,
+            alternates: placement::alternates(&placement.stages) && !profiling,
+            seg_ns: vec![0; segments.len()],
+            copy_ns: vec![0; n],
+            placement,
+            segments,
+            stage_of,
+            block_first,
+            resident,
+            mappings,
+            slots,
+            report,
+            submitted: Vec::new(),
+        })
+    }
+
+    /// Cut block `li`'s batch into the plan's stages: `(stage, batch)` in order.
+    pub(crate) fn cut(st: &State, li: usize, batch: &Batch) -> Vec<(usize, Batch)> {
+        let Policy::Somr(s) = &st.policy else {
+            unreachable!("somr state")
+        };
+        let a = s.active.as_ref().expect("begin() made a plan");
+        let first = a.block_first.get(li).copied().unwrap_or(0);
+        let mut out: Vec<(usize, Batch)> = Vec::new();
+        for (q, (w, range)) in segments_of(batch).into_iter().enumerate() {
+            let stage = match (a.profiling, w.and_then(|w| a.stage_of[w])) {
+                // Profiling: one stage per segment, in order.
+                (true, _) => first + q,
+                (false, Some(j)) => j,
+                (false, None) => out.last().map_or(first, |(j, _)| *j),
+            };
+            if out.last().map(|(j, _)| *j) != Some(stage) {
+                out.push((stage, Batch::new()));
+            }
+            let b = &mut out.last_mut().expect("pushed above").1;
+            for i in range {
+                b.push(batch.labels()[i], batch.ops()[i]);
+            }
+        }
+        out
+    }
+
+    /// Where the weights of `batch` (stage `j`) are, staging the streamed ones into the stage's
+    /// slot (after the stage that last read the slot has finished).
+    pub(crate) fn prepare(
+        rt: &Runtime,
+        st: &mut State,
+        j: usize,
+        batch: &Batch,
+    ) -> Result<Vec<(usize, Loc)>> {
+        let forward = st.forwards;
+        let last = st.last.clone();
+        let a = somr(st).active.as_mut().expect("begin() made a plan");
+        let stage = &a.placement.stages[j];
+        let mut locs: Vec<(usize, Loc)> = Vec::new();
+        let slot = stage
+            .slot
+            .map(|b| placement::slot_of(b, forward, a.alternates));
+        if let Some(k) = slot {
+            let s = &mut a.slots[k];
+            if s.tag != Some(j) {
+                if let Some(r) = &s.reader {
+                    r.wait();
+                }
+                let start = Instant::now();
+                for &(w, off) in &stage.streamed {
+                    let t = Instant::now();
+                    s.buf.write(off as usize, &rt.weights[w].bytes)?;
+                    a.copy_ns[w] = t.elapsed().as_nanos() as u64;
+                }
+                s.tag = Some(j);
+                rt.stats()
+                    .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
+            }
+        }
+        for w in batch.ops().iter().filter_map(op_weight) {
+            if locs.iter().any(|(x, _)| *x == w) {
+                continue;
+            }
+            let loc = match (
+                a.resident[w],
+                stage.streamed.iter().find(|(x, _)| *x == w),
+                slot,
+            ) {
+                (Some(l), _, _) => l,
+                (None, Some(&(_, off)), Some(k)) => Loc {
+                    buffer: a.slots[k].buf.id(),
+                    offset: off as usize,
+                },
+                _ => {
+                    return Err(Error::Transport(format!(
+                        "weight `{}` has no place in stage {j} of the plan",
+                        rt.weights[w].name
+                    )))
+                }
+            };
+            locs.push((w, loc));
+        }
+        Ok(locs)
+    }
+
+    /// Stage `j` was submitted with `done`, at `at`.
+    pub(crate) fn submitted(st: &mut State, j: usize, done: &Completion, at: Instant) {
+        let forward = st.forwards;
+        st.last = Some(done.clone());
+        let a = somr(st).active.as_mut().expect("begin() made a plan");
+        let slot = a.placement.stages[j]
+            .slot
+            .map(|b| placement::slot_of(b, forward, a.alternates));
+        if let Some(k) = slot {
+            a.slots[k].reader = Some(done.clone());
+        }
+        a.submitted.push((j, slot));
+        if a.profiling {
+            done.wait();
+            let ns = done
+                .done_at()
+                .map_or(0, |t| t.saturating_duration_since(at).as_nanos() as u64);
+            let seg = a.placement.stages[j].segments.start;
+            a.seg_ns[seg] += ns;
+        }
+    }
+
+    /// The forward's batches are all submitted; `st.forwards` is the next forward's number.
+    pub(crate) fn end(st: &mut State) -> Option<Prefetch> {
+        let forward = st.forwards;
+        let s = somr(st);
+        let a = s.active.as_mut()?;
+        let submitted = std::mem::take(&mut a.submitted);
+        if a.profiling {
+            let mut segments = a.segments.clone();
+            for (seg, ns) in segments.iter_mut().zip(&a.seg_ns) {
+                seg.compute_ns = *ns;
+            }
+            s.profile = Some(Profile {
+                segments,
+                stage_ns: a.copy_ns.clone(),
+            });
+            return None;
+        }
+        let j0 = a.placement.stages.iter().position(|s| s.slot.is_some())?;
+        let k0 = placement::slot_of(a.placement.stages[j0].slot?, forward, a.alternates);
+        let after = submitted
+            .iter()
+            .rposition(|&(_, k)| k == Some(k0))
+            .map_or(0, |i| i + 1);
+        Some(Prefetch {
+            epoch: a.epoch,
+            forward,
+            after,
+        })
+    }
+
+    /// Release the residents and slots (the next forward re-plans). True when anything was
+    /// mapped.
+    pub(crate) fn demote(&mut self, rt: &Runtime) -> bool {
+        match self.active.take() {
+            Some(a) => {
+                let n = (a.mappings.len() + a.slots.len()) as u64;
+                rt.stats().count_evictions(n);
+                self.epoch += 1;
+                n > 0
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn report(&self, _rt: &Runtime) -> Option<MemoryPlan> {
+        self.active.as_ref().map(|a| a.report.clone())
+    }
+}
+
+/// Stage the first streamed stage of forward `p.forward` while the current forward ends.
+pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
+    let Some(mut st) = rt.try_lock() else {
+        return Ok(()); // another forward is being prepared: it stages for itself
+    };
+    if st.forwards != p.forward {
+        return Ok(());
+    }
+    let last = st.last.clone();
+    let Policy::Somr(s) = &mut st.policy else {
+        return Ok(());
+    };
+    let Some(a) = s
+        .active
+        .as_mut()
+        .filter(|a| a.epoch == p.epoch && !a.profiling)
+    else {
+        return Ok(());
+    };
+    let Some(j0) = a.placement.stages.iter().position(|s| s.slot.is_some()) else {
+        return Ok(());
+    };
+    let stage = &a.placement.stages[j0];
+    let k = placement::slot_of(stage.slot.expect("streams"), p.forward, a.alternates);
+    let slot = &mut a.slots[k];
+    if slot.tag == Some(j0) {
+        return Ok(());
+    }
+    if let Some(r) = &slot.reader {
+        r.wait();
+    }
+    let start = Instant::now();
+    for &(w, off) in &stage.streamed {
+        slot.buf.write(off as usize, &rt.weights[w].bytes)?;
+    }
+    slot.tag = Some(j0);
+    rt.stats()
+        .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
+    Ok(())
+}
+
+/// The profiling forward's placement: every weight that fits a slot streamed, one stage per
+/// segment, slots as large as the largest such weight.
+fn profiling_placement(w: &[WeightInfo], segments: &[Segment], slot_max: u64) -> Placement {
+    let resident: Vec<bool> = w.iter().map(|x| x.bytes > slot_max).collect();
+    let mut stages: Vec<Stage> = Vec::with_capacity(segments.len());
+    let mut k = 0;
+    for (i, seg) in segments.iter().enumerate() {
+        let streamed = seg.weight.filter(|&x| !resident[x]);
+        let bytes = streamed.map_or(0, |x| w[x].bytes);
+        stages.push(Stage {
+            block: seg.block,
+            segments: i..i + 1,
+            streamed: streamed.map(|x| vec![(x, 0)]).unwrap_or_default(),
+            streamed_bytes: bytes,
+            slot: streamed.map(|_| {
+                k += 1;
+                (k - 1) % 2
+            }),
+            compute_ns: 0,
+            stage_ns: 0,
+        });
+    }
+    Placement {
+        slot_bytes: stages.iter().map(|s| s.streamed_bytes).max().unwrap_or(0),
+        resident_bytes: (0..w.len())
+            .filter(|&i| resident[i])
+            .map(|i| w[i].bytes)
+            .sum(),
+        resident,
+        stages,
+        expected_stall_ns: 0,
+        expected_streamed_bytes: 0,
+    }
+}
