@@ -1,28 +1,4 @@
-//! # dllm-decode
-//!
-//! Decoding for masked-diffusion language models, against the [`DiffusionLm`] trait only:
-//!
-//! * [`Strategy::Vanilla`] — the model family's reference algorithm: LLaDA's semi-autoregressive
-//!   `generate` (blocks, per-block token-count schedule, `low_confidence`/`random` remasking,
-//!   Gumbel temperature, classifier-free guidance, `logits_eos_inf`, `confidence_eos_eot_inf`),
-//!   or, for Dream models, Dream's `diffusion_generate` (`origin`, `maskgit_plus`, `topk_margin`,
-//!   `entropy`; `eps`, `alg_temp`, `top_p`, `top_k`, temperature);
-//! * [`Strategy::PrefixCache`] / [`Strategy::DualCache`] — Fast-dLLM's block-wise KV caching;
-//! * [`Strategy::Mbsd`] — multi-block speculative decoding (paper §3.2): the dual cache with a
-//!   decoding window that slides along the commit frontier into future blocks and looks ahead late
-//!   in a block, priced by a [`LatencyTable`] (see [`window`]);
-//! * threshold parallel decoding (`DecodeParams::threshold`) with any block strategy.
-//!
-//! The block loop takes its roles as traits ([`roles`]): a [`WindowPolicy`] (what a forward computes,
-//! what the cache keeps) and a [`Selector`] (what a step decides, which drafts a block accepts); the
-//! built-in strategies are policies, and [`Decoder`] runs a user's own.
-//!
-//! Decoding stops early when a completed block ends in EOS/EoT (`early_stop`), and reports every
-//! step to a [`StepObserver`] (progress bars, streaming, visualisation). Invalid parameters are
-//! errors naming the parameter; at temperature 0 results are bit-for-bit deterministic.
-//!
-//! This crate never touches FFI or model internals.
-
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 mod blockwise;
@@ -100,6 +76,33 @@ pub fn generate(
     observer: &mut dyn StepObserver,
 ) -> Result<Generation> {
     Decoder::new(*p).run(model, prompt, observer)
+}
+
+/// Decode a text prompt with a loaded model: encode it (as written, or in the model's chat template
+/// with `chat`), generate with `params`, and return the text up to the first EOS/EoT. Use
+/// [`DecodeParams::for_model`] for the checkpoint's recommended lengths and schedule.
+pub fn generate_text(
+    loaded: &mut dllm_models::LoadedModel,
+    prompt: &str,
+    chat: bool,
+    params: &DecodeParams,
+) -> Result<String> {
+    let tok = loaded.tokenizer.as_ref().ok_or_else(|| {
+        DecodeError::InvalidPrompt(format!(
+            "{} has no tokenizer: encode the prompt yourself and call `generate`",
+            loaded.source
+        ))
+    })?;
+    if chat && !tok.has_chat_template() {
+        return Err(DecodeError::InvalidPrompt(format!(
+            "the tokenizer of {} has no chat template",
+            loaded.source
+        )));
+    }
+    let ids = tok.encode_prompt(prompt, chat)?;
+    let g = generate(&mut loaded.model, &ids, params, &mut ())?;
+    let stop = loaded.model.info().special.stop_ids();
+    Ok(tok.decode(g.answer(&stop), true)?)
 }
 
 /// A decoder: parameters plus the roles of the block loop. The built-in roles follow

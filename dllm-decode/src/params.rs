@@ -342,6 +342,12 @@ impl DecodeParams {
         }
     }
 
+    /// The checkpoint's recommended lengths and schedule (`generation_config.json`) over the
+    /// defaults: what `generate` runs when given no flags. Other fields keep their defaults.
+    pub fn for_model(loaded: &dllm_models::LoadedModel) -> DecodeParams {
+        DecodeParams::default().resolve(Requested::default(), &loaded.defaults)
+    }
+
     /// Number of blocks.
     pub fn num_blocks(&self) -> usize {
         self.gen_length / self.block_length.max(1)

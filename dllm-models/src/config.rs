@@ -82,6 +82,44 @@ impl TransformerConfig {
         self.hidden_size / self.num_heads
     }
 
+    /// Parameters of one transformer block, `None` on overflow.
+    fn layer_params(&self) -> Option<u64> {
+        let h = self.hidden_size as u64;
+        let hd = (self.hidden_size / self.num_heads.max(1)) as u64;
+        let nq = (self.num_heads as u64).checked_mul(hd)?;
+        let nkv = (self.num_kv_heads as u64).checked_mul(hd)?;
+        let ff = self.intermediate_size as u64;
+        let attn = nq
+            .checked_mul(2)?
+            .checked_add(nkv.checked_mul(2)?)?
+            .checked_mul(h)?;
+        let mlp = ff.checked_mul(3)?.checked_mul(h)?;
+        let bias = if self.qkv_bias {
+            nq.checked_add(nkv.checked_mul(2)?)?
+        } else {
+            0
+        };
+        attn.checked_add(mlp)?
+            .checked_add(h.checked_mul(2)?)?
+            .checked_add(bias)
+    }
+
+    /// Parameters outside the blocks (embedding, final norm, untied head), `None` on overflow.
+    fn outer_params(&self) -> Option<u64> {
+        let table = (self.vocab_size as u64).checked_mul(self.hidden_size as u64)?;
+        let heads = if self.tie_word_embeddings { 1 } else { 2 };
+        table
+            .checked_mul(heads)?
+            .checked_add(self.hidden_size as u64)
+    }
+
+    /// Total parameter count, computed without allocating (`None` when it does not fit a `u64`).
+    pub fn param_count(&self) -> Option<u64> {
+        self.layer_params()?
+            .checked_mul(self.num_layers as u64)?
+            .checked_add(self.outer_params()?)
+    }
+
     /// Check internal consistency; `field` names are the architecture's config keys.
     pub fn validate(&self, names: &ConfigNames) -> Result<()> {
         let pos = |v: usize, f: &str| {
@@ -122,6 +160,38 @@ impl TransformerConfig {
                 ),
             ));
         }
+        if self.max_seq_len > crate::limits::MAX_SEQ_LEN {
+            return Err(Error::invalid(
+                names.max_len,
+                format!(
+                    "{} positions is beyond the supported {}",
+                    self.max_seq_len,
+                    crate::limits::MAX_SEQ_LEN
+                ),
+            ));
+        }
+        // Sizes come from a file: their products must not overflow before anything is allocated
+        // from them (the memory check against the machine comes when the weights are built).
+        let too_many = |field: &str| {
+            Err(Error::invalid(
+                field,
+                format!(
+                    "with {} = {}, {} = {}, {} = {}, {} = {} and {} = {} the model would have more than 2^64 parameters",
+                    names.hidden, self.hidden_size, names.ffn, self.intermediate_size,
+                    names.vocab, self.vocab_size, names.heads, self.num_heads,
+                    names.layers, self.num_layers
+                ),
+            ))
+        };
+        if self.layer_params().is_none() {
+            return too_many(names.hidden);
+        }
+        if self.outer_params().is_none() {
+            return too_many(names.vocab);
+        }
+        if self.param_count().is_none() {
+            return too_many(names.layers);
+        }
         if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
             return Err(Error::invalid(
                 "rms_norm_eps",
@@ -144,6 +214,16 @@ impl TransformerConfig {
                     format!("{id} is outside the vocabulary ({} rows)", self.vocab_size),
                 ));
             }
+        }
+        // A mask id that is also EOS would make every EOS prediction a still-masked position.
+        if self.special.mask == self.special.eos {
+            return Err(Error::invalid(
+                "mask_token_id",
+                format!(
+                    "{} is also eos_token_id: the mask must be a token of its own",
+                    self.special.mask
+                ),
+            ));
         }
         Ok(())
     }

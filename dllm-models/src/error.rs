@@ -56,6 +56,58 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// The checkpoint holds a different number of transformer blocks than the config declares.
+    #[error("{source_desc}: config field `{field}` declares {config} layers, the checkpoint holds {checkpoint}")]
+    LayerCount {
+        /// The config field (`n_layers`, `num_hidden_layers`, `{arch}.block_count`).
+        field: String,
+        /// Layers the config declares.
+        config: usize,
+        /// Layers found in the checkpoint (one past the highest block index).
+        checkpoint: usize,
+        /// The checkpoint.
+        source_desc: String,
+    },
+    /// The checkpoint holds tensors the config has no place for (a checkpoint of another shape,
+    /// or an LM head while the config ties it to the embedding).
+    #[error("{source_desc}: {count} tensor(s) the config has no place for: {}{}", names.join(", "), hint)]
+    UnexpectedTensors {
+        /// The first few such tensors.
+        names: Vec<String>,
+        /// How many there are.
+        count: usize,
+        /// The checkpoint.
+        source_desc: String,
+        /// What the likely cause is (may be empty).
+        hint: String,
+    },
+    /// Loading (or running) would need more memory than the machine has available.
+    #[error("{what} needs {} but only {} is available (MemAvailable + SwapFree in /proc/meminfo)", crate::limits::human_bytes(*need), crate::limits::human_bytes(*available))]
+    TooLarge {
+        /// What needs the memory.
+        what: String,
+        /// Bytes needed.
+        need: u64,
+        /// Bytes available.
+        available: u64,
+    },
+    /// NaN or infinite values where only finite ones make sense (weights, logits).
+    #[error("non-finite values (NaN or infinity) in {what}: {detail}")]
+    NonFinite {
+        /// The tensor or output.
+        what: String,
+        /// Where (index, value).
+        detail: String,
+    },
+    /// A tokenizer that cannot belong to the model (its ids do not cover the model's special
+    /// tokens, or it produces ids the model has no embedding for).
+    #[error("tokenizer {tokenizer}: {reason}")]
+    TokenizerMismatch {
+        /// The tokenizer (file, or "embedded").
+        tokenizer: String,
+        /// What does not match.
+        reason: String,
+    },
     /// A model source (directory, GGUF file, hub id) could not be resolved.
     #[error("model source `{source_desc}`: {reason}")]
     Source {

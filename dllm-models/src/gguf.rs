@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Seek};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -90,37 +90,43 @@ impl Meta<'_> {
         }
     }
     fn token(&self, key: &str) -> Result<Option<u32>> {
-        Ok(self.int(key)?.map(|v| v as u32))
+        self.int(key)?
+            .map(|v| {
+                u32::try_from(v)
+                    .map_err(|_| Error::invalid(key, format!("{v} does not fit a 32-bit token id")))
+            })
+            .transpose()
     }
 }
 
 impl GgufWeights {
-    /// Open `path`, read its metadata into a config, and keep the file for tensor reads.
+    /// Open `path`, validate its header ([`crate::gguf_check`]), read its metadata into a config,
+    /// and keep the file for tensor reads.
     pub fn open(path: &Path, dtype: DType, device: &Device) -> Result<(TransformerConfig, Self)> {
         let file = File::open(path).map_err(|e| Error::file(path, e))?;
+        // Every size in the header is checked (and the tensor ranges against the file) before
+        // candle's reader parses it.
+        let header = crate::gguf_check::walk(&file)
+            .map_err(|e| Error::file(path, format!("not a valid GGUF file: {e}")))?;
         let mut reader = BufReader::new(file);
+        reader
+            .seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| Error::file(path, e))?;
         let content = Content::read(&mut reader)
             .map_err(|e| Error::file(path, format!("not a readable GGUF file: {e}")))?;
+        if content.tensor_data_offset != header.data_offset {
+            return Err(Error::file(
+                path,
+                format!(
+                    "the tensor data starts at byte {} by the GGUF rules, the reader found {}",
+                    header.data_offset, content.tensor_data_offset
+                ),
+            ));
+        }
         let cfg = config_from_metadata(&content).map_err(|e| match e {
             e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::file(path, e),
             e => e,
         })?;
-        // Check every tensor lies inside the file, so truncation is reported up front.
-        let file_len = std::fs::metadata(path)
-            .map_err(|e| Error::file(path, e))?
-            .len();
-        for (name, info) in &content.tensor_infos {
-            let elems = info.shape.elem_count() as u64;
-            let bytes =
-                elems / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
-            let end = content.tensor_data_offset + info.offset + bytes;
-            if end > file_len {
-                return Err(Error::file(
-                    path,
-                    format!("truncated: tensor `{name}` ends at byte {end}, the file has {file_len} bytes"),
-                ));
-            }
-        }
         let w = Self {
             path: path.to_path_buf(),
             arch: cfg.arch,
@@ -143,7 +149,10 @@ impl GgufWeights {
     }
 
     fn read(&self, name: &str) -> Result<QTensor> {
-        let mut r = self.reader.lock().expect("gguf reader lock");
+        let mut r = self
+            .reader
+            .lock()
+            .map_err(|_| Error::file(&self.path, "an earlier read of this file panicked"))?;
         self.content
             .tensor(&mut *r, name, &Device::Cpu)
             .map_err(|e| Error::file(&self.path, format!("tensor `{name}`: {e}")))
@@ -352,6 +361,12 @@ impl WeightSource for GgufWeights {
                 _ => {}
             }
         }
+        if let Some(bad) = non_finite(&q)? {
+            return Err(Error::NonFinite {
+                what: format!("tensor `{name}` of {}", self.path.display()),
+                detail: bad,
+            });
+        }
         match q.dtype() {
             _ if !role.is_matrix() => Ok(Param::Dense(
                 q.dequantize(&self.device)?.to_dtype(self.dtype)?,
@@ -374,4 +389,95 @@ impl WeightSource for GgufWeights {
     fn device(&self) -> &Device {
         &self.device
     }
+
+    fn check_layout(&self, cfg: &TransformerConfig) -> Result<()> {
+        let shapes: HashMap<String, Vec<usize>> = self
+            .content
+            .tensor_infos
+            .iter()
+            .map(|(n, t)| (n.clone(), t.shape.dims().to_vec()))
+            .collect();
+        let name = |r: Role| r.gguf_name();
+        crate::layout::check(
+            cfg,
+            &shapes,
+            &crate::layout::Spelling {
+                name: &name,
+                block_prefix: "blk.",
+                layers_field: &format!("{}.block_count", self.arch),
+                tie_field: None,
+            },
+            &self.path.display().to_string(),
+        )
+    }
+
+    fn resident_bytes(&self, _cfg: &TransformerConfig) -> u64 {
+        let compute = self.dtype.size_in_bytes() as u64;
+        self.content
+            .tensor_infos
+            .values()
+            .map(|t| {
+                let elems = t.shape.elem_count() as u64;
+                let stored =
+                    elems / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
+                match t.ggml_dtype {
+                    _ if t.shape.rank() != 2 => elems.saturating_mul(compute),
+                    GgmlDType::F32 => elems.saturating_mul(compute),
+                    GgmlDType::F16 | GgmlDType::BF16 if !self.keep_half => {
+                        elems.saturating_mul(compute)
+                    }
+                    _ => stored,
+                }
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// Where the block scales of a quantized type sit: block size in bytes and the byte offsets of
+/// its f16 scale fields (`d`, and `m`/`dmin` where the type has one). Types without an f16 scale
+/// (Q8_K's is f32) are left to the logits check.
+fn scale_fields(dt: GgmlDType) -> Option<&'static [usize]> {
+    Some(match dt {
+        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => &[0],
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => &[0, 2],
+        GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
+        GgmlDType::Q2K => &[80, 82],
+        GgmlDType::Q3K => &[108],
+        GgmlDType::Q6K => &[208],
+        _ => return None,
+    })
+}
+
+/// The first non-finite value of a GGUF tensor (plain floats, or a quantized type's f16 block
+/// scales), described; `None` when all are finite.
+fn non_finite(q: &QTensor) -> Result<Option<String>> {
+    let dt = q.dtype();
+    let data = q.data()?;
+    let plain = match dt {
+        GgmlDType::F32 => Some(DType::F32),
+        GgmlDType::F16 => Some(DType::F16),
+        GgmlDType::BF16 => Some(DType::BF16),
+        _ => None,
+    };
+    if let Some(p) = plain {
+        return Ok(
+            (!crate::limits::raw_is_finite(&data, p)).then(|| "a NaN or infinite value".into())
+        );
+    }
+    let Some(fields) = scale_fields(dt) else {
+        return Ok(None);
+    };
+    let block = dt.type_size();
+    for (b, chunk) in data.chunks_exact(block).enumerate() {
+        for &f in fields {
+            let bits = u16::from_le_bytes([chunk[f], chunk[f + 1]]);
+            if bits & 0x7C00 == 0x7C00 {
+                return Ok(Some(format!(
+                    "block {b} has a NaN or infinite scale ({})",
+                    half::f16::from_bits(bits)
+                )));
+            }
+        }
+    }
+    Ok(None)
 }

@@ -1,6 +1,10 @@
 //! Writing llama.cpp GGUF files from HF-named tensors, in the layout `convert_hf_to_gguf.py`
 //! produces (metadata keys, tensor names, LLaDA's q/k row permutation, norms and biases in F32).
 //! Used by the benchmarks to run llama.cpp on the same weights, and usable as a converter.
+//!
+//! [`tokenizer_metadata`] turns a byte-level BPE `tokenizers::Tokenizer` into the
+//! `tokenizer.ggml.*` keys llama.cpp's vocabulary loader reads (model `gpt2`, a named
+//! pre-tokeniser, tokens, token types, merges), so the file carries its tokenizer.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,6 +12,7 @@ use std::path::Path;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
+use tokenizers::Tokenizer;
 
 use crate::gguf::permute_rows;
 use crate::lm::Arch;
@@ -102,4 +107,89 @@ pub fn write_gguf(
     let t_refs: Vec<(&str, &QTensor)> = qs.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut f, &md_refs, &t_refs).map_err(|e| Error::file(path, e))?;
     Ok(())
+}
+
+/// llama.cpp's token type of an ordinary token (`LLAMA_TOKEN_TYPE_NORMAL`).
+pub const TOKEN_TYPE_NORMAL: i32 = 1;
+/// llama.cpp's token type of a special token (`LLAMA_TOKEN_TYPE_CONTROL`): matched whole in
+/// text when special tokens are parsed, never produced by BPE merges.
+pub const TOKEN_TYPE_CONTROL: i32 = 3;
+
+/// The `tokenizer.ggml.*` metadata of a byte-level BPE tokenizer, for [`write_gguf`]'s `extra`.
+///
+/// `pre` names llama.cpp's pre-tokeniser (`tokenizer.ggml.pre`) whose split rules equal the
+/// tokenizer's own: llama.cpp has no way to express an arbitrary `tokenizer.json` pipeline, so
+/// the caller vouches for the match (e.g. `starcoder`: single digits, then GPT-2's regex).
+/// Normalisers have no GGUF equivalent either; a prompt fed to llama.cpp must already be in
+/// normalised form. Added tokens marked special become control tokens; `add_bos` sets
+/// `tokenizer.ggml.add_bos_token` (EOS is never appended).
+///
+/// Errors name what is unusable: a model other than BPE, ids that do not cover `0..n`, a merge
+/// that is not a pair.
+pub fn tokenizer_metadata(
+    tok: &Tokenizer,
+    pre: &str,
+    add_bos: bool,
+) -> Result<Vec<(String, Value)>> {
+    let err = |m: String| Error::Tokenizer(format!("GGUF tokenizer metadata: {m}"));
+    let json: serde_json::Value = serde_json::from_str(
+        &tok.to_string(false)
+            .map_err(|e| err(format!("cannot serialise the tokenizer: {e}")))?,
+    )
+    .map_err(|e| err(format!("tokenizer JSON: {e}")))?;
+    let model = &json["model"];
+    if model["type"] != "BPE" {
+        return Err(err(format!("model type {} is not BPE", model["type"])));
+    }
+    let vocab = tok.get_vocab(true);
+    let mut tokens: Vec<Option<String>> = vec![None; vocab.len()];
+    for (text, &id) in &vocab {
+        let slot = tokens.get_mut(id as usize).ok_or_else(|| {
+            err(format!(
+                "token id {id} ({text:?}) is outside 0..{}",
+                vocab.len()
+            ))
+        })?;
+        *slot = Some(text.clone());
+    }
+    let tokens: Vec<String> = tokens
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| t.ok_or_else(|| err(format!("no token has id {i}"))))
+        .collect::<Result<_>>()?;
+    let added = tok.get_added_tokens_decoder();
+    let types: Vec<Value> = (0..tokens.len() as u32)
+        .map(|id| {
+            Value::I32(match added.get(&id) {
+                Some(t) if t.special => TOKEN_TYPE_CONTROL,
+                _ => TOKEN_TYPE_NORMAL,
+            })
+        })
+        .collect();
+    let merges: Vec<Value> = model["merges"]
+        .as_array()
+        .ok_or_else(|| err("the BPE model has no merges list".into()))?
+        .iter()
+        .map(|m| match m {
+            serde_json::Value::String(s) if s.split(' ').count() == 2 => Ok(s.clone()),
+            serde_json::Value::Array(p) if p.len() == 2 => match (p[0].as_str(), p[1].as_str()) {
+                (Some(a), Some(b)) => Ok(format!("{a} {b}")),
+                _ => Err(err(format!("merge {m} is not a pair of strings"))),
+            },
+            _ => Err(err(format!("merge {m} is not a pair"))),
+        })
+        .map(|r| r.map(Value::String))
+        .collect::<Result<_>>()?;
+    Ok(vec![
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String(pre.into())),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(tokens.into_iter().map(Value::String).collect()),
+        ),
+        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
+        ("tokenizer.ggml.merges".into(), Value::Array(merges)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(add_bos)),
+        ("tokenizer.ggml.add_eos_token".into(), Value::Bool(false)),
+    ])
 }

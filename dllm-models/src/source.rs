@@ -174,6 +174,9 @@ pub struct LoadedModel {
     pub source: String,
     /// Decoding defaults recommended by the checkpoint.
     pub defaults: DecodeDefaults,
+    /// Things that load but look wrong (a tokenizer covering far fewer ids than the model's
+    /// vocabulary); binaries print them.
+    pub warnings: Vec<String>,
 }
 
 /// Load a model from any source.
@@ -234,23 +237,82 @@ pub fn read_config(config: &Path) -> Result<TransformerConfig> {
     })
 }
 
-/// The distinct shard file names of a `model.safetensors.index.json`, sorted.
-fn shard_names(index: &Path) -> Result<Vec<String>> {
+/// The `weight_map` of a `model.safetensors.index.json` (tensor name -> shard file name); shard
+/// names must be plain file names in the checkpoint's directory.
+fn weight_map(index: &Path) -> Result<Vec<(String, String)>> {
     let f = Fields::from_file(index)?;
     let map = f
         .get("weight_map")
         .and_then(|m| m.as_object())
         .ok_or_else(|| Error::file(index, "missing or malformed `weight_map`"))?;
-    let mut files: Vec<String> = map
-        .values()
-        .filter_map(|v| v.as_str().map(String::from))
-        .collect();
-    if files.len() != map.len() {
-        return Err(Error::file(index, "`weight_map` values must be file names"));
+    let mut out = Vec::with_capacity(map.len());
+    for (tensor, file) in map {
+        let file = file.as_str().ok_or_else(|| {
+            Error::file(
+                index,
+                format!("`weight_map` entry `{tensor}` is not a file name"),
+            )
+        })?;
+        let plain = !file.is_empty()
+            && file != "."
+            && file != ".."
+            && !file.contains(['/', '\\'])
+            && Path::new(file).file_name().is_some();
+        if !plain {
+            return Err(Error::file(
+                index,
+                format!("`weight_map` entry `{tensor}` names `{file}`, which is not a file in the checkpoint's directory"),
+            ));
+        }
+        out.push((tensor.clone(), file.to_string()));
     }
+    Ok(out)
+}
+
+/// The distinct shard file names of a `model.safetensors.index.json`, sorted.
+fn shard_names(index: &Path) -> Result<Vec<String>> {
+    let mut files: Vec<String> = weight_map(index)?.into_iter().map(|(_, f)| f).collect();
     files.sort();
     files.dedup();
     Ok(files)
+}
+
+/// Every tensor the index lists is in the shard it names, and every tensor of the shards is
+/// listed (a stale index would otherwise load another checkpoint's tensors, or miss some).
+fn check_index(dir: &Path, index: &Path) -> Result<()> {
+    let listed = weight_map(index)?;
+    let mut actual = std::collections::HashMap::new();
+    for shard in shard_names(index)? {
+        for name in crate::weights::safetensors_names(&dir.join(&shard))? {
+            actual.insert(name, shard.clone());
+        }
+    }
+    for (tensor, file) in &listed {
+        match actual.remove(tensor) {
+            Some(f) if &f == file => {}
+            Some(f) => {
+                return Err(Error::file(
+                    index,
+                    format!("`weight_map` puts tensor `{tensor}` in {file}, but it is in {f}"),
+                ))
+            }
+            None => {
+                return Err(Error::file(
+                    index,
+                    format!(
+                        "`weight_map` puts tensor `{tensor}` in {file}, which does not hold it"
+                    ),
+                ))
+            }
+        }
+    }
+    if let Some((tensor, file)) = actual.into_iter().next() {
+        return Err(Error::file(
+            index,
+            format!("`weight_map` does not list tensor `{tensor}` of {file}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The safetensors files of an HF directory: the shards of `model.safetensors.index.json`, or
@@ -259,12 +321,16 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let paths: Vec<PathBuf> = shard_names(&index)?.iter().map(|f| dir.join(f)).collect();
+        if paths.is_empty() {
+            return Err(Error::file(&index, "`weight_map` lists no tensors"));
+        }
         if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
             return Err(Error::file(
                 missing,
                 "shard listed in model.safetensors.index.json is missing",
             ));
         }
+        check_index(dir, &index)?;
         return Ok(paths);
     }
     let single = dir.join("model.safetensors");
@@ -277,23 +343,85 @@ pub fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     })
 }
 
+/// A parsed `generation_config.json` and how to name it in errors.
+struct GenerationConfig {
+    fields: Fields,
+    desc: String,
+}
+
+impl GenerationConfig {
+    fn read(path: &Path) -> Result<Option<Self>> {
+        if !path.is_file() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            fields: Fields::from_file(path)?,
+            desc: path.display().to_string(),
+        }))
+    }
+
+    /// Field errors name the file.
+    fn named<T>(&self, r: Result<T>) -> Result<T> {
+        r.map_err(|e| match e {
+            e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::File {
+                path: self.desc.clone().into(),
+                reason: e.to_string(),
+            },
+            e => e,
+        })
+    }
+
+    /// The decoding defaults, checked against the model they come with.
+    fn defaults(&self, max_seq_len: usize) -> Result<DecodeDefaults> {
+        let d = self.named(DecodeDefaults::from_fields(&self.fields))?;
+        let bad = |key: &str, why: String| self.named::<()>(Err(Error::invalid(key, why)));
+        for (key, v) in [
+            ("gen_length", d.gen_length),
+            ("block_length", d.block_length),
+            ("steps", d.steps),
+        ] {
+            match v {
+                Some(0) => bad(key, "must be positive".into())?,
+                Some(v) if v > max_seq_len => bad(
+                    key,
+                    format!("{v} exceeds the model's maximum sequence length {max_seq_len}"),
+                )?,
+                _ => {}
+            }
+        }
+        if let Some(t) = d.threshold {
+            if !(t > 0.0 && t <= 1.0) {
+                bad("threshold", format!("{t} is not in (0, 1]"))?;
+            }
+        }
+        Ok(d)
+    }
+}
+
 /// Complete a loaded model: special tokens the config lacks (EoT from the tokenizer, BOS from
-/// `generation_config.json`) and the decoding defaults that file recommends.
+/// `generation_config.json`), the tokenizer checked against the model, and the decoding defaults
+/// `generation_config.json` recommends.
 fn finish(
     mut model: DiffusionTransformer,
-    tokenizer: Option<TextTokenizer>,
-    generation_config: Option<&Fields>,
+    tokenizer: Option<(TextTokenizer, String)>,
+    generation_config: Option<&GenerationConfig>,
     source: String,
 ) -> Result<LoadedModel> {
-    let bos = generation_config
-        .map(|g| g.opt_token_id("bos_token_id"))
-        .transpose()?
-        .flatten();
-    let mut special = model.info().special.clone();
+    let mut warnings = Vec::new();
+    let info = model.info().clone();
+    if let Some((tok, desc)) = &tokenizer {
+        check_tokenizer(tok, desc, &info, &mut warnings)?;
+    }
+    let tokenizer = tokenizer.map(|(t, _)| t);
+    let bos = match generation_config {
+        Some(g) => g.named(g.fields.opt_token_id("bos_token_id"))?,
+        None => None,
+    };
+    let mut special = info.special.clone();
     if special.eot.is_none() {
         special.eot = match &tokenizer {
             Some(t) => t.eot_id(),
-            None if model.info().arch == Arch::Llada && model.info().vocab_size == 126464 => {
+            None if info.arch == Arch::Llada && info.vocab_size == 126464 => {
                 Some(llada::LLADA_8B_EOT_ID)
             }
             None => None,
@@ -302,24 +430,96 @@ fn finish(
     if special.bos.is_none() {
         special.bos = bos;
     }
+    for (field, id) in [("bos_token_id", special.bos), ("eot", special.eot)] {
+        match id {
+            Some(id) if id as usize >= info.vocab_size => {
+                return Err(Error::invalid(
+                    field,
+                    format!("{id} is outside the vocabulary ({} rows)", info.vocab_size),
+                ))
+            }
+            Some(id) if id == special.mask => {
+                return Err(Error::invalid(
+                    field,
+                    format!("{id} is the mask token id: the mask must be a token of its own"),
+                ))
+            }
+            _ => {}
+        }
+    }
     model.set_special_tokens(special)?;
+    let defaults = match generation_config {
+        Some(g) => g.defaults(info.max_seq_len)?,
+        None => DecodeDefaults::default(),
+    };
     Ok(LoadedModel {
         model,
         tokenizer,
         source,
-        defaults: generation_config
-            .map(DecodeDefaults::from_fields)
-            .transpose()?
-            .unwrap_or_default(),
+        defaults,
+        warnings,
     })
 }
 
-fn load_tokenizer(explicit: &Option<PathBuf>, beside: &Path) -> Result<Option<TextTokenizer>> {
-    match explicit {
-        Some(p) => Ok(Some(TextTokenizer::from_file(p)?)),
-        None if beside.is_file() => Ok(Some(TextTokenizer::from_file(beside)?)),
-        None => Ok(None),
+/// A tokenizer that produces ids beyond the model's embedding is not this model's: an error (the
+/// embedding lookup would fail mid-run). One that cannot spell the model's mask or EOS id, or
+/// covers much less than the embedding, is a warning (checkpoints pad their embedding a little: LLaDA-8B has 126,349 ids
+/// for 126,464 rows, Dream-7B 151,667 for 152,064; generated ids beyond the tokenizer's decode
+/// to nothing).
+fn check_tokenizer(
+    tok: &TextTokenizer,
+    desc: &str,
+    info: &crate::ModelInfo,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let mismatch = |reason: String| Error::TokenizerMismatch {
+        tokenizer: desc.to_string(),
+        reason,
+    };
+    let ids = tok.id_bound();
+    if ids > info.vocab_size {
+        return Err(mismatch(format!(
+            "holds ids up to {}, beyond the model's {} embedding rows: it belongs to another model",
+            ids - 1,
+            info.vocab_size
+        )));
     }
+    for (field, id) in [
+        ("mask_token_id", info.special.mask),
+        ("eos_token_id", info.special.eos),
+    ] {
+        if tok.inner().id_to_token(id).is_none() {
+            warnings.push(format!(
+                "tokenizer {desc} has no token with the model's {field} {id} (is it the model's tokenizer?)"
+            ));
+        }
+    }
+    // Less than 99% of the rows: more than padding.
+    if (info.vocab_size - ids) * 100 > info.vocab_size {
+        warnings.push(format!(
+            "tokenizer {desc} spells {ids} ids, the model has {} embedding rows: generated ids \
+             {ids} and above decode to nothing (is it the model's tokenizer?)",
+            info.vocab_size
+        ));
+    }
+    Ok(())
+}
+
+/// The tokenizer given explicitly, else `tokenizer.json` beside the weights, with a description
+/// for messages.
+fn load_tokenizer(
+    explicit: &Option<PathBuf>,
+    beside: &Path,
+) -> Result<Option<(TextTokenizer, String)>> {
+    let path = match explicit {
+        Some(p) => p,
+        None if beside.is_file() => beside,
+        None => return Ok(None),
+    };
+    Ok(Some((
+        TextTokenizer::from_file(path)?,
+        path.display().to_string(),
+    )))
 }
 
 /// Load an HF-layout directory.
@@ -337,12 +537,7 @@ pub fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         .keep_half_matrices(opts.keep_half());
     let model = opts.build(cfg, &weights)?;
     let tokenizer = load_tokenizer(&opts.tokenizer, &dir.join("tokenizer.json"))?;
-    let gen = dir.join("generation_config.json");
-    let gen = if gen.is_file() {
-        Some(Fields::from_file(&gen)?)
-    } else {
-        None
-    };
+    let gen = GenerationConfig::read(&dir.join("generation_config.json"))?;
     finish(model, tokenizer, gen.as_ref(), dir.display().to_string())
 }
 
@@ -367,15 +562,25 @@ pub fn load_from_memory(
         HfWeights::from_safetensors_bytes(safetensors, name, cfg.arch, opts.dtype, &opts.device)?
             .keep_half_matrices(opts.keep_half());
     let model = opts.build(cfg, &weights)?;
-    let tok = tokenizers::Tokenizer::from_bytes(tokenizer_json.as_bytes())
-        .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?;
-    let gen = generation_config_json.map(Fields::parse_str).transpose()?;
-    finish(
-        model,
-        Some(TextTokenizer::new(tok)),
-        gen.as_ref(),
-        name.to_string(),
-    )
+    // An explicit tokenizer replaces the embedded one (and must exist).
+    let tokenizer = match &opts.tokenizer {
+        Some(p) => (TextTokenizer::from_file(p)?, p.display().to_string()),
+        None => (
+            TextTokenizer::from_bytes(tokenizer_json.as_bytes())
+                .map_err(|e| Error::Tokenizer(format!("embedded tokenizer: {e}")))?,
+            format!("{name} (embedded)"),
+        ),
+    };
+    let gen = generation_config_json
+        .map(|text| -> Result<GenerationConfig> {
+            let desc = format!("{name}: generation_config.json");
+            Ok(GenerationConfig {
+                fields: Fields::parse_str(text).map_err(|e| Error::file(&desc, e))?,
+                desc,
+            })
+        })
+        .transpose()?;
+    finish(model, Some(tokenizer), gen.as_ref(), name.to_string())
 }
 
 /// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).
@@ -396,9 +601,12 @@ pub fn load_hub(repo: &HubRepo, opts: &LoadOptions) -> Result<LoadedModel> {
     let config = repo.get("config.json")?;
     let dir = config
         .parent()
-        .expect("a cached file has a parent")
+        .ok_or_else(|| Error::Source {
+            source_desc: repo.id().to_string(),
+            reason: format!("{} has no parent directory", config.display()),
+        })?
         .to_path_buf();
-    match repo.get_optional("model.safetensors.index.json") {
+    match repo.get_optional("model.safetensors.index.json")? {
         Some(index) => {
             for s in shard_names(&index)? {
                 repo.get(&s)?;
@@ -408,8 +616,9 @@ pub fn load_hub(repo: &HubRepo, opts: &LoadOptions) -> Result<LoadedModel> {
             repo.get("model.safetensors")?;
         }
     }
-    repo.get_optional("tokenizer.json");
-    repo.get_optional("generation_config.json");
+    // Fetched into the snapshot so `load_dir` finds them; absent is fine, failing is not.
+    repo.get_optional("tokenizer.json")?;
+    repo.get_optional("generation_config.json")?;
     let mut loaded = load_dir(&dir, opts)?;
     loaded.source = repo.id().to_string();
     Ok(loaded)

@@ -64,9 +64,29 @@ impl std::fmt::Debug for TextTokenizer {
 impl TextTokenizer {
     /// Load a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_file(path)
+        if !path.is_file() {
+            return Err(Error::file(path, "no such tokenizer file"));
+        }
+        let inner = guarded(|| tokenizers::Tokenizer::from_file(path).map_err(|e| e.to_string()))
             .map_err(|e| Error::file(path, format!("invalid tokenizer: {e}")))?;
         Ok(Self::new(inner))
+    }
+
+    /// Parse a `tokenizer.json` held in memory.
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Self, String> {
+        let inner =
+            guarded(|| tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| e.to_string()))?;
+        Ok(Self::new(inner))
+    }
+
+    /// One past the largest id the tokenizer spells (vocabulary and added tokens).
+    pub fn id_bound(&self) -> usize {
+        self.inner
+            .get_vocab(true)
+            .values()
+            .map(|&id| id as usize + 1)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Wrap a tokenizer, detecting its chat template.
@@ -110,18 +130,23 @@ impl TextTokenizer {
 
     /// Encode text; `add_special` applies the tokenizer's post-processor (BOS etc.).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, add_special)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let enc = guarded(|| {
+            self.inner
+                .encode(text, add_special)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(Error::Tokenizer)?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// Decode ids; `skip_special` drops special tokens.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special)
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        guarded(|| {
+            self.inner
+                .decode(ids, skip_special)
+                .map_err(|e| e.to_string())
+        })
+        .map_err(Error::Tokenizer)
     }
 
     /// Render messages with the chat template (as text, specials spelled out).
@@ -181,5 +206,23 @@ impl TextTokenizer {
             ChatTemplate::Qwen => self.token_id("<|im_end|>"),
             ChatTemplate::Plain => None,
         }
+    }
+}
+
+/// Run a `tokenizers` call, turning a panic inside it into an error: that crate panics on some
+/// malformed `tokenizer.json` files (e.g. inconsistent merges or normalizer data) instead of
+/// returning its error, and a bad file must not abort the program.
+fn guarded<T>(
+    f: impl FnOnce() -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(format!(
+            "the tokenizers library failed on this file: {}",
+            p.downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)")
+        )),
     }
 }

@@ -7,8 +7,10 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use std::collections::HashMap;
 
+use crate::config::TransformerConfig;
 use crate::layers::Param;
 use crate::lm::Arch;
+use crate::safetensors_header::TensorMeta;
 use crate::{Error, Result};
 
 /// The role of a parameter in the shared transformer.
@@ -139,6 +141,32 @@ pub trait WeightSource {
 
     /// Device parameters are placed on.
     fn device(&self) -> &Device;
+
+    /// Check the source's tensor list against `cfg` (layer count, every expected tensor and its
+    /// shape, nothing the config has no place for) before any tensor is read. Default: nothing to
+    /// check (sources that create their parameters, such as a training variable map).
+    fn check_layout(&self, cfg: &TransformerConfig) -> Result<()> {
+        let _ = cfg;
+        Ok(())
+    }
+
+    /// Bytes the parameters will occupy once built, for the memory check made before building.
+    /// Default: every parameter in the compute dtype.
+    fn resident_bytes(&self, cfg: &TransformerConfig) -> u64 {
+        cfg.param_count()
+            .unwrap_or(u64::MAX)
+            .saturating_mul(self.dtype().size_in_bytes() as u64)
+    }
+}
+
+/// What a checkpoint declares about one tensor.
+#[derive(Debug, Clone)]
+struct Stored {
+    shape: Vec<usize>,
+    /// The stored dtype when it is half precision.
+    half: Option<DType>,
+    /// The stored dtype is a float type parameters may have.
+    float: bool,
 }
 
 /// HF-layout parameters through a candle [`VarBuilder`]: memory-mapped safetensors (single file or
@@ -147,13 +175,19 @@ pub struct HfWeights {
     vb: VarBuilder<'static>,
     arch: Arch,
     desc: String,
-    /// Tensor names present (None for a VarMap, where every get creates the variable).
-    names: Option<std::collections::HashSet<String>>,
-    /// Tensors the source stores as f16/bf16, with that dtype.
-    half: HashMap<String, DType>,
+    /// Tensors present (None for a VarMap, where every get creates the variable).
+    tensors: Option<HashMap<String, Stored>>,
     /// Hand matrices stored as f16/bf16 over in that dtype (inference: the layers pack them
     /// half) instead of converting them to the compute dtype.
     keep_half: bool,
+}
+
+fn stored(meta: &TensorMeta) -> Stored {
+    Stored {
+        shape: meta.shape.clone(),
+        half: half_dtype(&meta.dtype),
+        float: matches!(meta.dtype.as_str(), "F16" | "BF16" | "F32" | "F64"),
+    }
 }
 
 impl HfWeights {
@@ -164,20 +198,30 @@ impl HfWeights {
         dtype: DType,
         device: &Device,
     ) -> Result<Self> {
-        let mut names = std::collections::HashSet::new();
-        let mut half = HashMap::new();
+        let first = files
+            .first()
+            .ok_or_else(|| Error::InvalidArgument("no safetensors files to load".into()))?;
+        let mut tensors = HashMap::new();
+        let mut owner: HashMap<String, &PathBuf> = HashMap::new();
         for f in files {
-            for (name, dtype) in safetensors_index(f)? {
-                if let Some(dt) = half_dtype(&dtype) {
-                    half.insert(name.clone(), dt);
+            for meta in crate::safetensors_header::read_file(f)? {
+                if let Some(other) = owner.insert(meta.name.clone(), f) {
+                    return Err(Error::file(
+                        f,
+                        format!(
+                            "tensor `{}` is also in {}: a checkpoint holds each tensor once",
+                            meta.name,
+                            other.display()
+                        ),
+                    ));
                 }
-                names.insert(name);
+                tensors.insert(meta.name.clone(), stored(&meta));
             }
         }
         // SAFETY: the files are memory-mapped read-only; modifying them while the model is loaded is
         // undefined behaviour, as for every mmap-based loader (candle, llama.cpp).
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(files, dtype, device) }
-            .map_err(|e| Error::file(files[0].clone(), e))?;
+            .map_err(|e| Error::file(first.clone(), e))?;
         Ok(Self {
             vb,
             arch,
@@ -186,8 +230,7 @@ impl HfWeights {
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
-            names: Some(names),
-            half,
+            tensors: Some(tensors),
             keep_half: false,
         })
     }
@@ -204,24 +247,18 @@ impl HfWeights {
             source_desc: name.into(),
             reason: format!("embedded weights: {e}"),
         };
-        let (_, meta) =
-            safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(e.to_string()))?;
-        let mut names = std::collections::HashSet::new();
-        let mut half = HashMap::new();
-        for (n, info) in meta.tensors() {
-            if let Some(dt) = half_dtype(&format!("{:?}", info.dtype)) {
-                half.insert(n.clone(), dt);
-            }
-            names.insert(n);
-        }
+        let tensors = crate::safetensors_header::read_bytes(bytes)
+            .map_err(bad)?
+            .into_iter()
+            .map(|m| (m.name.clone(), stored(&m)))
+            .collect();
         let vb = VarBuilder::from_slice_safetensors(bytes, dtype, device)
             .map_err(|e| bad(e.to_string()))?;
         Ok(Self {
             vb,
             arch,
             desc: name.into(),
-            names: Some(names),
-            half,
+            tensors: Some(tensors),
             keep_half: false,
         })
     }
@@ -241,18 +278,27 @@ impl HfWeights {
         dtype: DType,
         device: &Device,
     ) -> Self {
-        let names = tensors.keys().cloned().collect();
-        let half = tensors
+        let stored = tensors
             .iter()
-            .filter(|(_, t)| matches!(t.dtype(), DType::F16 | DType::BF16))
-            .map(|(n, t)| (n.clone(), t.dtype()))
+            .map(|(n, t)| {
+                let dt = t.dtype();
+                let half = matches!(dt, DType::F16 | DType::BF16).then_some(dt);
+                let float = dt.is_float();
+                (
+                    n.clone(),
+                    Stored {
+                        shape: t.dims().to_vec(),
+                        half,
+                        float,
+                    },
+                )
+            })
             .collect();
         Self {
             vb: VarBuilder::from_tensors(tensors, dtype, device),
             arch,
             desc: "in-memory tensors".into(),
-            names: Some(names),
-            half,
+            tensors: Some(stored),
             keep_half: false,
         }
     }
@@ -263,9 +309,16 @@ impl HfWeights {
             vb,
             arch,
             desc: "a variable map".into(),
-            names: None,
-            half: HashMap::new(),
+            tensors: None,
             keep_half: false,
+        }
+    }
+
+    /// The config field that ties the LM head, per architecture.
+    fn tie_field(&self) -> &'static str {
+        match self.arch {
+            Arch::Llada => "weight_tying",
+            Arch::Dream => "tie_word_embeddings",
         }
     }
 }
@@ -273,15 +326,29 @@ impl HfWeights {
 impl WeightSource for HfWeights {
     fn get(&self, role: Role, shape: &[usize]) -> Result<Param> {
         let name = role.hf_name(self.arch);
-        if let Some(names) = &self.names {
-            if !names.contains(&name) {
+        if let Some(tensors) = &self.tensors {
+            let Some(st) = tensors.get(&name) else {
                 return Err(Error::MissingTensor {
                     name,
                     source_desc: self.desc.clone(),
                 });
+            };
+            if !st.float {
+                return Err(Error::TensorDtype {
+                    name,
+                    dtype: "an integer or boolean type (parameters are F32, F16, BF16 or F64)"
+                        .into(),
+                });
             }
-            let dtype = match self.half.get(&name) {
-                Some(&dt) if self.keep_half && role.is_matrix() => dt,
+            if st.shape != shape {
+                return Err(Error::TensorShape {
+                    name,
+                    expected: shape.to_vec(),
+                    got: st.shape.clone(),
+                });
+            }
+            let dtype = match st.half {
+                Some(dt) if self.keep_half && role.is_matrix() => dt,
                 _ => self.vb.dtype(),
             };
             let got = self
@@ -293,6 +360,12 @@ impl WeightSource for HfWeights {
                     name,
                     expected: shape.to_vec(),
                     got: got.dims().to_vec(),
+                });
+            }
+            if let Some((i, v)) = crate::limits::first_non_finite(&got)? {
+                return Err(Error::NonFinite {
+                    what: format!("tensor `{name}` of {}", self.desc),
+                    detail: format!("element {i} is {v}"),
                 });
             }
             return Ok(Param::Dense(got));
@@ -317,6 +390,54 @@ impl WeightSource for HfWeights {
     fn device(&self) -> &Device {
         self.vb.device()
     }
+
+    fn check_layout(&self, cfg: &TransformerConfig) -> Result<()> {
+        let Some(tensors) = &self.tensors else {
+            return Ok(());
+        };
+        let shapes: HashMap<String, Vec<usize>> = tensors
+            .iter()
+            .map(|(n, s)| (n.clone(), s.shape.clone()))
+            .collect();
+        let arch = self.arch;
+        let name = move |r: Role| r.hf_name(arch);
+        let (prefix, layers) = match arch {
+            Arch::Llada => ("model.transformer.blocks.", "n_layers"),
+            Arch::Dream => ("model.layers.", "num_hidden_layers"),
+        };
+        crate::layout::check(
+            cfg,
+            &shapes,
+            &crate::layout::Spelling {
+                name: &name,
+                block_prefix: prefix,
+                layers_field: layers,
+                tie_field: Some(self.tie_field()),
+            },
+            &self.desc,
+        )
+    }
+
+    fn resident_bytes(&self, cfg: &TransformerConfig) -> u64 {
+        let Some(tensors) = &self.tensors else {
+            return cfg
+                .param_count()
+                .unwrap_or(u64::MAX)
+                .saturating_mul(self.dtype().size_in_bytes() as u64);
+        };
+        let compute = self.dtype().size_in_bytes() as u64;
+        tensors
+            .values()
+            .map(|t| {
+                let elems = t.shape.iter().map(|&d| d as u64).product::<u64>();
+                let per = match t.half {
+                    Some(_) if self.keep_half && t.shape.len() == 2 => 2,
+                    _ => compute,
+                };
+                elems.saturating_mul(per)
+            })
+            .fold(0u64, u64::saturating_add)
+    }
 }
 
 /// The half-precision dtype of a safetensors dtype name, if it is one.
@@ -328,62 +449,12 @@ fn half_dtype(name: &str) -> Option<DType> {
     }
 }
 
-/// Names in a safetensors file, validating the header and that every tensor lies inside the file
-/// (a truncated download is reported here, naming the file, instead of failing later).
+/// Names in a safetensors file, validating the header (every tensor's dtype, shape and byte range)
+/// and that every tensor lies inside the file (a truncated download is reported here, naming the
+/// file, instead of failing later).
 pub fn safetensors_names(path: &Path) -> Result<Vec<String>> {
-    Ok(safetensors_index(path)?
+    Ok(crate::safetensors_header::read_file(path)?
         .into_iter()
-        .map(|(n, _)| n)
+        .map(|m| m.name)
         .collect())
-}
-
-/// `(name, dtype)` of every tensor of a safetensors file, validated as [`safetensors_names`].
-fn safetensors_index(path: &Path) -> Result<Vec<(String, String)>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(|e| Error::file(path, e))?;
-    let file_len = f.metadata().map_err(|e| Error::file(path, e))?.len();
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n).map_err(|_| {
-        Error::file(
-            path,
-            "not a safetensors file (shorter than its 8-byte header length)",
-        )
-    })?;
-    let header_len = u64::from_le_bytes(n);
-    if header_len > 100_000_000 || 8 + header_len > file_len {
-        return Err(Error::file(
-            path,
-            format!("not a safetensors file or truncated (header length {header_len}, file {file_len} bytes)"),
-        ));
-    }
-    let mut header = vec![0u8; header_len as usize];
-    f.read_exact(&mut header)
-        .map_err(|e| Error::file(path, e))?;
-    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
-        .map_err(|e| Error::file(path, format!("invalid safetensors header: {e}")))?;
-    let data_len = file_len - 8 - header_len;
-    let mut names = Vec::new();
-    for (name, info) in header {
-        if name == "__metadata__" {
-            continue;
-        }
-        let end = info
-            .get("data_offsets")
-            .and_then(|o| o.get(1))
-            .and_then(|e| e.as_u64())
-            .ok_or_else(|| Error::file(path, format!("tensor `{name}` has no data_offsets")))?;
-        if end > data_len {
-            return Err(Error::file(
-                path,
-                format!("truncated: tensor `{name}` ends at byte {end} of the data section, which has only {data_len} bytes"),
-            ));
-        }
-        let dtype = info
-            .get("dtype")
-            .and_then(|d| d.as_str())
-            .ok_or_else(|| Error::file(path, format!("tensor `{name}` has no dtype")))?
-            .to_string();
-        names.push((name, dtype));
-    }
-    Ok(names)
 }

@@ -84,6 +84,10 @@ impl TransformerWeights {
                     .into(),
             ));
         }
+        // Everything the config implies is checked against the checkpoint's tensor list (names,
+        // shapes, layer count) and the machine's memory before anything is read or allocated.
+        w.check_layout(&cfg)?;
+        crate::limits::check_memory("the model's parameters", w.resident_bytes(&cfg))?;
         // The block-level module first: when the device takes the whole stack, the layers built
         // below are the CPU copy (refresh path, fallbacks), not a second device copy.
         let hex = match backend.hexagon() {
@@ -160,11 +164,7 @@ impl TransformerWeights {
             dtype,
             &device,
         )?;
-        let num_params = cfg
-            .param_shapes()
-            .iter()
-            .map(|(_, shape)| shape.iter().product::<usize>())
-            .sum();
+        let num_params = cfg.param_count().unwrap_or(u64::MAX) as usize;
         let info = ModelInfo {
             arch: cfg.arch,
             vocab_size: v,
@@ -286,10 +286,11 @@ impl TransformerWeights {
 
     /// The LM head alone over rows that are already normalised (the NPU stack's hidden output).
     pub(crate) fn head_only(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(self
-            .head
-            .forward(&x.to_dtype(self.info.dtype)?)?
-            .to_dtype(DType::F32)?)
+        self.finite_logits(
+            self.head
+                .forward(&x.to_dtype(self.info.dtype)?)?
+                .to_dtype(DType::F32)?,
+        )
     }
 
     /// Token embeddings of `ids` `(b, n)`.
@@ -307,7 +308,26 @@ impl TransformerWeights {
             )?);
         }
         let x = self.norm.forward(x, self.mode)?;
-        Ok(self.head.forward(&x)?.to_dtype(DType::F32)?)
+        self.finite_logits(self.head.forward(&x)?.to_dtype(DType::F32)?)
+    }
+
+    /// `logits` unchanged when every value is finite; else an error naming the first bad one. A
+    /// decoder cannot rank NaN, and a model with NaN or infinite weights produces them: report it
+    /// instead of decoding garbage. (Inference only: the scan is one pass over rows x vocab, small
+    /// beside the LM head's matmul.)
+    fn finite_logits(&self, logits: Tensor) -> Result<Tensor> {
+        if self.mode == OpMode::Fused {
+            if let Some((i, v)) = crate::limits::first_non_finite(&logits)? {
+                let vocab = self.cfg.vocab_size.max(1);
+                return Err(Error::NonFinite {
+                    what:
+                        "the model's logits (its weights hold NaN or infinite values, or overflow)"
+                            .into(),
+                    detail: format!("requested row {}, token id {}: {v}", i / vocab, i % vocab),
+                });
+            }
+        }
+        Ok(logits)
     }
 
     /// Resolve [`Rows`] to positions and validate them against `allowed`.

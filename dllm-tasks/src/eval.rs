@@ -2,15 +2,20 @@
 //!
 //! Mirrors the paper's protocol (200 samples per dataset, temperature 0, accuracy per task) on the
 //! synthetic suite, and also reports what decoding cost: forwards per answer and tokens committed
-//! per forward.
+//! per forward. For worked answers (the long suite) it scores every step (line) of the answer,
+//! and for every answer it records the step at which each generated position was committed —
+//! the commit frontier of the paper's Figure 8 — from the decoder's [`StepObserver`] events.
+//!
+//! [`StepObserver`]: dllm_decode::StepObserver
 
 use std::time::{Duration, Instant};
 
-use dllm_decode::{generate, DecodeParams};
+use dllm_decode::{generate, Control, DecodeParams, StepEvent};
 use dllm_models::DiffusionLm;
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
+use crate::tasks::long::{check_steps, StepScore};
 use crate::tasks::{check, test_set, Example, TaskKind};
 use crate::tokenizer::{decode_response, encode_prompt};
 use crate::{Error, Result};
@@ -30,6 +35,10 @@ pub struct TaskScore {
     pub forwards: usize,
     /// Tokens the decoder unmasked.
     pub tokens: usize,
+    /// Steps of worked answers reproduced (0 for tasks without worked answers).
+    pub steps_right: usize,
+    /// Steps in the worked reference answers (0 for tasks without worked answers).
+    pub steps_total: usize,
     /// Wall time.
     #[serde(serialize_with = "ser_ms")]
     pub elapsed: Duration,
@@ -56,6 +65,10 @@ impl TaskScore {
     pub fn tokens_per_forward(&self) -> f64 {
         self.tokens as f64 / self.forwards.max(1) as f64
     }
+    /// Per-step accuracy of worked answers in [0, 1] (`None` for tasks without them).
+    pub fn step_accuracy(&self) -> Option<f64> {
+        (self.steps_total > 0).then(|| self.steps_right as f64 / self.steps_total as f64)
+    }
 }
 
 /// One question's outcome (`eval --dump` writes one per line).
@@ -77,6 +90,12 @@ pub struct Answered {
     pub forwards: usize,
     /// Tokens the decoder unmasked.
     pub tokens: usize,
+    /// Steps of the worked answer that are right (`None` for tasks without worked answers).
+    pub steps: Option<StepScore>,
+    /// For each generated position, the decoding step (0-based, as in [`StepEvent::step`]) at
+    /// which it was committed; `None` for positions no step unmasked (EOS filled in after an
+    /// early stop).
+    pub commit_step: Vec<Option<usize>>,
 }
 
 /// The held-out questions of `kinds`, the first `limit` of each.
@@ -99,9 +118,23 @@ pub fn answer(
     params: &DecodeParams,
 ) -> Result<Answered> {
     let prompt = encode_prompt(tok, &ex.prompt)?;
-    let g = generate(model, &prompt, params, &mut ()).map_err(|e| Error::Eval(e.to_string()))?;
+    let mut commit_step = vec![None; params.gen_length];
+    let mut record = |e: &StepEvent<'_>| {
+        for &p in e.unmasked {
+            if let Some(slot) = p
+                .checked_sub(e.prompt_len)
+                .and_then(|i| commit_step.get_mut(i))
+            {
+                *slot = Some(e.step);
+            }
+        }
+        Control::Continue
+    };
+    let g =
+        generate(model, &prompt, params, &mut record).map_err(|e| Error::Eval(e.to_string()))?;
     let response = decode_response(tok, g.generated())?;
     let v = check(ex, &response);
+    let steps = check_steps(ex, &response);
     Ok(Answered {
         task: ex.kind,
         prompt: ex.prompt.clone(),
@@ -111,6 +144,8 @@ pub fn answer(
         final_answer: v.final_answer,
         forwards: g.forwards,
         tokens: g.tokens_decoded,
+        steps,
+        commit_step,
     })
 }
 
@@ -139,6 +174,8 @@ pub fn evaluate(
                     final_answer: 0,
                     forwards: 0,
                     tokens: 0,
+                    steps_right: 0,
+                    steps_total: 0,
                     elapsed: Duration::ZERO,
                 });
                 scores.len() - 1
@@ -150,6 +187,10 @@ pub fn evaluate(
         s.final_answer += usize::from(a.final_answer);
         s.forwards += a.forwards;
         s.tokens += a.tokens;
+        if let Some(st) = a.steps {
+            s.steps_right += st.right;
+            s.steps_total += st.total;
+        }
         s.elapsed += elapsed;
         progress(i + 1, examples.len(), &a);
         answers.push(a);
@@ -158,50 +199,44 @@ pub fn evaluate(
     Ok((scores, answers))
 }
 
-/// A markdown table of scores (plus an "all" row).
+/// A markdown table of scores (plus an "all" row). The per-step column is `-` for tasks
+/// without worked answers.
 pub fn table(scores: &[TaskScore]) -> String {
     let mut s = String::from(
-        "| task | paper analogue | n | final-answer acc | exact acc | forwards/answer | tokens/forward | wall s |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+        "| task | paper analogue | n | final-answer acc | exact acc | step acc | forwards/answer | tokens/forward | wall s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    let row = |name: &str,
-               analogue: &str,
-               n: usize,
-               fa: usize,
-               ex: usize,
-               fw: usize,
-               tk: usize,
-               el: Duration| {
+    let pct = |a: usize, b: usize| format!("{:.1}%", 100.0 * a as f64 / b.max(1) as f64);
+    let row = |name: &str, analogue: &str, t: &TaskScore| {
+        let steps = if t.steps_total > 0 {
+            pct(t.steps_right, t.steps_total)
+        } else {
+            "-".to_string()
+        };
         format!(
-            "| {name} | {analogue} | {n} | {:.1}% | {:.1}% | {:.2} | {:.2} | {:.1} |\n",
-            100.0 * fa as f64 / n.max(1) as f64,
-            100.0 * ex as f64 / n.max(1) as f64,
-            fw as f64 / n.max(1) as f64,
-            tk as f64 / fw.max(1) as f64,
-            el.as_secs_f64()
+            "| {name} | {analogue} | {} | {} | {} | {steps} | {:.2} | {:.2} | {:.1} |\n",
+            t.n,
+            pct(t.final_answer, t.n),
+            pct(t.exact, t.n),
+            t.forwards_per_answer(),
+            t.tokens_per_forward(),
+            t.elapsed.as_secs_f64()
         )
     };
     for t in scores {
-        s += &row(
-            t.task.name(),
-            t.task.paper_dataset(),
-            t.n,
-            t.final_answer,
-            t.exact,
-            t.forwards,
-            t.tokens,
-            t.elapsed,
-        );
+        s += &row(t.task.name(), t.task.paper_dataset(), t);
     }
     let sum = |f: fn(&TaskScore) -> usize| scores.iter().map(f).sum::<usize>();
-    s += &row(
-        "all",
-        "",
-        sum(|t| t.n),
-        sum(|t| t.final_answer),
-        sum(|t| t.exact),
-        sum(|t| t.forwards),
-        sum(|t| t.tokens),
-        scores.iter().map(|t| t.elapsed).sum(),
-    );
+    let all = TaskScore {
+        task: scores.first().map_or(TaskKind::Math, |t| t.task),
+        n: sum(|t| t.n),
+        exact: sum(|t| t.exact),
+        final_answer: sum(|t| t.final_answer),
+        forwards: sum(|t| t.forwards),
+        tokens: sum(|t| t.tokens),
+        steps_right: sum(|t| t.steps_right),
+        steps_total: sum(|t| t.steps_total),
+        elapsed: scores.iter().map(|t| t.elapsed).sum(),
+    };
+    s += &row("all", "", &all);
     s
 }

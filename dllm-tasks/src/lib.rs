@@ -34,6 +34,8 @@
 
 pub mod error;
 pub mod eval;
+pub mod export;
+pub mod long_tokenizer;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;
@@ -43,12 +45,15 @@ pub use dllm_decode::rng;
 
 pub use error::{Error, Result};
 pub use rng::Rng;
+pub use tasks::long::{check_steps, StepScore};
 pub use tasks::{
-    check, extract_answer, generate, held_out_prompts, is_held_out, normalize_whitespace, test_set,
-    test_suite, train_stream, Example, TaskKind, TrainStream, Verdict, ANSWER_MARKER,
-    TEST_SET_SIZE,
+    check, extract_answer, generate, held_out_prompts, is_held_out, normalize_whitespace,
+    suite_train_stream, test_set, test_suite, train_stream, Example, Suite, TaskKind, TrainStream,
+    Verdict, ANSWER_MARKER, TEST_SET_SIZE,
 };
 pub use tokenizer::{
-    build_suite_tokenizer, encode_prompt, encode_response, train_tokenizer, BOS_ID, EOS_ID,
-    MASK_ID, MAX_PROMPT_TOKENS, MAX_RESPONSE_TOKENS, PAD_ID, SEP_ID, UNK_ID,
+    build_long_suite_tokenizer, build_suite_tokenizer, build_tokenizer, encode_prompt,
+    encode_response, suite_of, train_tokenizer, BOS_ID, EOS_ID, LONG_GEN_LENGTH,
+    LONG_MAX_PROMPT_TOKENS, LONG_MAX_RESPONSE_TOKENS, MASK_ID, MAX_PROMPT_TOKENS,
+    MAX_RESPONSE_TOKENS, PAD_ID, SEP_ID, UNK_ID,
 };

@@ -15,6 +15,14 @@
 //! Special tokens have fixed ids that the models and decoders rely on: see [`PAD_ID`] ...
 //! [`MASK_ID`] and [`check_special_tokens`].
 //!
+//! Each suite has its own tokenizer ([`build_tokenizer`]): the short suite's
+//! ([`build_suite_tokenizer`], 913 tokens) is trained on short-suite text; the long suite's
+//! ([`build_long_suite_tokenizer`]) on long-suite text, with one addition for its multi-line
+//! answers: the normaliser writes every `\n` as `\n ` and the decoder undoes it, so the first
+//! word of a line is the same token as the word anywhere else (` Ben`, not `Ben`). Both use
+//! the same pre-tokenisation as llama.cpp's `starcoder` pre-tokeniser (single digits, then
+//! GPT-2's split), which is what lets the GGUF export carry them.
+//!
 //! Training rows are `<bos> prompt <sep> response <eos> <eos> ...`: the response is padded
 //! with EOS (as LLaDA's SFT does) up to the generation length; [`sft_row`] builds one.
 
@@ -24,7 +32,8 @@ use std::path::Path;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{BpeTrainer, BPE};
-use tokenizers::normalizers::Prepend;
+use tokenizers::normalizers::replace::Replace;
+use tokenizers::normalizers::{Prepend, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
@@ -35,7 +44,7 @@ use tokenizers::{
 };
 
 use crate::error::{Error, Result};
-use crate::tasks::train_stream;
+use crate::tasks::{suite_train_stream, Suite};
 
 /// Padding. Id 0.
 pub const PAD: &str = "<pad>";
@@ -87,6 +96,40 @@ pub const MAX_PROMPT_TOKENS: usize = 24;
 /// ends the answer; the evaluator's default of 24 leaves room for it.
 pub const MAX_RESPONSE_TOKENS: usize = 16;
 
+/// Most tokens of any long-suite prompt block, `<bos>`/`<sep>` included (measured: 99, a
+/// ten-step `long-math` problem; tested like [`MAX_PROMPT_TOKENS`]).
+pub const LONG_MAX_PROMPT_TOKENS: usize = 100;
+
+/// Fewest tokens of any long-suite response, without EOS (measured; tested).
+pub const LONG_MIN_RESPONSE_TOKENS: usize = 64;
+
+/// Most tokens of any long-suite response, without EOS (measured; tested). The long suite
+/// generates 128 positions, which leaves room for the EOS.
+pub const LONG_MAX_RESPONSE_TOKENS: usize = 127;
+
+/// Vocabulary size of [`build_long_suite_tokenizer`] (specials included; tested): the short
+/// suite's 913 tokens and the long suite's additions.
+pub const LONG_VOCAB_SIZE: usize = 1006;
+
+/// Generation length of the long suite (4 blocks of 32).
+pub const LONG_GEN_LENGTH: usize = 128;
+
+/// The most tokens of a prompt block of `suite`.
+pub fn max_prompt_tokens(suite: Suite) -> usize {
+    match suite {
+        Suite::Short => MAX_PROMPT_TOKENS,
+        Suite::Long => LONG_MAX_PROMPT_TOKENS,
+    }
+}
+
+/// The most tokens of a response of `suite` (without EOS).
+pub fn max_response_tokens(suite: Suite) -> usize {
+    match suite {
+        Suite::Short => MAX_RESPONSE_TOKENS,
+        Suite::Long => LONG_MAX_RESPONSE_TOKENS,
+    }
+}
+
 fn single_template() -> Result<TemplateProcessing> {
     TemplateProcessing::builder()
         .try_single(format!("{BOS} $A {SEP}"))
@@ -97,12 +140,27 @@ fn single_template() -> Result<TemplateProcessing> {
         .map_err(|e| Error::Tokenizer(e.into()))
 }
 
-/// Trains the suite's tokenizer on `corpus` (one text per item).
+/// Trains the short suite's tokenizer pipeline on `corpus` (one text per item).
 ///
 /// `vocab_size` caps the vocabulary, specials and the 256 byte symbols included; BPE stops
 /// earlier when no pair occurs twice. Deterministic: the same corpus gives the same
 /// `tokenizer.json` bytes.
 pub fn train_tokenizer(
+    vocab_size: usize,
+    corpus: impl Iterator<Item = String>,
+) -> Result<Tokenizer> {
+    train_suite_tokenizer(Suite::Short, vocab_size, corpus)
+}
+
+/// The line-start normalisation of the long suite: `\n` is written `\n ` before
+/// tokenisation, and the decoder turns `\n ` back into `\n`.
+const NEWLINE: &str = "\n";
+const NEWLINE_SPACED: &str = "\n ";
+
+/// [`train_tokenizer`] with the pipeline of `suite` (the long suite adds the line-start
+/// normalisation described in the module docs).
+pub fn train_suite_tokenizer(
+    suite: Suite,
     vocab_size: usize,
     corpus: impl Iterator<Item = String>,
 ) -> Result<Tokenizer> {
@@ -133,16 +191,25 @@ pub fn train_tokenizer(
         PostProcessorWrapper,
         DecoderWrapper,
     > = TokenizerImpl::new(BPE::default());
-    tok.with_normalizer(Some(Prepend::new(" ".to_string())))?;
+    let prepend = Prepend::new(" ".to_string());
+    match suite {
+        Suite::Short => tok.with_normalizer(Some(prepend))?,
+        Suite::Long => tok.with_normalizer(Some(NormalizerSequence::new(vec![
+            Replace::new(NEWLINE, NEWLINE_SPACED)?.into(),
+            prepend.into(),
+        ])))?,
+    };
     tok.with_pre_tokenizer(Some(PreSequence::new(vec![
         Digits::new(true).into(),
         // No prefix space here: the normaliser already added exactly one.
         ByteLevel::new(false, false, true).into(),
     ])));
-    tok.with_decoder(Some(DecoderSequence::new(vec![
-        ByteLevel::new(false, false, true).into(),
-        Strip::new(' ', 1, 0).into(),
-    ])));
+    let mut decoders: Vec<DecoderWrapper> = vec![ByteLevel::new(false, false, true).into()];
+    if suite == Suite::Long {
+        decoders.push(Replace::new(NEWLINE_SPACED, NEWLINE)?.into());
+    }
+    decoders.push(Strip::new(' ', 1, 0).into());
+    tok.with_decoder(Some(DecoderSequence::new(decoders)));
     tok.with_post_processor(Some(single_template()?));
     // `TokenizerImpl::train` wants a `Send` iterator; collecting lets callers pass any.
     let texts: Vec<String> = corpus.collect();
@@ -155,15 +222,58 @@ pub fn train_tokenizer(
 /// The corpus of [`build_suite_tokenizer`]: prompts and responses of the first `n`
 /// examples of the train stream (so no held-out prompt), two texts per example.
 pub fn default_corpus(n: usize) -> impl Iterator<Item = String> {
-    train_stream(CORPUS_SEED)
+    suite_corpus(Suite::Short, n)
+}
+
+/// The corpus of [`build_tokenizer`]`(suite)`: prompts and responses of the first `n`
+/// examples of the suite's train stream, two texts per example.
+pub fn suite_corpus(suite: Suite, n: usize) -> impl Iterator<Item = String> {
+    suite_train_stream(suite, CORPUS_SEED)
         .take(n)
         .flat_map(|e| [e.prompt, e.response])
 }
 
-/// The tokenizer shipped with the suite: [`train_tokenizer`] on
-/// [`default_corpus`]`(`[`CORPUS_EXAMPLES`]`)` with [`DEFAULT_VOCAB_SIZE`]. Deterministic.
+/// The short suite's tokenizer, shipped with `tiny-llada` and `tiny-dream`:
+/// [`train_tokenizer`] on [`default_corpus`]`(`[`CORPUS_EXAMPLES`]`)` with
+/// [`DEFAULT_VOCAB_SIZE`]. Deterministic.
 pub fn build_suite_tokenizer() -> Result<Tokenizer> {
     train_tokenizer(DEFAULT_VOCAB_SIZE, default_corpus(CORPUS_EXAMPLES))
+}
+
+pub use crate::long_tokenizer::build_long_suite_tokenizer;
+
+/// The tokenizer of `suite`.
+pub fn build_tokenizer(suite: Suite) -> Result<Tokenizer> {
+    match suite {
+        Suite::Short => build_suite_tokenizer(),
+        Suite::Long => build_long_suite_tokenizer(),
+    }
+}
+
+/// Which suite's tokenizer `tok` is: [`Suite::Long`] when its vocabulary is exactly the long
+/// suite tokenizer's, else [`Suite::Short`] (the historical check: the special tokens at
+/// their ids). An error if the special tokens are not where the models expect them.
+pub fn suite_of(tok: &Tokenizer) -> Result<Suite> {
+    check_special_tokens(tok)?;
+    // Building the long tokenizer to compare with takes seconds; a size mismatch settles it.
+    if tok.get_vocab_size(true) != LONG_VOCAB_SIZE {
+        return Ok(Suite::Short);
+    }
+    type Vocab = std::collections::HashMap<String, u32>;
+    static LONG_VOCAB: std::sync::OnceLock<std::result::Result<Vocab, String>> =
+        std::sync::OnceLock::new();
+    let long = LONG_VOCAB.get_or_init(|| {
+        build_long_suite_tokenizer()
+            .map(|t| t.get_vocab(true))
+            .map_err(|e| e.to_string())
+    });
+    match long {
+        Ok(v) if *v == tok.get_vocab(true) => Ok(Suite::Long),
+        Ok(_) => Ok(Suite::Short),
+        Err(e) => Err(Error::InvalidArgument(format!(
+            "cannot build the long-suite tokenizer to compare with: {e}"
+        ))),
+    }
 }
 
 /// The vocabulary size, special tokens included (the embedding table's row count).

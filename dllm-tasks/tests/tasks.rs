@@ -96,7 +96,7 @@ const GOLDEN_TRAIN0: &str = "Which of these is a shape? A. banana B. rake C. hex
 #[test]
 fn test_set_is_200_unique_prompts_per_task() {
     let mut all = HashSet::new();
-    for kind in TaskKind::ALL {
+    for kind in TaskKind::EVERY {
         let set = test_set(kind);
         assert_eq!(set.len(), TEST_SET_SIZE);
         assert!(set.iter().all(|e| e.kind == kind));
@@ -106,7 +106,8 @@ fn test_set_is_200_unique_prompts_per_task() {
         // Stable across calls.
         assert_eq!(test_set(kind), test_set(kind));
     }
-    assert_eq!(all.len(), 4 * TEST_SET_SIZE);
+    // Both suites' held-out prompts, all distinct; the short suite is still 4 x 200.
+    assert_eq!(all.len(), 8 * TEST_SET_SIZE);
     assert_eq!(held_out_prompts(), &all);
     assert_eq!(test_suite().len(), 4 * TEST_SET_SIZE);
     assert!(test_suite().iter().all(|e| is_held_out(&e.prompt)));
@@ -208,6 +209,7 @@ fn answers_are_balanced_in_training_and_test() {
             }
             TaskKind::Math => *ops.entry(e.response.contains(" + ")).or_insert(0usize) += 1,
             TaskKind::Completion => {}
+            long => panic!("the short suite's stream yielded {long}"),
         }
     }
     assert_eq!(letters.len(), 4);
@@ -263,6 +265,7 @@ fn answers_are_consistent_with_responses() {
                     .iter()
                     .any(|(_, end)| *end == e.answer))
             }
+            long => panic!("the short suite yielded {long}"),
         }
     }
     // Module vocabularies are what the prompts use.

@@ -137,3 +137,65 @@ fn task_weights_shift_the_mix_and_uniform_weights_change_nothing() {
     assert!((yes - 0.4).abs() < 0.02, "yes/no share {yes}");
     assert!(train_stream(4).with_weights([0; 4]).is_err());
 }
+
+/// Warm start: a short-suite checkpoint initialises a long-suite model (whose vocabulary extends
+/// the short one) row for row; other shapes and foreign vocabularies are named errors.
+#[test]
+fn warm_start_extends_the_vocabulary_and_refuses_mismatches() {
+    use candle_core::{DType, IndexOp};
+    use dllm_tasks::tokenizer::{build_long_suite_tokenizer, save};
+    use dllm_tasks::train::init_from;
+
+    let short = build_suite_tokenizer().unwrap();
+    let long = build_long_suite_tokenizer().unwrap();
+    let shape = |hidden| ModelShape {
+        arch: Arch::Llada,
+        hidden,
+        layers: 1,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 64,
+    };
+    let dir = std::env::temp_dir().join(format!("dllm-warm-{}", std::process::id()));
+    let src_cfg = suite_config(shape(32), short.get_vocab_size(true)).unwrap();
+    let src = dllm_models::synthetic::random_weights(&src_cfg, 11).unwrap();
+    dllm_models::synthetic::write_hf(&dir, &src_cfg, &src, DType::F32, 1).unwrap();
+    save(&short, dir.join("tokenizer.json")).unwrap();
+
+    let cfg = suite_config(shape(32), long.get_vocab_size(true)).unwrap();
+    let varmap = VarMap::new();
+    init_varmap(&varmap, &cfg, 1).unwrap();
+    let w = init_from(&varmap, &dir, &long).unwrap();
+    assert_eq!((w.extended, w.old_vocab), (2, short.get_vocab_size(true)));
+    assert_eq!(w.copied + w.extended, src.len());
+    let data = varmap.data().lock().unwrap();
+    let emb = data["model.transformer.wte.weight"].as_tensor();
+    assert_eq!(emb.dims(), [long.get_vocab_size(true), 32]);
+    let diff = (emb.i(..w.old_vocab).unwrap() - &src["model.transformer.wte.weight"])
+        .unwrap()
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert_eq!(diff, 0.0);
+    drop(data);
+
+    // Another width: the error names a tensor and both shapes.
+    let wide = suite_config(shape(64), long.get_vocab_size(true)).unwrap();
+    let vm = VarMap::new();
+    init_varmap(&vm, &wide, 1).unwrap();
+    let err = init_from(&vm, &dir, &long).unwrap_err().to_string();
+    assert!(err.contains("has shape") && err.contains("needs"), "{err}");
+    // A vocabulary that does not extend the checkpoint's.
+    let err = init_from(
+        &varmap,
+        &dir,
+        &dllm_tasks::tokenizer::train_tokenizer(300, ["a b c".to_string()].into_iter()).unwrap(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must extend"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

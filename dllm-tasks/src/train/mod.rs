@@ -11,6 +11,9 @@ pub mod objective;
 pub mod optim;
 
 pub use batch::{Batch, Batcher};
-pub use model::{inference_copy, init_varmap, named_vars, suite_config, trainable, ModelShape};
+pub use model::{
+    inference_copy, init_from, init_varmap, named_vars, suite_config, trainable, ModelShape,
+    WarmStart, SUITE_MAX_SEQ_LEN,
+};
 pub use objective::{sft_loss, SftLoss, MASK_EPS};
 pub use optim::{lr_at, AdamW, AdamWConfig};

@@ -150,3 +150,94 @@ pub fn named_vars(varmap: &VarMap) -> Result<Vec<(String, Var)>> {
     v.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(v)
 }
+
+/// What [`init_from`] copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WarmStart {
+    /// Parameters copied whole.
+    pub copied: usize,
+    /// Vocabulary-sized matrices (embedding, LM head) whose first `old_vocab` rows were copied;
+    /// the rows of new tokens keep their fresh initialisation.
+    pub extended: usize,
+    /// The source model's vocabulary size.
+    pub old_vocab: usize,
+}
+
+/// Warm start: overwrite the variables of `varmap` (a freshly initialised model for `vocab`
+/// tokens) with the weights of the HF checkpoint `dir` of the same architecture and shape. The
+/// source vocabulary must be a prefix of the new one (`new_tok` gives every source token its
+/// source id, checked), so embedding and LM-head rows keep their meaning; rows of new tokens
+/// keep their initialisation. Any other mismatch is an error naming the tensor.
+pub fn init_from(
+    varmap: &VarMap,
+    dir: &std::path::Path,
+    new_tok: &tokenizers::Tokenizer,
+) -> Result<WarmStart> {
+    let old_tok = crate::tokenizer::load(dir.join("tokenizer.json"))?;
+    let old_vocab = old_tok.get_vocab_size(true);
+    for (token, id) in old_tok.get_vocab(true) {
+        if new_tok.token_to_id(&token) != Some(id) {
+            return Err(Error::Train(format!(
+                "{}: token {token:?} has id {id} there but {:?} in the new tokenizer; the new vocabulary must extend the old one",
+                dir.display(),
+                new_tok.token_to_id(&token)
+            )));
+        }
+    }
+    let mut source = std::collections::HashMap::new();
+    for file in dllm_models::source::weight_files(dir)? {
+        let t = candle_core::safetensors::load(&file, &Device::Cpu)
+            .map_err(|e| Error::Train(format!("{}: {e}", file.display())))?;
+        source.extend(t);
+    }
+    let data = varmap
+        .data()
+        .lock()
+        .map_err(|_| Error::Train("variable map lock poisoned".into()))?;
+    let mut report = WarmStart {
+        copied: 0,
+        extended: 0,
+        old_vocab,
+    };
+    let mut names: Vec<&String> = data.keys().collect();
+    names.sort();
+    for name in names {
+        let var = &data[name];
+        let src = source.get(name).ok_or_else(|| {
+            Error::Train(format!(
+                "{}: no tensor `{name}` to start from",
+                dir.display()
+            ))
+        })?;
+        let src = src.to_dtype(DType::F32)?;
+        let (want, got) = (var.dims().to_vec(), src.dims().to_vec());
+        if want == got {
+            var.set(&src)?;
+            report.copied += 1;
+        } else if is_vocab_matrix(name)
+            && want.len() == 2
+            && got.len() == 2
+            && want[1] == got[1]
+            && got[0] == old_vocab
+            && want[0] > old_vocab
+        {
+            let fresh = var.as_tensor().narrow(0, old_vocab, want[0] - old_vocab)?;
+            var.set(&Tensor::cat(&[&src, &fresh], 0)?)?;
+            report.extended += 1;
+        } else {
+            return Err(Error::Train(format!(
+                "{}: tensor `{name}` has shape {got:?}, the model being trained needs {want:?}",
+                dir.display()
+            )));
+        }
+    }
+    if source.len() != data.len() {
+        return Err(Error::Train(format!(
+            "{}: {} tensors, the model being trained has {}",
+            dir.display(),
+            source.len(),
+            data.len()
+        )));
+    }
+    Ok(report)
+}

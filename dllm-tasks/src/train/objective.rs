@@ -54,11 +54,30 @@ pub fn sft_loss(
             }
         }
     }
-    let targets: Vec<u32> = rows.iter().flatten().copied().collect();
+    // Prompt positions are never masked, so their logits carry no loss: the log-softmax (and
+    // its backward) runs over the response region only, from the shortest prompt on.
+    let start = prompt_lens
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(0)
+        .min(t_len - 1);
+    let span = t_len - start;
+    let targets: Vec<u32> = rows
+        .iter()
+        .flat_map(|r| r[start..].iter().copied())
+        .collect();
+    let weights: Vec<f32> = weights
+        .chunks(t_len)
+        .flat_map(|w| w[start..].iter().copied())
+        .collect();
     let noisy = Tensor::from_vec(noisy, (b, t_len), device)?;
-    let targets = Tensor::from_vec(targets, (b, t_len, 1), device)?;
-    let weights = Tensor::from_vec(weights, (b, t_len), device)?;
-    let logits = model.forward_train(&noisy)?.to_dtype(DType::F32)?;
+    let targets = Tensor::from_vec(targets, (b, span, 1), device)?;
+    let weights = Tensor::from_vec(weights, (b, span), device)?;
+    let logits = model
+        .forward_train(&noisy)?
+        .narrow(1, start, span)?
+        .to_dtype(DType::F32)?;
     let logp = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
     let picked = logp.gather(&targets, D::Minus1)?.squeeze(D::Minus1)?;
     let loss = (picked * weights)?.sum_all()?.neg()?;

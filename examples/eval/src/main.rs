@@ -1,10 +1,13 @@
 //! `eval`: run the held-out task suite (200 questions per task, or `--limit N`) through any decoding
-//! strategy and print, per task, exact and final-answer accuracy, forwards per answer, tokens
-//! committed per forward and wall time — the paper's accuracy protocol on the synthetic suite.
+//! strategy and print, per task, exact and final-answer accuracy, per-step accuracy of worked
+//! answers, forwards per answer, tokens committed per forward and wall time — the paper's accuracy
+//! protocol on the synthetic suite. `--json` adds every answer with the decoding step at which
+//! each generated position was committed (the commit frontier).
 //!
 //! ```text
 //! eval --model models/tiny-llada --strategy vanilla            # one token per step
 //! eval --model models/tiny-llada --strategy dual-cache --threshold 0.9 --json
+//! eval --model models/tiny-llada-long                           # the long suite (detected)
 //! ```
 
 use std::path::PathBuf;
@@ -15,7 +18,7 @@ use clap::Parser;
 use dllm_decode::{DecodeParams, DreamParams};
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
 use dllm_tasks::eval::{evaluate, questions, table};
-use dllm_tasks::TaskKind;
+use dllm_tasks::{Suite, TaskKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Evaluate a task-suite model on the held-out set.
@@ -31,10 +34,15 @@ struct Args {
     /// Questions per task (default: all 200).
     #[arg(long)]
     limit: Option<usize>,
-    /// Tasks to run (comma-separated: math, yesno, choice, completion).
+    /// Task suite: short or long [default: the one whose tokenizer the model has].
+    #[arg(long)]
+    suite: Option<String>,
+    /// Tasks to run (comma-separated: math, yesno, choice, completion, long-math, long-yesno,
+    /// long-choice, long-story) [default: every task of the suite].
     #[arg(long, value_delimiter = ',')]
     tasks: Option<Vec<String>>,
-    /// Generated positions [default: the checkpoint's recommendation, else 24].
+    /// Generated positions [default: the checkpoint's recommendation, else 24 (short suite) or
+    /// 128 (long suite)].
     #[arg(long)]
     gen_length: Option<usize>,
     /// Block length [default: the checkpoint's recommendation, else gen-length].
@@ -82,13 +90,20 @@ fn run(a: Args) -> Result<()> {
         // before any tensor work, when the pools start.
         dllm_models::threads::configure(t).context("--threads")?;
     }
-    let kinds: Vec<TaskKind> = match &a.tasks {
-        Some(v) => v
-            .iter()
-            .map(|s| s.parse::<TaskKind>().map_err(|e| anyhow!("--tasks: {e}")))
-            .collect::<Result<_>>()?,
-        None => TaskKind::ALL.to_vec(),
-    };
+    let asked_suite: Option<Suite> = a
+        .suite
+        .as_deref()
+        .map(|s| s.parse().map_err(|e| anyhow!("--suite: {e}")))
+        .transpose()?;
+    let asked_tasks: Option<Vec<TaskKind>> = a
+        .tasks
+        .as_ref()
+        .map(|v| {
+            v.iter()
+                .map(|s| s.parse::<TaskKind>().map_err(|e| anyhow!("--tasks: {e}")))
+                .collect::<Result<_>>()
+        })
+        .transpose()?;
     if a.limit == Some(0) {
         bail!("--limit must be positive");
     }
@@ -102,10 +117,23 @@ fn run(a: Args) -> Result<()> {
         .tokenizer
         .clone()
         .ok_or_else(|| anyhow!("{} has no tokenizer.json (pass --tokenizer)", loaded.source))?;
-    dllm_tasks::tokenizer::check_special_tokens(tok.inner())
-        .context("the model's tokenizer is not the task-suite tokenizer")?;
+    let tok_suite = dllm_tasks::tokenizer::suite_of(tok.inner())
+        .context("the model's tokenizer is not a task-suite tokenizer")?;
+    let suite = asked_suite.unwrap_or(tok_suite);
+    let kinds = asked_tasks.unwrap_or_else(|| suite.tasks().to_vec());
+    if let Some(k) = kinds.iter().find(|k| k.suite() != tok_suite) {
+        bail!(
+            "{}: task {k} belongs to the {} suite, but the model has the {tok_suite} suite's tokenizer",
+            if a.tasks.is_some() { "--tasks" } else { "--suite" },
+            k.suite()
+        );
+    }
     let d = loaded.defaults;
-    let gen_length = a.gen_length.or(d.gen_length).unwrap_or(24);
+    let suite_gen = match suite {
+        Suite::Short => 24,
+        Suite::Long => dllm_tasks::LONG_GEN_LENGTH,
+    };
+    let gen_length = a.gen_length.or(d.gen_length).unwrap_or(suite_gen);
     let block_length = a.block_length.or(d.block_length).unwrap_or(gen_length);
     let params = DecodeParams {
         gen_length,
@@ -169,6 +197,7 @@ fn run(a: Args) -> Result<()> {
     if a.json {
         let out = serde_json::json!({
             "model": loaded.source,
+            "suite": suite.name(),
             "params": {
                 "strategy": a.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
                 "steps": params.steps, "threshold": params.threshold.map(f32_as_written), "remasking": a.remasking,
@@ -178,7 +207,16 @@ fn run(a: Args) -> Result<()> {
                 "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
                 "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
                 "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
+                "step_accuracy": s.step_accuracy(),
                 "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
+            })).collect::<Vec<_>>(),
+            // Every answer, in question order, with the step that committed each generated
+            // position (null: filled with EOS after an early stop, never decoded).
+            "answers": answers.iter().map(|ans| serde_json::json!({
+                "task": ans.task.name(), "final_answer": ans.final_answer, "exact": ans.exact,
+                "steps_right": ans.steps.map(|s| s.right), "steps_total": ans.steps.map(|s| s.total),
+                "forwards": ans.forwards, "tokens": ans.tokens, "response": ans.response,
+                "commit_step": ans.commit_step,
             })).collect::<Vec<_>>(),
             "elapsed_ms": t0.elapsed().as_secs_f64() * 1e3,
         });

@@ -110,3 +110,127 @@ fn bad_input_is_a_named_error() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A random model with the long suite's tokenizer: the suite is detected, every long task is
+/// run, and `--json` carries per-step accuracy and the commit step of every position.
+fn random_long_model(name: &str) -> PathBuf {
+    use dllm_models::lm::Arch;
+    use dllm_tasks::train::{suite_config, ModelShape};
+    let dir = std::env::temp_dir().join(format!("eval-cli-long-{}-{name}", std::process::id()));
+    let tok = dllm_tasks::tokenizer::build_long_suite_tokenizer().unwrap();
+    let shape = ModelShape {
+        arch: Arch::Llada,
+        hidden: 32,
+        layers: 1,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 64,
+    };
+    let cfg = suite_config(shape, tok.get_vocab_size(true)).unwrap();
+    write_hf(&dir, &cfg, &random_weights(&cfg, 3).unwrap(), DType::F32, 1).unwrap();
+    dllm_tasks::tokenizer::save(&tok, dir.join("tokenizer.json")).unwrap();
+    dir
+}
+
+#[test]
+fn long_suite_json_has_steps_and_commit_frontier() {
+    let dir = random_long_model("json");
+    let m = dir.to_str().unwrap();
+    let out = run(&[
+        "--model",
+        m,
+        "--limit",
+        "2",
+        "--gen-length",
+        "64",
+        "--block-length",
+        "32",
+        "--no-early-stop",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["suite"], "long");
+    let names: Vec<&str> = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["task"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["long-math", "long-yesno", "long-choice", "long-story"]
+    );
+    for t in v["tasks"].as_array().unwrap() {
+        let st = t["step_accuracy"]
+            .as_f64()
+            .expect("worked answers have a step accuracy");
+        assert!((0.0..=1.0).contains(&st), "{t}");
+    }
+    let answers = v["answers"].as_array().unwrap();
+    assert_eq!(answers.len(), 8);
+    for a in answers {
+        assert!(a["steps_total"].as_u64().unwrap() >= 6, "{a}");
+        let steps: Vec<u64> = a["commit_step"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                s.as_u64()
+                    .expect("no early stop: every position is decoded")
+            })
+            .collect();
+        assert_eq!(steps.len(), 64);
+        // One token per step: the commit steps are a permutation of the 64 steps, and the
+        // first block is finished before the second starts.
+        let mut sorted = steps.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..64).collect::<Vec<u64>>());
+        assert!(steps[..32].iter().all(|&s| s < 32), "{steps:?}");
+    }
+    // With threshold decoding several positions share a step, and the early stop leaves
+    // positions no step decoded (null) when a block ends in EOS.
+    let out = run(&[
+        "--model",
+        m,
+        "--limit",
+        "1",
+        "--tasks",
+        "long-story",
+        "--threshold",
+        "0.5",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["params"]["gen_length"], 128, "the long suite's default");
+    assert_eq!(
+        v["answers"][0]["commit_step"].as_array().unwrap().len(),
+        128
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn suites_and_tasks_must_match_the_tokenizer() {
+    let m = shipped();
+    let out = run(&["--model", &m, "--tasks", "long-math"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("long-math") && err.contains("short suite's tokenizer"),
+        "{err}"
+    );
+    let out = run(&["--model", &m, "--suite", "long"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--suite"));
+    let out = run(&["--model", &m, "--suite", "medium"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("medium"));
+}

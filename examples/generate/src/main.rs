@@ -94,6 +94,10 @@ fn run(a: Args) -> Result<()> {
         None => embedded::load(&opts)?,
     };
     let info = loaded.model.info().clone();
+    // Printed even with --json (on stderr): a mismatched tokenizer explains odd output.
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
     if !a.json {
         eprintln!(
             "loaded {} ({}, {:.1}M parameters, {} layers) in {:.2}s",

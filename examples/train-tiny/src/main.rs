@@ -17,11 +17,11 @@ use dllm_decode::{DecodeParams, Strategy};
 use dllm_models::lm::Arch;
 use dllm_models::{dream, llada, TransformerConfig};
 use dllm_tasks::rng::Rng;
-use dllm_tasks::tasks::{train_stream, TaskKind, TrainStream};
+use dllm_tasks::tasks::{suite_train_stream, Suite, TaskKind, TrainStream};
 use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, MASK_ID, PAD_ID};
 use dllm_tasks::train::{
-    inference_copy, init_varmap, lr_at, named_vars, sft_loss, suite_config, trainable, AdamW,
-    AdamWConfig, Batcher, ModelShape,
+    inference_copy, init_from, init_varmap, lr_at, named_vars, sft_loss, suite_config, trainable,
+    AdamW, AdamWConfig, Batcher, ModelShape,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -35,6 +35,11 @@ struct Args {
     /// Architecture: llada or dream (GQA, q/k/v biases, shifted logits).
     #[arg(long, default_value = "llada")]
     arch: String,
+    /// Task suite: short (the tiny-* models) or long (worked answers of 64-128 tokens; use
+    /// --gen-len 128 --block-length 32). Each suite has its own tokenizer.
+    #[arg(long, default_value = "short")]
+    #[serde(default = "default_suite")]
+    suite: String,
     /// Hidden size.
     #[arg(long, default_value_t = 128)]
     hidden: usize,
@@ -53,6 +58,15 @@ struct Args {
     /// Response region per row (answer + EOS padding); match the eval's --gen-length.
     #[arg(long, default_value_t = 24)]
     gen_len: usize,
+    /// Long suite: fraction of examples drawn as small training-only instances (fewer steps,
+    /// facts, options or people), trained on --small-gen-len canvases.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    small_fraction: f64,
+    /// Response region of the small instances' rows.
+    #[arg(long, default_value_t = 64)]
+    #[serde(default = "default_small_gen_len")]
+    small_gen_len: usize,
     /// Block length recommended in generation_config.json (the decoders' default).
     #[arg(long, default_value_t = 8)]
     block_length: usize,
@@ -98,12 +112,25 @@ struct Args {
     /// Save a resumable checkpoint every N steps.
     #[arg(long, default_value_t = 250)]
     checkpoint_every: usize,
+    /// Warm start: initialise from this HF checkpoint (same shape; its tokenizer's vocabulary a
+    /// prefix of the suite's, e.g. models/tiny-llada for the long suite) instead of at random.
+    #[arg(long)]
+    #[serde(default)]
+    init_from: Option<PathBuf>,
     /// Continue from `<out>/checkpoint` if it exists.
     #[arg(long)]
     resume: bool,
     /// Dtype of the final model.safetensors (f16, bf16, f32).
     #[arg(long, default_value = "f16")]
     save_dtype: String,
+}
+
+fn default_suite() -> String {
+    "short".into()
+}
+
+fn default_small_gen_len() -> usize {
+    64
 }
 
 #[derive(Serialize, Deserialize)]
@@ -142,23 +169,37 @@ fn save_weights(varmap: &VarMap, path: &Path, dtype: DType) -> Result<()> {
     Ok(())
 }
 
+/// Final-answer accuracy per task, and per-step accuracy for worked answers.
+type QuickEval = Vec<(TaskKind, f64, Option<f64>)>;
+
 fn quick_eval(
     varmap: &VarMap,
     cfg: &TransformerConfig,
     tok: &tokenizers::Tokenizer,
     a: &Args,
-) -> Result<Vec<(TaskKind, f64)>> {
+    suite: Suite,
+) -> Result<QuickEval> {
     let mut model = inference_copy(varmap, cfg)?;
+    // The short suite's quick eval decodes its whole answer as one block (its history in the
+    // shipped cards); the long suite uses the recommended block length, whose early stop
+    // skips the EOS blocks.
+    let block_length = match suite {
+        Suite::Short => a.gen_len,
+        Suite::Long => a.block_length,
+    };
     let params = DecodeParams {
         gen_length: a.gen_len,
-        block_length: a.gen_len,
+        block_length,
         steps: a.gen_len,
         strategy: Strategy::Vanilla,
         ..Default::default()
     };
-    let qs = dllm_tasks::eval::questions(&TaskKind::ALL, Some(a.eval_limit));
+    let qs = dllm_tasks::eval::questions(&suite.tasks(), Some(a.eval_limit));
     let (scores, _) = dllm_tasks::eval::evaluate(&mut model, tok, &qs, &params, |_, _, _| {})?;
-    Ok(scores.iter().map(|s| (s.task, s.accuracy())).collect())
+    Ok(scores
+        .iter()
+        .map(|s| (s.task, s.accuracy(), s.step_accuracy()))
+        .collect())
 }
 
 /// Drops log lines written after the checkpoint a run resumes from, so the log describes one
@@ -190,6 +231,7 @@ fn main() -> Result<()> {
         "dream" => Arch::Dream,
         other => bail!("--arch: `{other}` (expected llada or dream)"),
     };
+    let suite: Suite = a.suite.parse().context("--suite")?;
     let save_dtype = match a.save_dtype.as_str() {
         "f16" => DType::F16,
         "bf16" => DType::BF16,
@@ -216,10 +258,38 @@ fn main() -> Result<()> {
     let weights: [u32; 4] = a.task_weights.clone().try_into().map_err(|_| {
         anyhow::anyhow!("--task-weights needs 4 values (math,yesno,choice,completion)")
     })?;
-    train_stream(a.seed)
+    suite_train_stream(suite, a.seed)
         .with_weights(weights)
-        .context("--task-weights")?;
-    let tok = tk::build_suite_tokenizer()?;
+        .context("--task-weights")?
+        .with_small_fraction(a.small_fraction)
+        .context("--small-fraction")?;
+    if a.small_fraction > 0.0
+        && (a.small_gen_len < dllm_tasks::tasks::long::SMALL_MAX_RESPONSE_TOKENS + 1
+            || a.small_gen_len > a.gen_len)
+    {
+        bail!(
+            "--small-gen-len {} must hold a small answer + EOS ({} tokens) and not exceed --gen-len {}",
+            a.small_gen_len,
+            dllm_tasks::tasks::long::SMALL_MAX_RESPONSE_TOKENS + 1,
+            a.gen_len
+        );
+    }
+    if a.gen_len < tk::max_response_tokens(suite) + 1 {
+        bail!(
+            "--gen-len {} is shorter than the {suite} suite's longest answer + EOS ({} tokens)",
+            a.gen_len,
+            tk::max_response_tokens(suite) + 1
+        );
+    }
+    if tk::max_prompt_tokens(suite) + a.gen_len > dllm_tasks::train::SUITE_MAX_SEQ_LEN {
+        bail!(
+            "--gen-len {}: the {suite} suite's longest prompt ({} tokens) plus it exceeds the model's {} positions",
+            a.gen_len,
+            tk::max_prompt_tokens(suite),
+            dllm_tasks::train::SUITE_MAX_SEQ_LEN
+        );
+    }
+    let tok = tk::build_tokenizer(suite)?;
     let vocab = tok.get_vocab_size(true);
     let shape = ModelShape {
         arch,
@@ -256,6 +326,17 @@ fn main() -> Result<()> {
     let dev = Device::Cpu;
     let mut varmap = VarMap::new();
     init_varmap(&varmap, &cfg, a.seed)?;
+    if let Some(dir) = &a.init_from {
+        let w = init_from(&varmap, dir, &tok)
+            .with_context(|| format!("--init-from {}", dir.display()))?;
+        eprintln!(
+            "warm start from {}: {} tensors copied, {} vocabulary matrices extended from {} to {vocab} rows",
+            dir.display(),
+            w.copied,
+            w.extended,
+            w.old_vocab
+        );
+    }
     let model = trainable(&varmap, &cfg)?;
     let vars = named_vars(&varmap)?;
     let n_params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
@@ -268,7 +349,7 @@ fn main() -> Result<()> {
         },
     )?;
 
-    let mut stream: TrainStream = train_stream(a.seed);
+    let mut stream: TrainStream = suite_train_stream(suite, a.seed);
     let mut mask_rng = Rng::new(a.seed ^ 0x5E_ED0F_3A5C);
     let mut step = 0usize;
     let mut prior = Duration::ZERO;
@@ -279,7 +360,7 @@ fn main() -> Result<()> {
             .context("loading checkpoint weights")?;
         opt.load(&ckpt.join("optimizer.safetensors"))?;
         let st: State = serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?)?;
-        stream = TrainStream::from_rng_state(st.stream);
+        stream = TrainStream::from_suite_rng_state(suite, st.stream);
         mask_rng = Rng::from_state(st.mask_rng);
         step = st.step;
         prior = Duration::from_secs_f64(st.elapsed_s);
@@ -292,9 +373,20 @@ fn main() -> Result<()> {
     eprintln!(
         "{} model: {n_params} parameters (d {}, {} layers, {} heads / {} kv, mlp {}), vocab {vocab}, rows {}+{}, batch {}",
         cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
-        tk::MAX_PROMPT_TOKENS, a.gen_len, a.batch
+        tk::max_prompt_tokens(suite), a.gen_len, a.batch
     );
-    let mut batcher = Batcher::new(stream.with_weights(weights)?, a.batch, a.gen_len);
+    let gen_lens = if a.small_fraction > 0.0 {
+        vec![a.small_gen_len, a.gen_len]
+    } else {
+        vec![a.gen_len]
+    };
+    let mut batcher = Batcher::with_gen_lens(
+        stream
+            .with_weights(weights)?
+            .with_small_fraction(a.small_fraction)?,
+        a.batch,
+        gen_lens,
+    );
     let log_path = a.out.join("training_log.jsonl");
     if step > 0 {
         truncate_log(&log_path, step)?;
@@ -360,10 +452,15 @@ fn main() -> Result<()> {
         ));
         let mut rec = serde_json::json!({"step": step, "loss": loss_v, "loss_ema": ema, "lr": lr, "grad_norm": gnorm, "elapsed_s": elapsed.as_secs_f64(), "examples": examples});
         if a.eval_every > 0 && (step.is_multiple_of(a.eval_every) || step == a.steps) {
-            let acc = quick_eval(&varmap, &cfg, &tok, &a)?;
+            let acc = quick_eval(&varmap, &cfg, &tok, &a, suite)?;
             let txt: Vec<String> = acc
                 .iter()
-                .map(|(k, v)| format!("{} {:.0}%", k.name(), 100.0 * v))
+                .map(|(k, v, st)| match st {
+                    Some(st) => {
+                        format!("{} {:.0}% (steps {:.0}%)", k.name(), 100.0 * v, 100.0 * st)
+                    }
+                    None => format!("{} {:.0}%", k.name(), 100.0 * v),
+                })
                 .collect();
             pb.println(format!(
                 "step {step}: loss {:.4}, quick eval ({} per task): {}",
@@ -373,8 +470,14 @@ fn main() -> Result<()> {
             ));
             rec["eval"] = serde_json::json!(acc
                 .iter()
-                .map(|(k, v)| (k.name(), *v))
+                .map(|(k, v, _)| (k.name(), *v))
                 .collect::<std::collections::BTreeMap<_, _>>());
+            if suite == Suite::Long {
+                rec["eval_steps"] = serde_json::json!(acc
+                    .iter()
+                    .filter_map(|(k, _, st)| st.map(|st| (k.name(), st)))
+                    .collect::<std::collections::BTreeMap<_, _>>());
+            }
         }
         use std::io::Write;
         writeln!(log, "{rec}")?;
