@@ -6,7 +6,8 @@ pub enum DecodeError {
     /// A decoding parameter is impossible or inconsistent; the message names it.
     #[error("invalid parameter `{name}`: {reason}")]
     InvalidParam {
-        /// The parameter (as spelled on the `generate` command line).
+        /// The field of [`crate::DecodeParams`] (a path such as `gen_length` or
+        /// `revision.theta_visible`); command-line tools map it to their flag.
         name: &'static str,
         /// What is wrong.
         reason: String,

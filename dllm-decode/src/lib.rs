@@ -20,6 +20,9 @@ use std::sync::Arc;
 use dllm_models::{Arch, DiffusionLm};
 
 pub use error::{DecodeError, Result};
+/// The model crate, whose types (`DiffusionLm`, `LoadedModel`, `DecodeDefaults`) appear in this
+/// crate's signatures.
+pub use dllm_models;
 pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{Control, StepEvent, StepObserver};
@@ -54,9 +57,9 @@ pub fn prepare_canvas(
     let total = prompt.len().saturating_add(p.gen_length);
     if total > info.max_seq_len {
         return Err(DecodeError::param(
-            "gen-length",
+            "gen_length",
             format!(
-                "prompt ({}) + gen-length ({}) = {total} exceeds the model's maximum sequence length {}",
+                "prompt ({}) + gen_length ({}) = {total} exceeds the model's maximum sequence length {}",
                 prompt.len(),
                 p.gen_length,
                 info.max_seq_len
@@ -211,43 +214,43 @@ pub fn uses_dream_algorithm(arch: Arch, p: &DecodeParams) -> bool {
 fn check_options_apply(arch: Arch, p: &DecodeParams) -> Result<()> {
     let unused = |name: &'static str, why: &str| Err(DecodeError::param(name, why.to_string()));
     if uses_dream_algorithm(arch, p) {
-        let why = "Dream's own algorithm (a Dream model with --strategy vanilla) does not use it; \
-                   the block-wise strategies (prefix-cache, dual-cache) do";
+        let why = "Dream's own algorithm (a Dream model with the vanilla strategy) does not use \
+                   it; the block-wise strategies (prefix-cache, dual-cache, mbsd) do";
         if p.threshold.is_some() {
             return unused("threshold", why);
         }
         if p.cfg_scale > 0.0 {
-            return unused("cfg-scale", why);
+            return unused("cfg_scale", why);
         }
         if p.remasking != Remasking::LowConfidence {
             return unused(
                 "remasking",
-                "Dream's algorithm chooses positions with --alg",
+                "Dream's algorithm chooses positions with dream.alg",
             );
         }
         if p.logits_eos_inf {
-            return unused("logits-eos-inf", why);
+            return unused("logits_eos_inf", why);
         }
         if p.confidence_eos_eot_inf {
-            return unused("confidence-eos-eot-inf", why);
+            return unused("confidence_eos_eot_inf", why);
         }
     } else {
-        let why = "only Dream's own algorithm (a Dream model with --strategy vanilla) uses it";
+        let why = "only Dream's own algorithm (a Dream model with the vanilla strategy) uses it";
         let (d, default) = (p.dream, DreamParams::default());
         if d.alg != default.alg {
-            return unused("alg", why);
+            return unused("dream.alg", why);
         }
         if d.eps != default.eps {
-            return unused("eps", why);
+            return unused("dream.eps", why);
         }
         if d.alg_temp.is_some() {
-            return unused("alg-temp", why);
+            return unused("dream.alg_temp", why);
         }
         if d.top_p.is_some() {
-            return unused("top-p", why);
+            return unused("dream.top_p", why);
         }
         if d.top_k.is_some() {
-            return unused("top-k", why);
+            return unused("dream.top_k", why);
         }
     }
     Ok(())

@@ -362,16 +362,16 @@ impl DecodeParams {
     pub fn validate(&self) -> Result<()> {
         let p = |name: &'static str, reason: String| DecodeError::param(name, reason);
         if self.gen_length == 0 {
-            return Err(p("gen-length", "must be positive".into()));
+            return Err(p("gen_length", "must be positive".into()));
         }
         if self.block_length == 0 {
-            return Err(p("block-length", "must be positive".into()));
+            return Err(p("block_length", "must be positive".into()));
         }
         if !self.gen_length.is_multiple_of(self.block_length) {
             return Err(p(
-                "gen-length",
+                "gen_length",
                 format!(
-                    "{} is not a multiple of block-length {}",
+                    "{} is not a multiple of block_length {}",
                     self.gen_length, self.block_length
                 ),
             ));
@@ -383,7 +383,7 @@ impl DecodeParams {
             return Err(p(
                 "steps",
                 format!(
-                    "{} exceeds gen-length {}: a step that decides no position is a wasted forward",
+                    "{} exceeds gen_length {}: a step that decides no position is a wasted forward",
                     self.steps, self.gen_length
                 ),
             ));
@@ -392,7 +392,7 @@ impl DecodeParams {
             return Err(p(
                 "steps",
                 format!(
-                    "{} is not a multiple of the number of blocks {} (gen-length / block-length)",
+                    "{} is not a multiple of the number of blocks {} (gen_length / block_length)",
                     self.steps,
                     self.num_blocks()
                 ),
@@ -411,55 +411,55 @@ impl DecodeParams {
         }
         if !(self.cfg_scale >= 0.0 && self.cfg_scale.is_finite()) {
             return Err(p(
-                "cfg-scale",
+                "cfg_scale",
                 format!("{} must be a finite value >= 0", self.cfg_scale),
             ));
         }
         if self.cfg_scale > 0.0 && self.strategy != Strategy::Vanilla {
             return Err(p(
-                "cfg-scale",
-                "classifier-free guidance is only supported with --strategy vanilla".into(),
+                "cfg_scale",
+                "classifier-free guidance is only supported with the vanilla strategy".into(),
             ));
         }
         let d = &self.dream;
         if !(d.eps > 0.0 && d.eps < 1.0) {
-            return Err(p("eps", format!("{} is not in (0, 1)", d.eps)));
+            return Err(p("dream.eps", format!("{} is not in (0, 1)", d.eps)));
         }
         if let Some(t) = d.alg_temp {
             if !(t >= 0.0 && t.is_finite()) {
-                return Err(p("alg-temp", format!("{t} must be a finite value >= 0")));
+                return Err(p("dream.alg_temp", format!("{t} must be a finite value >= 0")));
             }
         }
         if let Some(tp) = d.top_p {
             if !(tp > 0.0 && tp <= 1.0) {
-                return Err(p("top-p", format!("{tp} is not in (0, 1]")));
+                return Err(p("dream.top_p", format!("{tp} is not in (0, 1]")));
             }
         }
         if d.top_k == Some(0) {
-            return Err(p("top-k", "must be positive".into()));
+            return Err(p("dream.top_k", "must be positive".into()));
         }
         let m = &self.mbsd;
         if !(m.allowance.is_finite() && m.allowance >= 0.0) {
             return Err(p(
-                "lookahead-allowance",
+                "mbsd.allowance",
                 format!("{} must be a finite fraction >= 0", m.allowance),
             ));
         }
         if !(m.budget_mib.is_finite() && m.budget_mib >= 0.0) {
             return Err(p(
-                "lookahead-budget",
+                "mbsd.budget_mib",
                 format!("{} MiB must be a finite value >= 0", m.budget_mib),
             ));
         }
         if let Some(t) = m.draft_context {
             if !(t > 0.0 && t <= 1.0) {
-                return Err(p("draft-context", format!("{t} is not in (0, 1]")));
+                return Err(p("mbsd.draft_context", format!("{t} is not in (0, 1]")));
             }
         }
         let r = &self.revision;
         for (name, t) in [
-            ("theta-visible", r.theta_visible),
-            ("theta-stable", r.theta_stable),
+            ("revision.theta_visible", r.theta_visible),
+            ("revision.theta_stable", r.theta_stable),
         ] {
             if !(t > 0.0 && t <= 1.0) {
                 return Err(p(name, format!("{t} is not in (0, 1]")));
@@ -467,9 +467,9 @@ impl DecodeParams {
         }
         if r.theta_visible > r.theta_stable {
             return Err(p(
-                "theta-visible",
+                "revision.theta_visible",
                 format!(
-                    "{} is above theta-stable {}: a token cannot be final before it is visible",
+                    "{} is above revision.theta_stable {}: a token cannot be final before it is visible",
                     r.theta_visible, r.theta_stable
                 ),
             ));
@@ -477,50 +477,51 @@ impl DecodeParams {
         if self.strategy == Strategy::Mbsd && r.sts && self.threshold.is_some() {
             return Err(p(
                 "threshold",
-                "with staged stabilization (--strategy mbsd) decisions follow --theta-visible and \
-                 --theta-stable; add --no-sts to decide by --threshold"
+                "with staged stabilization (strategy mbsd, revision.sts) decisions follow \
+                 revision.theta_visible and revision.theta_stable; turn revision.sts off to decide \
+                 by threshold"
                     .into(),
             ));
         }
         if self.strategy != Strategy::Mbsd {
             let d = RevisionParams::default();
-            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            let why = |field: &'static str| Err(p(field, "only the mbsd strategy uses it".into()));
             if r.sts != d.sts {
-                return why("no-sts");
+                return why("revision.sts");
             }
             if r.scr != d.scr {
-                return why("no-scr");
+                return why("revision.scr");
             }
             if r.sls != d.sls {
-                return why("no-sls");
+                return why("revision.sls");
             }
             if r.theta_visible != d.theta_visible {
-                return why("theta-visible");
+                return why("revision.theta_visible");
             }
             if r.theta_stable != d.theta_stable {
-                return why("theta-stable");
+                return why("revision.theta_stable");
             }
         }
         if self.strategy != Strategy::Mbsd {
             let d = MbsdParams::default();
-            let why = |flag: &'static str| Err(p(flag, "only --strategy mbsd uses it".into()));
+            let why = |field: &'static str| Err(p(field, "only the mbsd strategy uses it".into()));
             if m.sliding != d.sliding {
-                return why("no-sliding");
+                return why("mbsd.sliding");
             }
             if m.lookahead != d.lookahead {
-                return why("no-lookahead");
+                return why("mbsd.lookahead");
             }
             if m.trigger != d.trigger {
-                return why("lookahead-trigger");
+                return why("mbsd.trigger");
             }
             if m.allowance != d.allowance {
-                return why("lookahead-allowance");
+                return why("mbsd.allowance");
             }
             if m.budget_mib != d.budget_mib {
-                return why("lookahead-budget");
+                return why("mbsd.budget_mib");
             }
             if m.draft_context.is_some() {
-                return why("draft-context");
+                return why("mbsd.draft_context");
             }
         }
         Ok(())

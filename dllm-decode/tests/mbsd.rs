@@ -368,7 +368,7 @@ fn mbsd_options_elsewhere_are_errors_naming_them() {
     let e = generate(&mut synthetic(), PROMPT, &p, &mut ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("no-sliding"), "{e}");
+    assert!(e.contains("mbsd.sliding"), "{e}");
     let bad = MbsdParams {
         allowance: f64::NAN,
         ..Default::default()
@@ -381,5 +381,5 @@ fn mbsd_options_elsewhere_are_errors_naming_them() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("lookahead-allowance"), "{e}");
+    assert!(e.contains("mbsd.allowance"), "{e}");
 }

@@ -320,7 +320,7 @@ fn threshold_with_sts_and_bad_thetas_are_named_errors() {
     let e = generate(&mut Scripted::new(), PROMPT, &p, &mut ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("threshold") && e.contains("no-sts"), "{e}");
+    assert!(e.contains("threshold") && e.contains("revision.sts"), "{e}");
     let p = mbsd(RevisionParams {
         theta_visible: 0.95,
         ..Default::default()
@@ -328,7 +328,7 @@ fn threshold_with_sts_and_bad_thetas_are_named_errors() {
     let e = generate(&mut Scripted::new(), PROMPT, &p, &mut ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("theta-visible"), "{e}");
+    assert!(e.contains("revision.theta_visible"), "{e}");
     let p = DecodeParams {
         strategy: Strategy::DualCache,
         revision: RevisionParams {
@@ -340,7 +340,7 @@ fn threshold_with_sts_and_bad_thetas_are_named_errors() {
     let e = generate(&mut Scripted::new(), PROMPT, &p, &mut ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("no-scr"), "{e}");
+    assert!(e.contains("revision.scr"), "{e}");
 }
 
 fn shipped() -> dllm_models::DiffusionTransformer {

@@ -274,7 +274,7 @@ fn bad_parameters_are_errors_naming_them() {
                 block_length: 4,
                 ..params(Strategy::Vanilla)
             },
-            "gen-length",
+            "gen_length",
         ),
         (
             DecodeParams {
@@ -295,7 +295,7 @@ fn bad_parameters_are_errors_naming_them() {
                 block_length: 0,
                 ..params(Strategy::Vanilla)
             },
-            "block-length",
+            "block_length",
         ),
         (
             DecodeParams {
@@ -323,7 +323,7 @@ fn bad_parameters_are_errors_naming_them() {
                 cfg_scale: 1.0,
                 ..params(Strategy::PrefixCache)
             },
-            "cfg-scale",
+            "cfg_scale",
         ),
         (
             DecodeParams {
@@ -364,7 +364,7 @@ fn bad_parameters_are_errors_naming_them() {
                 cfg_scale: 1.0,
                 ..params(Strategy::Vanilla)
             },
-            "cfg-scale",
+            "cfg_scale",
         ),
         (
             DecodeParams {
@@ -378,7 +378,7 @@ fn bad_parameters_are_errors_naming_them() {
                 logits_eos_inf: true,
                 ..params(Strategy::Vanilla)
             },
-            "logits-eos-inf",
+            "logits_eos_inf",
         ),
     ];
     for (p, word) in dream_only {
@@ -392,7 +392,7 @@ fn bad_parameters_are_errors_naming_them() {
     let e = generate(&mut dream, PROMPT, &p, &mut ())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("top-k"), "{e}");
+    assert!(e.contains("dream.top_k"), "{e}");
     let mut p = params(Strategy::Vanilla);
     p.dream.alg = "origin".parse().unwrap();
     let e = generate(&mut m, PROMPT, &p, &mut ())

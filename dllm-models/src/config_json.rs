@@ -46,6 +46,14 @@ impl Fields {
         })
     }
 
+    /// A parsed JSON value, which must be an object.
+    pub fn from_value(v: Value) -> Result<Self> {
+        match v {
+            Value::Object(map) => Ok(Self { map }),
+            _ => Err(Error::InvalidArgument("config is not a JSON object".into())),
+        }
+    }
+
     /// Parse a JSON object from text.
     pub fn parse_str(text: &str) -> Result<Self> {
         match serde_json::from_str::<Value>(text) {

@@ -86,3 +86,5 @@ pub fn config_to_json(cfg: &TransformerConfig) -> serde_json::Value {
         "pad_token_id": cfg.special.pad.unwrap_or(cfg.special.eos),
     })
 }
+
+crate::candle_style::candle_style!(Arch::Dream, "Dream");

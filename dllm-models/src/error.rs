@@ -140,6 +140,7 @@ pub enum Error {
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
     /// An error from the Hexagon NPU backend.
+    #[cfg(feature = "hexagon")]
     #[error("hexagon: {0}")]
     Hexagon(#[from] candle_hexagon::Error),
 }

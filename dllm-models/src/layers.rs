@@ -15,7 +15,10 @@
 use std::sync::RwLock;
 
 use candle_core::{DType, Device, Tensor, D};
-use candle_hexagon::HexagonDevice;
+#[cfg(feature = "hexagon")]
+pub use candle_hexagon::HexagonDevice;
+#[cfg(not(feature = "hexagon"))]
+pub use crate::hexagon_off::HexagonDevice;
 
 pub use crate::linear::{CpuLinear, CpuLinears, Embedding, Linear, Param};
 use crate::Result;
@@ -77,11 +80,14 @@ impl RmsNorm {
     pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
         Ok(match (mode, &self.backend) {
             (OpMode::Fused, Backend::Cpu) => {
-                candle_hexagon::ops::norm::rms_norm_cpu(x, &self.weight, self.eps)?
+                candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)?
             }
+            #[cfg(feature = "hexagon")]
             (OpMode::Fused, Backend::Hexagon(d)) => {
                 candle_hexagon::ops::rms_norm(d, x, &self.weight, self.eps)?
             }
+            #[cfg(not(feature = "hexagon"))]
+            (OpMode::Fused, Backend::Hexagon(d)) => match *d {},
             (OpMode::Differentiable, _) => {
                 candle_nn::ops::rms_norm_slow(x, &self.weight, self.eps)?
             }
@@ -92,6 +98,7 @@ impl RmsNorm {
 /// `silu(gate) * up`, on `backend` in the fused form.
 pub fn swiglu(gate: &Tensor, up: &Tensor, mode: OpMode, backend: &Backend) -> Result<Tensor> {
     match (mode, backend) {
+        #[cfg(feature = "hexagon")]
         (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::swiglu(d, gate, up)?),
         _ => Ok((candle_nn::ops::silu(gate)? * up)?),
     }
@@ -195,10 +202,15 @@ impl Rope {
         backend: &Backend,
     ) -> Result<Tensor> {
         match (mode, backend) {
+            #[cfg(feature = "hexagon")]
             (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::rope(d, x, cos, sin)?),
-            (OpMode::Fused, Backend::Cpu) => {
-                Ok(candle_hexagon::ops::elementwise::rope_cpu(x, cos, sin)?)
-            }
+            #[cfg(not(feature = "hexagon"))]
+            (OpMode::Fused, Backend::Hexagon(d)) => match *d {},
+            (OpMode::Fused, Backend::Cpu) => Ok(candle_nn::rotary_emb::rope_thd(
+                &x.contiguous()?,
+                &cos.contiguous()?,
+                &sin.contiguous()?,
+            )?),
             (OpMode::Differentiable, _) => {
                 let (_, n, _, d) = x.dims4()?;
                 let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, n, 1, d))?;
@@ -229,6 +241,7 @@ pub fn attention_on(
 ) -> Result<Tensor> {
     let (b, nq, h, d) = q.dims4()?;
     let out = match (mode, backend) {
+        #[cfg(feature = "hexagon")]
         (OpMode::Fused, Backend::Hexagon(dev)) => {
             // (b, nq, h, d): the NPU kernel returns bshd directly (candle-nn's CPU kernel returns bhsd).
             candle_hexagon::ops::flash_attn(dev, q, k, v, scale)?
@@ -242,7 +255,7 @@ fn attention_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -
     let h = q.dim(2)?;
     let out = match mode {
         // The same CPU path the Hexagon backend falls back to (candle-nn's flash attention).
-        OpMode::Fused => candle_hexagon::ops::attention::flash_attn_cpu(q, k, v, scale)?,
+        OpMode::Fused => flash_attn_cpu(q, k, v, scale)?,
         OpMode::Differentiable => {
             let hkv = k.dim(2)?;
             let rep = h / hkv;
@@ -266,4 +279,33 @@ fn attention_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32, mode: OpMode) -
         }
     };
     Ok(out)
+}
+
+/// candle-nn's CPU flash attention per batch item (its lean B = 1 kernel), `(b, nq, h, d)` in and
+/// out, cast back to `q`'s dtype. The Hexagon backend's CPU fallback is the same kernel
+/// (`candle_hexagon::ops::attention::flash_attn_cpu`), so a model computes the same on either
+/// backend when the device declines an op; this copy exists so the crate builds without it.
+fn flash_attn_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    use candle_nn::attention::{flash_attn as cpu_flash, AttnMask};
+    let mut outs = Vec::with_capacity(q.dim(0)?);
+    for i in 0..q.dim(0)? {
+        let (qi, ki, vi) = (q.narrow(0, i, 1)?, k.narrow(0, i, 1)?, v.narrow(0, i, 1)?);
+        outs.push(match q.dtype() {
+            DType::F32 => cpu_flash::<f32>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?,
+            DType::F16 => cpu_flash::<half::f16>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?,
+            DType::BF16 => cpu_flash::<half::bf16>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?,
+            dt => {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "attention in {dt:?} (use f32, f16 or bf16)"
+                )))
+            }
+        });
+    }
+    let o = if outs.len() == 1 {
+        outs.pop().expect("one batch item")
+    } else {
+        Tensor::cat(&outs, 0)?
+    };
+    // (b, h, s, d) -> (b, s, h, d); the cast back reads the transposed view (one copy).
+    Ok(o.transpose(1, 2)?.to_dtype(q.dtype())?)
 }

@@ -1,26 +1,15 @@
-//! # dllm-models
-//!
-//! LLaDA and Dream — masked-diffusion language models — as candle modules, with loaders for
-//! Hugging Face safetensors directories (single or sharded), llama.cpp GGUF files (F32, F16, Q8_0,
-//! Q4_0, ...) and Hugging Face model ids (through `hf-hub`'s cache, offline-capable), tokenizers
-//! and chat templates.
-//!
-//! Every model implements [`DiffusionLm`], the small trait decoders use: a forward over any window
-//! of the canvas against an explicit KV cache, logits only for the rows asked for, commits of
-//! window K/V into the cache, sparse refreshes of cached positions, and cache rollback. See
-//! [`lm`] for the exact semantics.
-//!
-//! This crate knows nothing of schedules, windows policies or token states (that is `dllm-decode`).
-
+#![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
 pub mod config;
+mod candle_style;
 pub mod config_json;
 pub mod dream;
 mod error;
 pub mod gguf;
 pub mod gguf_check;
 pub mod gguf_write;
+#[cfg(feature = "hub")]
 pub mod hub;
 pub mod kv_cache;
 pub mod layers;
@@ -29,7 +18,10 @@ pub mod limits;
 pub mod linear;
 pub mod llada;
 pub mod lm;
+#[cfg(feature = "hexagon")]
 mod npu_seq;
+#[cfg(not(feature = "hexagon"))]
+pub mod hexagon_off;
 pub mod safetensors_header;
 pub mod source;
 pub mod synthetic;
@@ -45,6 +37,16 @@ pub use linear::CpuLinears;
 pub use lm::{
     Arch, DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
 };
-pub use source::{load, LoadOptions, LoadedModel, ModelSource};
+pub use source::{load, read_config, DecodeDefaults, LoadOptions, LoadedModel, ModelSource};
+pub use weights::HfWeights;
+#[cfg(feature = "hub")]
+pub use hub::HubRepo;
+/// The Hexagon device [`Backend::Hexagon`] holds (an uninhabited stand-in without the `hexagon`
+/// feature).
+pub use layers::HexagonDevice;
+/// candle, whose types appear in this crate's signatures.
+pub use candle_core;
+/// The tokenizers crate, whose `Tokenizer` [`TextTokenizer`] wraps.
+pub use tokenizers;
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};
 pub use transformer::{DiffusionTransformer, TransformerConfig, TransformerWeights};

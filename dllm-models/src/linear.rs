@@ -14,7 +14,10 @@ use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
+#[cfg(feature = "hexagon")]
 use candle_hexagon::{HexLinear, Placed};
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::HexLinear;
 use kernels_cpu::{DenseMatrix, DenseType, GgmlType, QuantMatrix};
 
 use crate::layers::Backend;
@@ -294,6 +297,18 @@ impl Linear {
         let Some(dev) = backend.hexagon() else {
             return Linear::new(weight, bias);
         };
+        #[cfg(not(feature = "hexagon"))]
+        match *dev {}
+        #[cfg(feature = "hexagon")]
+        Self::place_on(dev, weight, bias)
+    }
+
+    #[cfg(feature = "hexagon")]
+    fn place_on(
+        dev: &candle_hexagon::HexagonDevice,
+        weight: Param,
+        bias: Option<Tensor>,
+    ) -> Result<Self> {
         let placed = match &weight {
             Param::Dense(t) => HexLinear::from_dense(dev, t, bias.as_ref())?,
             // Half-precision GGUF matrices are dense weights to the NPU.

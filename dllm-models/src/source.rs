@@ -7,10 +7,11 @@ use candle_core::{DType, Device};
 
 use crate::config_json::Fields;
 use crate::gguf::GgufWeights;
+#[cfg(feature = "hub")]
 use crate::hub::HubRepo;
 use crate::layers::{Backend, OpMode};
 use crate::linear::{with_cpu_linears, CpuLinears};
-use crate::lm::{Arch, DiffusionLm};
+use crate::lm::{Arch, DiffusionLm, ModelInfo, SpecialTokens};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::{DiffusionTransformer, TransformerConfig};
 use crate::weights::{HfWeights, WeightSource};
@@ -184,7 +185,15 @@ pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
     match source {
         ModelSource::Dir(dir) => load_dir(dir, opts),
         ModelSource::Gguf(path) => load_gguf(path, opts),
+        #[cfg(feature = "hub")]
         ModelSource::Hub { id, revision } => load_hub(&HubRepo::new(id, revision.as_deref()), opts),
+        #[cfg(not(feature = "hub"))]
+        ModelSource::Hub { id, .. } => Err(Error::Source {
+            source_desc: id.clone(),
+            reason: "is not a local directory or .gguf file, and this build of dllm-models has no \
+                     Hugging Face hub support (the `hub` feature is off)"
+                .into(),
+        }),
     }
 }
 
@@ -417,9 +426,33 @@ fn finish(
         Some(g) => g.named(g.fields.opt_token_id("bos_token_id"))?,
         None => None,
     };
+    let special = complete_special(&info, tokenizer.as_ref(), bos)?;
+    model.set_special_tokens(special)?;
+    let defaults = match generation_config {
+        Some(g) => g.defaults(info.max_seq_len)?,
+        None => DecodeDefaults::default(),
+    };
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        source,
+        defaults,
+        warnings,
+    })
+}
+
+/// The special tokens of a model once its config's are completed: EoT from the tokenizer (or
+/// LLaDA-8B's own id when there is none), BOS from `generation_config.json`; each checked to be a
+/// vocabulary row other than the mask. [`load`] and the candle-style constructors
+/// ([`crate::llada::new`], [`crate::dream::new`]) share this rule.
+pub(crate) fn complete_special(
+    info: &ModelInfo,
+    tokenizer: Option<&TextTokenizer>,
+    bos: Option<u32>,
+) -> Result<SpecialTokens> {
     let mut special = info.special.clone();
     if special.eot.is_none() {
-        special.eot = match &tokenizer {
+        special.eot = match tokenizer {
             Some(t) => t.eot_id(),
             None if info.arch == Arch::Llada && info.vocab_size == 126464 => {
                 Some(llada::LLADA_8B_EOT_ID)
@@ -447,18 +480,7 @@ fn finish(
             _ => {}
         }
     }
-    model.set_special_tokens(special)?;
-    let defaults = match generation_config {
-        Some(g) => g.defaults(info.max_seq_len)?,
-        None => DecodeDefaults::default(),
-    };
-    Ok(LoadedModel {
-        model,
-        tokenizer,
-        source,
-        defaults,
-        warnings,
-    })
+    Ok(special)
 }
 
 /// A tokenizer that produces ids beyond the model's embedding is not this model's: an error (the
@@ -597,6 +619,7 @@ pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
 }
 
 /// Resolve a hub repo's files (cache first) and load them.
+#[cfg(feature = "hub")]
 pub fn load_hub(repo: &HubRepo, opts: &LoadOptions) -> Result<LoadedModel> {
     let config = repo.get("config.json")?;
     let dir = config

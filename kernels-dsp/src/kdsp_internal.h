@@ -70,9 +70,12 @@ kdsp_status_t kdsp_op_cpy(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *s
 kdsp_status_t kdsp_resolve(const kdsp_ctx *ctx, const kdsp_tensor *t, kdsp_view *v);
 
 /* Resolve dst and its sources; dst must additionally not overlap itself (no zero or interleaved
- * strides) and must not overlap any source unless allow_alias permits an exact alias. */
+ * strides) and must not overlap any source, except that source i may be an exact alias of dst when
+ * bit i of alias_mask is set (only sources each worker reads at exactly the elements it writes:
+ * a source every worker reads whole, such as RMSNorm's weight, must never alias dst). */
 kdsp_status_t kdsp_resolve_op(const kdsp_ctx *ctx, const kdsp_op *op, uint32_t n_src_min,
-                              uint32_t n_src_max, int allow_alias, kdsp_view *dst, kdsp_view *src);
+                              uint32_t n_src_max, uint32_t alias_mask, kdsp_view *dst,
+                              kdsp_view *src);
 
 /* params.raw[first..16) must all be zero. */
 int kdsp_params_zero_from(const kdsp_op *op, uint32_t first);

@@ -47,7 +47,9 @@ static void kdsp_norm_task(void *arg, uint32_t wi, uint32_t nw) {
 kdsp_status_t kdsp_op_rms_norm(kdsp_ctx *ctx, const kdsp_op *op, int run, uint64_t *scratch) {
     kdsp_norm_plan p;
     kdsp_view src[KDSP_MAX_SRC];
-    kdsp_status_t st = kdsp_resolve_op(ctx, op, 2, 2, 1, &p.dst, src);
+    /* x may alias dst (each worker rewrites its own rows); the weight, read whole by every
+     * worker, may not. */
+    kdsp_status_t st = kdsp_resolve_op(ctx, op, 2, 2, 0x1u, &p.dst, src);
     if (st != KDSP_STATUS_OK) {
         return st;
     }

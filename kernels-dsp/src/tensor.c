@@ -200,7 +200,8 @@ int kdsp_params_zero_from(const kdsp_op *op, uint32_t first) {
 }
 
 kdsp_status_t kdsp_resolve_op(const kdsp_ctx *ctx, const kdsp_op *op, uint32_t n_src_min,
-                              uint32_t n_src_max, int allow_alias, kdsp_view *dst, kdsp_view *src) {
+                              uint32_t n_src_max, uint32_t alias_mask, kdsp_view *dst,
+                              kdsp_view *src) {
     if (op->flags != 0 || op->_pad0 != 0 || op->n_src < n_src_min || op->n_src > n_src_max) {
         return KDSP_STATUS_INVALID_PARAMS;
     }
@@ -216,7 +217,8 @@ kdsp_status_t kdsp_resolve_op(const kdsp_ctx *ctx, const kdsp_op *op, uint32_t n
         if (st != KDSP_STATUS_OK) {
             return st;
         }
-        if (kdsp_views_overlap(dst, &src[i]) && !(allow_alias && kdsp_exact_alias(dst, &src[i]))) {
+        const int may_alias = (alias_mask >> i) & 1u;
+        if (kdsp_views_overlap(dst, &src[i]) && !(may_alias && kdsp_exact_alias(dst, &src[i]))) {
             return KDSP_STATUS_INVALID_PARAMS;
         }
     }

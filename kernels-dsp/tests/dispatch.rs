@@ -392,6 +392,10 @@ fn outputs_may_not_overlap_inputs_except_exact_in_place_aliases() {
     inplace.dst = a;
     assert_eq!(ctx.run(&inplace), KDSP_STATUS_OK);
     assert_eq!(ctx.f32s(a.buffer_id), vec![3.0; n as usize]);
+    // only the sources an op documents as aliasable: ADD writes in place over src0, never src1
+    let mut over_b = o;
+    over_b.dst = o.src[1];
+    assert_eq!(ctx.check(&over_b).0, KDSP_STATUS_INVALID_PARAMS);
     // partial overlap: same buffer, shifted by one element
     let mut shifted = o;
     shifted.dst = a;

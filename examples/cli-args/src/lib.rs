@@ -156,9 +156,9 @@ impl DecodeArgs {
         };
         let p = base.resolve(asked, checkpoint);
         if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
-            bail!("invalid parameter `latency-table`: only --strategy mbsd uses it");
+            bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
         }
-        p.validate()?;
+        p.validate().map_err(cli_error)?;
         Ok(p)
     }
 
@@ -282,5 +282,89 @@ pub fn device_counters(
     match v {
         serde_json::Value::Object(m) => m,
         _ => unreachable!("a JSON object literal"),
+    }
+}
+
+/// The command-line flag of a [`DecodeParams`] field: the library's errors name fields
+/// (`gen_length`, `revision.theta_visible`), the tools name flags (`--gen-length`, `--theta-visible`).
+pub fn flag_of(field: &str) -> Option<&'static str> {
+    FLAGS.iter().find(|(f, _)| *f == field).map(|(_, flag)| *flag)
+}
+
+/// Field paths and their flags (a boolean field's flag is the one that turns it off).
+const FLAGS: &[(&str, &str)] = &[
+    ("revision.theta_visible", "--theta-visible"),
+    ("revision.theta_stable", "--theta-stable"),
+    ("revision.sts", "--no-sts"),
+    ("revision.scr", "--no-scr"),
+    ("revision.sls", "--no-sls"),
+    ("mbsd.draft_context", "--draft-context"),
+    ("mbsd.budget_mib", "--lookahead-budget"),
+    ("mbsd.allowance", "--lookahead-allowance"),
+    ("mbsd.trigger", "--lookahead-trigger"),
+    ("mbsd.lookahead", "--no-lookahead"),
+    ("mbsd.sliding", "--no-sliding"),
+    ("dream.alg_temp", "--alg-temp"),
+    ("dream.top_p", "--top-p"),
+    ("dream.top_k", "--top-k"),
+    ("dream.eps", "--eps"),
+    ("dream.alg", "--alg"),
+    ("confidence_eos_eot_inf", "--confidence-eos-eot-inf"),
+    ("logits_eos_inf", "--logits-eos-inf"),
+    ("block_length", "--block-length"),
+    ("gen_length", "--gen-length"),
+    ("cfg_scale", "--cfg-scale"),
+    ("temperature", "--temperature"),
+    ("threshold", "--threshold"),
+    ("remasking", "--remasking"),
+    ("strategy", "--strategy"),
+    ("steps", "--steps"),
+];
+
+/// A decoding error in command-line spelling: the parameter and any field named in the reason
+/// become flags (`invalid parameter `gen_length`` -> `invalid parameter `--gen-length``).
+pub fn cli_error(e: dllm_decode::DecodeError) -> anyhow::Error {
+    match e {
+        dllm_decode::DecodeError::InvalidParam { name, reason } => {
+            // Longest field paths first, so `revision.theta_visible` is not cut by `threshold`.
+            let mut reason = reason;
+            for (field, flag) in FLAGS {
+                if field.contains('.') || field.contains('_') {
+                    reason = reason.replace(field, flag);
+                }
+            }
+            anyhow!(
+                "invalid parameter `{}`: {reason}",
+                flag_of(name).unwrap_or(name)
+            )
+        }
+        other => anyhow::Error::new(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_field_names_become_flags() {
+        let bad = DecodeParams {
+            gen_length: 10,
+            block_length: 4,
+            ..Default::default()
+        };
+        let e = cli_error(bad.validate().unwrap_err()).to_string();
+        assert!(e.contains("`--gen-length`") && e.contains("--block-length 4"), "{e}");
+        let mut p = DecodeParams {
+            strategy: dllm_decode::Strategy::Mbsd,
+            ..Default::default()
+        };
+        p.revision.theta_visible = 0.95;
+        let e = cli_error(p.validate().unwrap_err()).to_string();
+        assert!(e.contains("`--theta-visible`") && e.contains("--theta-stable"), "{e}");
+        // Every field the library can name has a flag.
+        for f in ["steps", "mbsd.trigger", "revision.sts", "dream.top_k", "cfg_scale"] {
+            assert!(flag_of(f).is_some(), "{f}");
+        }
     }
 }

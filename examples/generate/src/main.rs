@@ -145,7 +145,9 @@ fn run(a: Args) -> Result<()> {
     };
     let before = backend.hexagon().map(|d| d.counters());
     let t0 = Instant::now();
-    let g = decoder.run(&mut loaded.model, &prompt_ids, observer.as_mut())?;
+    let g = decoder
+        .run(&mut loaded.model, &prompt_ids, observer.as_mut())
+        .map_err(llada_cli::cli_error)?;
     let elapsed = t0.elapsed();
     drop(observer);
     let stop_ids = info.special.stop_ids();
