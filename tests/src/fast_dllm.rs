@@ -116,7 +116,7 @@ pub fn fast_dllm_generate(
     let mask = p.mask_id;
     let mut nfe = 0;
     let adjust = |mut rows: Vec<Vec<f64>>| {
-        rows.iter_mut().for_each(|r| post(r));
+        rows.iter_mut().for_each(post);
         rows
     };
     for b in 0..num_blocks {
@@ -138,8 +138,8 @@ pub fn fast_dllm_generate(
             x[pos] = tok;
         }
         let (window, cached): (Range<usize>, Vec<Range<usize>>) = match cache {
-            Cache::Prefix => (bs..len, vec![0..bs]),
-            Cache::Dual => (bs..be, vec![0..bs, be..len]),
+            Cache::Prefix => (bs..len, std::iter::once(0..bs).collect()),
+            Cache::Dual => (bs..be, [0..bs, be..len].into_iter().collect()),
         };
         let mut i = 1;
         while x[bs..be].contains(&mask) {

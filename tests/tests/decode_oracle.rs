@@ -88,11 +88,14 @@ fn reference_logits(r: &Reference, mask: u32) -> impl FnMut(&[u32]) -> Result<Ve
     }
 }
 
+/// (seed, prompt, gen_length, block_length, steps, cfg_scale)
+type Case = (u64, &'static [u32], usize, usize, usize, f64);
+
 /// Classifier-free guidance (`cfg_scale > 0`): dllm-decode against `generate.py`'s guidance.
 #[test]
 fn classifier_free_guidance_matches_the_official_algorithm() -> Result<()> {
     let cfg = tiny_llada();
-    let cases: &[(u64, &[u32], usize, usize, usize, f64)] = &[
+    let cases: &[Case] = &[
         (501, &[3, 14, 15, 92, 65], 16, 16, 16, 1.0),
         (502, &[7, 7, 7], 16, 8, 8, 0.5),
         (503, &[1, 2, 3, 4, 5, 6], 24, 8, 12, 3.0),
@@ -146,7 +149,7 @@ fn classifier_free_guidance_matches_the_official_algorithm() -> Result<()> {
 #[test]
 fn random_remasking_matches_the_official_algorithm() -> Result<()> {
     let cfg = tiny_llada();
-    let cases: &[(u64, &[u32], usize, usize, usize, f64)] = &[
+    let cases: &[Case] = &[
         (601, &[3, 14, 15, 92, 65], 16, 16, 16, 0.0),
         (602, &[7, 7, 7], 24, 8, 12, 0.0),
         (603, &[1, 2, 3], 16, 8, 8, 1.0),

@@ -14,12 +14,14 @@ use llada_tests::fast_dllm::{fast_dllm_generate, Cache, FastParams};
 use llada_tests::fixtures::{load_path, tiny_dir};
 use llada_tests::reference::Reference;
 
+/// (seed, prompt, gen_length, block_length, steps, threshold)
+type Case = (u64, &'static [u32], usize, usize, usize, Option<f64>);
+
 #[test]
 fn cached_strategies_match_fast_dllm() -> Result<()> {
     let cfg = tiny_llada();
     let mask = cfg.special.mask;
-    // (seed, prompt, gen_length, block_length, steps, threshold)
-    let cases: &[(u64, &[u32], usize, usize, usize, Option<f64>)] = &[
+    let cases: &[Case] = &[
         (701, &[3, 14, 15, 92, 65], 16, 8, 16, None),
         (702, &[7, 7, 7], 24, 8, 12, None),
         (703, &[1, 2, 3, 4, 5, 6, 7, 8], 16, 4, 16, Some(0.05)),
