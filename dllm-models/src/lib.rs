@@ -10,6 +10,12 @@
 //! window K/V into the cache, sparse refreshes of cached positions, and cache rollback. See
 //! [`lm`] for the exact semantics.
 //!
+//! Every size a file declares is checked before it is used (see [`gguf_check`],
+//! [`safetensors_header`], [`limits`]): a malformed, truncated, oversized or inconsistent
+//! checkpoint, config or tokenizer is an [`Error`] naming the file, field or tensor, never a panic,
+//! an abort or a hang; NaN/inf weights and logits are reported. The `llada-fuzz` crate holds this to
+//! 100,000 mutated inputs in CI.
+//!
 //! This crate knows nothing of schedules, windows policies or token states (that is `dllm-decode`).
 
 #![warn(missing_docs)]
