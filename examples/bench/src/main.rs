@@ -1,12 +1,395 @@
 //! `bench`: the paper's evaluation (§5) on this project's models, by one command.
+//!
+//! ```text
+//! cargo run --release -p bench -- --out bench-out            # the long-answer model, 10 prompts/task
+//! cargo run --release -p bench -- --out /tmp/b --quick       # two prompts, a smoke run
+//! ```
+//!
+//! Writes `table6.md` (the ablation: CPU / NPU, prefix cache, SOMR, MBSD, STS, SLS, SCR),
+//! `table5.md` (accuracy per task), `sweeps.md` (Figure 13 a/b/c analogs), `results.json` (every
+//! number, with the counter names of `generate --json`) and SVG plots into `--out`. Wall times are
+//! measured on this machine (the `hexagon` rows on the emulated DSP); phone latencies are
+//! **projected** from the paper's Table 2 by replaying each run's forwards ([`projection`]).
 
 mod energy;
+mod plot;
 mod projection;
+mod report;
+mod rows;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::{DType, Device};
+use candle_hexagon::{HexagonConfig, HexagonDevice};
+use clap::Parser;
+use dllm_decode::{DecodeParams, Requested, Strategy};
+use dllm_models::{load, Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
+use dllm_tasks::Example;
+
+use rows::{Dev, RowResult, RowSpec};
+
+/// Reproduce the paper's evaluation tables, sweeps and plots on a task-suite model.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Output directory (created if needed).
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// Model directory, GGUF file or hub id with a task-suite tokenizer [default: the shipped
+    /// long-answer model, models/tiny-llada-long].
+    #[arg(long)]
+    model: Option<String>,
+    /// A smoke run: two prompts, the ablation rows and two points per sweep.
+    #[arg(long)]
+    quick: bool,
+    /// Held-out prompts per task (ignored with --quick).
+    #[arg(long, default_value_t = 10)]
+    prompts: usize,
+    /// Generated positions.
+    #[arg(long, default_value_t = 128)]
+    gen_length: usize,
+    /// Block length.
+    #[arg(long, default_value_t = 32)]
+    block_length: usize,
+    /// Threads for the CPU kernels (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Hexagon: DSP worker threads.
+    #[arg(long, default_value_t = candle_hexagon::device::DEFAULT_WORKERS)]
+    hexagon_workers: usize,
+    /// Hexagon: NPU address window in MiB for the NPU rows [default: the device's].
+    #[arg(long)]
+    hexagon_window: Option<u64>,
+    /// Confidence at which a prediction becomes visible context (STS rows).
+    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_THETA_VISIBLE)]
+    theta_visible: f32,
+    /// Confidence at which a token becomes final (STS rows).
+    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_THETA_STABLE)]
+    theta_stable: f32,
+    /// Skip the sensitivity sweeps.
+    #[arg(long)]
+    no_sweeps: bool,
+}
+
+fn default_model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long")
+}
+
+/// The loaded model of one device configuration.
+struct Loaded {
+    model: LoadedModel,
+    hex: Option<HexagonDevice>,
+}
+
+fn load_for(source: &ModelSource, dev: Dev, workers: usize, window: Option<u64>) -> Result<Loaded> {
+    let (backend, hex) = match dev {
+        Dev::Cpu => (Backend::Cpu, None),
+        Dev::Npu(policy) => {
+            let base = HexagonConfig {
+                workers,
+                ..Default::default()
+            };
+            let window = window.unwrap_or(base.va_window_bytes / (1024 * 1024));
+            let cfg = base
+                .with_memory_names(policy, window)
+                .map_err(|e| anyhow!("--hexagon-window / memory policy {policy}: {e}"))?;
+            let d = HexagonDevice::open(cfg).context("opening the hexagon device")?;
+            (Backend::Hexagon(d.clone()), Some(d))
+        }
+    };
+    let opts = LoadOptions {
+        dtype: DType::F32,
+        device: Device::Cpu,
+        backend,
+        ..Default::default()
+    };
+    let model = load(source, &opts).with_context(|| format!("loading {source}"))?;
+    Ok(Loaded { model, hex })
+}
+
+/// The ablation rows of the paper's Table 6, each adding one switch to the row above.
+fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
+    let with = |strategy: Strategy| DecodeParams {
+        strategy,
+        ..*base
+    };
+    let mbsd = |sts: bool, sls: bool, scr: bool| {
+        let mut p = with(Strategy::Mbsd);
+        (p.revision.theta_visible, p.revision.theta_stable) = thetas;
+        p.revision.sts = sts;
+        p.revision.sls = sls;
+        p.revision.scr = scr;
+        p
+    };
+    let row = |label: &str, dev: Dev, params: DecodeParams| RowSpec {
+        label: label.to_string(),
+        dev,
+        params,
+    };
+    vec![
+        row("CPU", Dev::Cpu, with(Strategy::Vanilla)),
+        row("CPU + prefix KV cache", Dev::Cpu, with(Strategy::PrefixCache)),
+        row("NPU", Dev::Npu("paging"), with(Strategy::Vanilla)),
+        row("NPU + prefix KV cache", Dev::Npu("paging"), with(Strategy::PrefixCache)),
+        row("+ SOMR", Dev::Npu("somr"), with(Strategy::PrefixCache)),
+        row("+ MBSD", Dev::Npu("somr"), mbsd(false, false, false)),
+        row("+ STS", Dev::Npu("somr"), mbsd(true, false, false)),
+        row("+ SLS", Dev::Npu("somr"), mbsd(true, true, false)),
+        row("+ SCR", Dev::Npu("somr"), mbsd(true, true, true)),
+    ]
+}
+
+/// Figure 13a: the lookahead trigger; Figure 13b: the visibility / stability thresholds. Both on
+/// the full configuration, decoded on the CPU (the decisions do not depend on the device).
+fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>, Vec<RowSpec>) {
+    let mut full = DecodeParams {
+        strategy: Strategy::Mbsd,
+        ..*base
+    };
+    (full.revision.theta_visible, full.revision.theta_stable) = thetas;
+    let triggers: &[usize] = if quick { &[0, 4] } else { &[0, 1, 2, 4, 8, 16] };
+    let a = triggers
+        .iter()
+        .map(|&t| {
+            let mut p = full;
+            p.mbsd.trigger = t;
+            RowSpec {
+                label: format!("trigger {t}"),
+                dev: Dev::Cpu,
+                params: p,
+            }
+        })
+        .collect();
+    let grid: &[(f32, f32)] = if quick {
+        &[(0.7, 0.9), (0.5, 0.8)]
+    } else {
+        &[
+            (0.5, 0.8),
+            (0.5, 0.9),
+            (0.5, 0.95),
+            (0.7, 0.8),
+            (0.7, 0.9),
+            (0.7, 0.95),
+            (0.9, 0.9),
+            (0.9, 0.95),
+        ]
+    };
+    let b = grid
+        .iter()
+        .map(|&(v, s)| {
+            let mut p = full;
+            p.revision.theta_visible = v;
+            p.revision.theta_stable = s;
+            RowSpec {
+                label: format!("visible {v} / stable {s}"),
+                dev: Dev::Cpu,
+                params: p,
+            }
+        })
+        .collect();
+    (a, b)
+}
+
+/// Figure 13c: the NPU window shrinking under SOMR, full configuration.
+fn window_sweep(
+    base: &DecodeParams,
+    thetas: (f32, f32),
+    weight_mib: u64,
+    quick: bool,
+) -> Vec<(u64, RowSpec)> {
+    let mut full = DecodeParams {
+        strategy: Strategy::Mbsd,
+        ..*base
+    };
+    (full.revision.theta_visible, full.revision.theta_stable) = thetas;
+    let fractions: &[f64] = if quick { &[4.0, 0.5] } else { &[4.0, 1.0, 0.75, 0.5, 0.25] };
+    let mut seen = Vec::new();
+    fractions
+        .iter()
+        .filter_map(|f| {
+            let mib = ((weight_mib as f64 * f).ceil() as u64).max(1);
+            if seen.contains(&mib) {
+                return None;
+            }
+            seen.push(mib);
+            Some((
+                mib,
+                RowSpec {
+                    label: format!("window {mib} MiB ({:.0}% of weights)", f * 100.0),
+                    dev: Dev::Npu("somr"),
+                    params: full,
+                },
+            ))
+        })
+        .collect()
+}
+
+struct Runner<'a> {
+    args: &'a Args,
+    source: ModelSource,
+    tok: tokenizers::Tokenizer,
+    examples: Vec<Example>,
+    phone: projection::PhoneModel,
+    power: Option<energy::PowerSource>,
+    loaded: Vec<(Dev, Option<u64>, Loaded)>,
+}
+
+impl Runner<'_> {
+    fn run(&mut self, spec: &RowSpec, window: Option<u64>) -> Result<RowResult> {
+        let key = (spec.dev, window);
+        let idx = match self.loaded.iter().position(|(d, w, _)| (*d, *w) == key) {
+            Some(i) => i,
+            None => {
+                let w = window.or(self.args.hexagon_window);
+                let l = load_for(&self.source, spec.dev, self.args.hexagon_workers, w)?;
+                self.loaded.push((spec.dev, window, l));
+                self.loaded.len() - 1
+            }
+        };
+        let l = &mut self.loaded[idx].2;
+        let n = self.examples.len();
+        let tty = std::io::stderr().is_terminal();
+        let t0 = Instant::now();
+        let r = rows::run_row(
+            spec,
+            &mut l.model,
+            l.hex.as_ref(),
+            &self.tok,
+            &self.examples,
+            &self.phone,
+            self.power.as_ref(),
+            |done| {
+                if tty {
+                    eprint!("\r  {:<34} {done}/{n}", spec.label)
+                }
+            },
+        )?;
+        eprintln!(
+            "{}  {:<34} {n}/{n} in {:.1}s{}",
+            if tty { "\r" } else { "" },
+            spec.label,
+            t0.elapsed().as_secs_f64(),
+            r.failed.as_deref().map(|e| format!(" — FAILED: {e}")).unwrap_or_default()
+        );
+        Ok(r)
+    }
+}
+
+fn run(a: Args) -> Result<()> {
+    if let Some(t) = a.threads {
+        dllm_models::threads::configure(t).context("--threads")?;
+    }
+    let source = match &a.model {
+        Some(s) => ModelSource::parse(s)?,
+        None => {
+            let p = default_model();
+            if !p.join("config.json").exists() {
+                bail!(
+                    "the default model {} is missing: pass --model <dir|gguf|hub id>",
+                    p.display()
+                );
+            }
+            ModelSource::Dir(p)
+        }
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
+    let t_all = Instant::now();
+    let cpu = load_for(&source, Dev::Cpu, a.hexagon_workers, None)?;
+    let text_tok = cpu
+        .model
+        .tokenizer
+        .as_ref()
+        .ok_or_else(|| anyhow!("{} has no tokenizer.json", cpu.model.source))?;
+    let tok = text_tok.inner().clone();
+    let suite = dllm_tasks::tokenizer::suite_of(&tok)
+        .context("the model's tokenizer is not a task-suite tokenizer")?;
+    let per_task = if a.quick { 1 } else { a.prompts.max(1) };
+    let mut examples = dllm_tasks::eval::questions(&suite.tasks(), Some(per_task));
+    if a.quick {
+        examples.truncate(2);
+    }
+    let asked = Requested {
+        gen_length: Some(a.gen_length),
+        block_length: Some(a.block_length),
+        steps: None,
+        threshold: None,
+    };
+    let base = DecodeParams::default().resolve(asked, &cpu.model.defaults);
+    base.validate().context("--gen-length / --block-length")?;
+    let thetas = (a.theta_visible, a.theta_stable);
+    let info = cpu.model.model.info().clone();
+    eprintln!(
+        "bench: {} ({}, {:.2}M parameters, {} suite), {} prompts, gen {} block {}",
+        cpu.model.source,
+        info.arch,
+        info.num_params as f64 / 1e6,
+        suite.name(),
+        examples.len(),
+        base.gen_length,
+        base.block_length
+    );
+    let power = energy::PowerSource::find(Path::new("/sys/class/power_supply"));
+    let mut runner = Runner {
+        args: &a,
+        source: source.clone(),
+        tok,
+        examples,
+        phone: projection::PhoneModel::default(),
+        power,
+        loaded: vec![(Dev::Cpu, None, cpu)],
+    };
+
+    eprintln!("Table 6 / Table 5 rows:");
+    let mut table = Vec::new();
+    for spec in ablation(&base, thetas) {
+        table.push(runner.run(&spec, None)?);
+    }
+    let mut sweep_a = Vec::new();
+    let mut sweep_b = Vec::new();
+    let mut sweep_c = Vec::new();
+    if !a.no_sweeps {
+        let (sa, sb) = sweeps(&base, thetas, a.quick);
+        eprintln!("Figure 13a (lookahead trigger):");
+        for s in sa {
+            sweep_a.push(runner.run(&s, None)?);
+        }
+        eprintln!("Figure 13b (thresholds):");
+        for s in sb {
+            sweep_b.push(runner.run(&s, None)?);
+        }
+        // The weights as the NPU holds them (fp16), rounded up to whole MiB.
+        let weight_mib = (info.num_params as u64 * 2).div_ceil(1024 * 1024).max(1);
+        eprintln!("Figure 13c (NPU window, SOMR):");
+        for (mib, s) in window_sweep(&base, thetas, weight_mib, a.quick) {
+            sweep_c.push((mib, runner.run(&s, Some(mib))?));
+        }
+    }
+    let ctx = report::Context {
+        model: runner.loaded[0].2.model.source.clone(),
+        arch: info.arch.to_string(),
+        params: info.num_params,
+        suite,
+        tasks: suite.tasks().to_vec(),
+        prompts: runner.examples.len(),
+        base,
+        power: runner.power.is_some(),
+        wall_s: t_all.elapsed().as_secs_f64(),
+        phone: runner.phone.clone(),
+    };
+    report::write_all(&a.out, &ctx, &table, &sweep_a, &sweep_b, &sweep_c)?;
+    plot::write_all(&a.out, &table)?;
+    eprintln!("wrote {}", a.out.display());
+    print!("{}", std::fs::read_to_string(a.out.join("table6.md"))?);
+    Ok(())
+}
 
 fn main() {
-    let m = projection::PhoneModel::default();
-    let (cpu, npu) = projection::paper_check(&m, 79);
-    println!("projection check (prompt 79): CPU {cpu:.0} s (paper {}), NPU {npu:.0} s (paper {})",
-        projection::PAPER_CPU_VANILLA_S, projection::PAPER_NPU_VANILLA_S);
-    let _ = energy::PowerSource::find(std::path::Path::new("/sys/class/power_supply"));
+    let a = Args::parse();
+    if let Err(e) = run(a) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
 }

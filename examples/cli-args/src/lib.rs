@@ -260,7 +260,8 @@ pub fn counters(g: &Generation) -> serde_json::Map<String, serde_json::Value> {
     }
 }
 
-/// The device counters of a run (`dsp_batches`, `bytes_staged`), from two snapshots.
+/// The device counters of a run (`dsp_batches`, `bytes_staged`, the memory runtime's `maps`,
+/// `bytes_streamed`, `stall_ms`, ...), from two snapshots.
 pub fn device_counters(
     before: &candle_hexagon::DeviceCounters,
     after: &candle_hexagon::DeviceCounters,
@@ -272,6 +273,11 @@ pub fn device_counters(
         "bytes_staged": d.bytes_staged_in + d.bytes_staged_out,
         "bytes_staged_in": d.bytes_staged_in,
         "bytes_staged_out": d.bytes_staged_out,
+        "maps": d.maps,
+        "unmaps": d.unmaps,
+        "bytes_streamed": d.bytes_streamed,
+        "stall_ms": d.stall_ns as f64 / 1e6,
+        "overlapped_ms": d.overlapped_ns as f64 / 1e6,
     });
     match v {
         serde_json::Value::Object(m) => m,

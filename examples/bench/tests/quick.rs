@@ -1,0 +1,121 @@
+//! The bench on a random long-suite model with two prompts: every file is written, and each
+//! ablation row's switch changes what runs (the device, the windows, drafts, stabilization,
+//! skipped logits, refreshes), not only its label.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use candle_core::DType;
+use dllm_models::lm::Arch;
+use dllm_models::synthetic::{random_weights, write_hf};
+use dllm_tasks::train::{suite_config, ModelShape};
+use serde_json::Value;
+
+fn random_long_model(dir: &PathBuf) {
+    let tok = dllm_tasks::tokenizer::build_long_suite_tokenizer().unwrap();
+    let shape = ModelShape {
+        arch: Arch::Llada,
+        hidden: 32,
+        layers: 1,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 64,
+    };
+    let cfg = suite_config(shape, tok.get_vocab_size(true)).unwrap();
+    write_hf(dir, &cfg, &random_weights(&cfg, 7).unwrap(), DType::F32, 1).unwrap();
+    dllm_tasks::tokenizer::save(&tok, dir.join("tokenizer.json")).unwrap();
+}
+
+fn num(row: &Value, key: &str) -> f64 {
+    row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{}: no counter `{key}` in {row}", row["label"]))
+}
+
+#[test]
+fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
+    let base = std::env::temp_dir().join(format!("bench-quick-{}", std::process::id()));
+    let model = base.join("model");
+    let out = base.join("out");
+    random_long_model(&model);
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--quick", "--model", model.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(["--gen-length", "64", "--block-length", "32", "--threads", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    for f in [
+        "table6.md",
+        "table5.md",
+        "sweeps.md",
+        "results.json",
+        "active_per_forward.svg",
+        "commit_frontier.svg",
+        "latency.svg",
+    ] {
+        let text = std::fs::read_to_string(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(text.len() > 200, "{f} is nearly empty");
+        if f.ends_with(".svg") {
+            assert!(text.contains("<svg"), "{f} is not an SVG");
+        }
+    }
+    let r: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rows = r["rows"].as_array().unwrap();
+    let labels: Vec<&str> = rows.iter().map(|x| x["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "CPU",
+            "CPU + prefix KV cache",
+            "NPU",
+            "NPU + prefix KV cache",
+            "+ SOMR",
+            "+ MBSD",
+            "+ STS",
+            "+ SLS",
+            "+ SCR"
+        ]
+    );
+    let row = |l: &str| &rows[labels.iter().position(|x| *x == l).unwrap()];
+    for x in rows {
+        assert_eq!(num(x, "answers"), 2.0, "{}", x["label"]);
+        assert!(num(x, "forwards") > 0.0);
+        assert!(x["failed"].is_null(), "{}", x["failed"]);
+        assert_eq!(x["energy"], "unavailable", "no battery on a build machine");
+    }
+    // The device switch: CPU rows report no DSP work, NPU rows do.
+    for l in ["CPU", "CPU + prefix KV cache"] {
+        assert!(row(l).get("dsp_batches").is_none(), "{l}");
+    }
+    for l in ["NPU", "NPU + prefix KV cache", "+ SOMR", "+ SCR"] {
+        assert!(num(row(l), "dsp_batches") > 0.0, "{l}");
+        assert!(num(row(l), "bytes_staged") > 0.0, "{l}");
+    }
+    assert_eq!(row("NPU")["switches"]["memory_policy"], "paging");
+    assert_eq!(row("+ SOMR")["switches"]["memory_policy"], "somr");
+    // The prefix cache shrinks the forwarded window.
+    for (v, p) in [("CPU", "CPU + prefix KV cache"), ("NPU", "NPU + prefix KV cache")] {
+        assert!(
+            num(row(p), "mean_window_per_forward") < num(row(v), "mean_window_per_forward"),
+            "{p} vs {v}"
+        );
+    }
+    // MBSD predicts draft tokens in future blocks; the prefix-cache decoder never does.
+    assert_eq!(num(row("+ SOMR"), "draft_predictions"), 0.0);
+    assert!(num(row("+ MBSD"), "draft_predictions") > 0.0);
+    // STS leaves a random model's low-confidence tokens visible but unstable at block ends.
+    assert_eq!(num(row("+ MBSD"), "unstable_at_block_end"), 0.0);
+    assert!(num(row("+ STS"), "unstable_at_block_end") > 0.0);
+    // SLS skips logits rows the STS row computed.
+    assert!(num(row("+ SLS"), "logits_rows_skipped") > num(row("+ STS"), "logits_rows_skipped"));
+    // SCR refreshes visible prefix tokens on the second path.
+    assert_eq!(num(row("+ SLS"), "refreshes"), 0.0);
+    assert!(num(row("+ SCR"), "refreshes") > 0.0);
+    // The sweeps ran their points.
+    assert_eq!(r["sweeps"]["lookahead_trigger"].as_array().unwrap().len(), 2);
+    assert_eq!(r["sweeps"]["thresholds"].as_array().unwrap().len(), 2);
+    assert!(!r["sweeps"]["npu_window"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&base);
+}
