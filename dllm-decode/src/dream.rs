@@ -62,9 +62,13 @@ pub(crate) fn run(
             } else {
                 1.0
             };
+            // All transfer draws first, then the token samples (as `torch.rand` over the masked
+            // positions precedes `sample_tokens` in `_sample`), so a seeded run replays the
+            // reference's order of random numbers.
+            let draws: Vec<f64> = masked.iter().map(|_| rng.f64()).collect();
             let mut chosen = Vec::new();
             for (k, &pos) in masked.iter().enumerate() {
-                if rng.f64() < p_transfer {
+                if draws[k] < p_transfer {
                     canvas[pos] = sampler.score(&mut rows[k], &mut rng).token;
                     chosen.push(pos);
                 }

@@ -1,8 +1,10 @@
 //! LLaDA's official `generate` (GSAI-ML/LLaDA `generate.py`; REFERENCE §3) as a test oracle.
 //!
 //! Supported: `temperature = 0` (Gumbel noise is then the identity), `remasking =
-//! "low_confidence"`, `cfg_scale = 0`, no `logits_eos_inf` / `confidence_eos_eot_inf`. Anything else
-//! is an error rather than a silently different algorithm.
+//! "low_confidence"` or `"random"` ([`llada_generate_random`]: `torch.rand`'s draw is an input),
+//! classifier-free guidance (`cfg_scale >= 0`: the unconditional canvas masks the prompt, and
+//! `logits = un + (cfg + 1) * (cond - un)`), no `logits_eos_inf` / `confidence_eos_eot_inf`.
+//! Anything else is an error rather than a silently different algorithm.
 //!
 //! Two points where PyTorch leaves the order unspecified are fixed here:
 //! * `argmax` over the vocabulary: the **lowest token id** among equal maxima (what `torch.argmax`
@@ -27,7 +29,7 @@ pub struct GenerateParams {
     pub gen_length: usize,
     /// Block size of the semi-autoregressive schedule (`block_length`).
     pub block_length: usize,
-    /// Classifier-free guidance scale; only `0.0` is supported.
+    /// Classifier-free guidance scale (`0.0`: off).
     pub cfg_scale: f64,
     /// The `[MASK]` id (`mask_id`).
     pub mask_id: u32,
@@ -38,7 +40,8 @@ pub struct GenerateParams {
 pub struct Generation {
     /// The full final canvas: prompt followed by `gen_length` tokens.
     pub canvas: Vec<u32>,
-    /// Model forwards performed (one full-canvas forward per step, as `cfg_scale = 0`).
+    /// Model forwards performed: one full-canvas forward per step (with guidance, the conditional
+    /// and unconditional canvases of a step count as one batched forward, as in `generate.py`).
     pub forwards: usize,
 }
 
@@ -74,15 +77,37 @@ pub fn llada_generate(
 /// per canvas position (the model's full-canvas forward, already shifted for shifted models).
 ///
 /// Errors (instead of the Python `assert`s) when `gen_length % block_length != 0`, when `steps` is
-/// not a multiple of the number of blocks, for empty lengths, and for `cfg_scale != 0`.
+/// not a multiple of the number of blocks, for empty lengths, and for a negative or non-finite
+/// `cfg_scale`.
 pub fn llada_generate_with(
-    mut logits: impl FnMut(&[u32]) -> Result<Vec<Vec<f64>>>,
+    logits: impl FnMut(&[u32]) -> Result<Vec<Vec<f64>>>,
     prompt: &[u32],
     p: &GenerateParams,
 ) -> Result<Generation> {
+    generate_core(logits, prompt, p, &mut |_, _| None)
+}
+
+/// LLaDA `generate` with `remasking = "random"`: `x0_p = torch.rand((1, L))` is the input
+/// `rand(step, canvas_len)` (one value in `[0, 1)` per canvas position, `step` counting from 0 over
+/// the whole run), so a run can be replayed against another implementation's draw.
+pub fn llada_generate_random(
+    logits: impl FnMut(&[u32]) -> Result<Vec<Vec<f64>>>,
+    prompt: &[u32],
+    p: &GenerateParams,
+    rand: &mut dyn FnMut(usize, usize) -> Vec<f64>,
+) -> Result<Generation> {
+    generate_core(logits, prompt, p, &mut |step, len| Some(rand(step, len)))
+}
+
+fn generate_core(
+    mut logits: impl FnMut(&[u32]) -> Result<Vec<Vec<f64>>>,
+    prompt: &[u32],
+    p: &GenerateParams,
+    random: &mut dyn FnMut(usize, usize) -> Option<Vec<f64>>,
+) -> Result<Generation> {
     ensure!(
-        p.cfg_scale == 0.0,
-        "cfg_scale {} is not supported (only 0)",
+        p.cfg_scale >= 0.0 && p.cfg_scale.is_finite(),
+        "cfg_scale {} must be a finite value >= 0",
         p.cfg_scale
     );
     ensure!(
@@ -106,14 +131,42 @@ pub fn llada_generate_with(
     let mut x: Vec<u32> = prompt.to_vec();
     x.extend(std::iter::repeat_n(p.mask_id, p.gen_length));
     let mut forwards = 0;
+    let mut step = 0;
     for b in 0..num_blocks {
         let (bs, be) = (pl + b * p.block_length, pl + (b + 1) * p.block_length);
         let masked = x[bs..be].iter().filter(|&&t| t == p.mask_id).count();
         let schedule = num_transfer_tokens(masked, steps);
         for &k in &schedule {
             let mask_index: Vec<bool> = x.iter().map(|&t| t == p.mask_id).collect();
-            let rows = logits(&x)?;
+            let rows = if p.cfg_scale > 0.0 {
+                // un_x = x.clone(); un_x[prompt_index] = mask_id
+                let mut un_x = x.clone();
+                un_x[..pl].iter_mut().for_each(|t| *t = p.mask_id);
+                let cond = logits(&x)?;
+                let un = logits(&un_x)?;
+                cond.iter()
+                    .zip(&un)
+                    .map(|(c, u)| {
+                        c.iter()
+                            .zip(u)
+                            .map(|(c, u)| u + (p.cfg_scale + 1.0) * (c - u))
+                            .collect()
+                    })
+                    .collect::<Vec<Vec<f64>>>()
+            } else {
+                logits(&x)?
+            };
             forwards += 1;
+            let x0_p = random(step, x.len());
+            step += 1;
+            if let Some(r) = &x0_p {
+                ensure!(
+                    r.len() == x.len(),
+                    "rand gave {} values for {} positions",
+                    r.len(),
+                    x.len()
+                );
+            }
             if rows.len() != x.len() {
                 bail!(
                     "logits have {} rows for a canvas of {}",
@@ -125,7 +178,10 @@ pub fn llada_generate_with(
             let mut confidence = Vec::with_capacity(x.len());
             for (pos, row) in rows.iter().enumerate() {
                 let tok = argmax(row);
-                let mut conf = softmax(row)[tok];
+                let mut conf = match &x0_p {
+                    Some(r) => r[pos],
+                    None => softmax(row)[tok],
+                };
                 if pos >= be {
                     conf = f64::NEG_INFINITY;
                 }

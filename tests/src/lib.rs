@@ -9,6 +9,10 @@
 //!   checkpoint's own `config.json` (no candle ops).
 //! * [`generate`] is LLaDA's official `generate` (temperature 0, low-confidence remasking) on top
 //!   of any logits function — the oracle decoders are compared against.
+//! * [`dream`] is Dream's `diffusion_generate` (all four algorithms, top-p / top-k, sampling from a
+//!   supplied uniform stream) on top of any logits function.
+//! * [`fast_dllm`] is Fast-dLLM's prefix- and dual-cache block loops (schedule or threshold) over
+//!   the reference with an explicit KV cache.
 //! * [`gguf_fixture`] writes a GGUF the way llama.cpp's `convert_hf_to_gguf.py` lays out LLaDA and
 //!   Dream (metadata keys, tensor names, LLaDA's q/k row permutation), from the HF tensors.
 //! * [`fixtures`] holds the small shared helpers: temporary directories, tiny checkpoints on disk,
@@ -21,6 +25,8 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod dream;
+pub mod fast_dllm;
 pub mod fixtures;
 pub mod generate;
 pub mod gguf_fixture;

@@ -17,6 +17,7 @@
 //! own ([`Reference::forward`] applies it, [`Reference::forward_raw`] does not).
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -258,6 +259,15 @@ struct Layer {
     down: Tensor64,
 }
 
+/// Keys (after RoPE) and values of a forward: `k[layer][position]`, `kv_heads * head_dim` each.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    /// Keys.
+    pub k: Vec<Vec<Vec<f64>>>,
+    /// Values.
+    pub v: Vec<Vec<Vec<f64>>>,
+}
+
 /// The reference model: config plus `f64` weights.
 pub struct Reference {
     cfg: RefConfig,
@@ -342,10 +352,40 @@ impl Reference {
 
     /// Raw outputs (before any shift): `ids.len()` rows of `vocab` logits.
     pub fn forward_raw(&self, ids: &[u32]) -> Result<Vec<Vec<f64>>> {
+        Ok(self.forward_core(ids, 0..ids.len(), None)?.0)
+    }
+
+    /// Raw outputs of the whole canvas and every layer's keys (after RoPE) and values: what a
+    /// KV-cached model keeps from a full forward.
+    pub fn forward_with_cache(&self, ids: &[u32]) -> Result<(Vec<Vec<f64>>, KvCache)> {
+        self.forward_core(ids, 0..ids.len(), None)
+    }
+
+    /// Raw outputs of the positions in `window` of the canvas `ids`, whose queries attend to the
+    /// window's own fresh keys and values plus those `cache` holds for the positions in `cached`
+    /// (a KV-cached forward: Fast-dLLM's prefix cache has `cached = [0..window.start]`, its dual
+    /// cache also the suffix after the window).
+    pub fn forward_window(
+        &self,
+        ids: &[u32],
+        window: Range<usize>,
+        cache: &KvCache,
+        cached: &[Range<usize>],
+    ) -> Result<Vec<Vec<f64>>> {
+        Ok(self.forward_core(ids, window, Some((cache, cached)))?.0)
+    }
+
+    fn forward_core(
+        &self,
+        ids: &[u32],
+        window: Range<usize>,
+        ext: Option<(&KvCache, &[Range<usize>])>,
+    ) -> Result<(Vec<Vec<f64>>, KvCache)> {
         let c = &self.cfg;
-        let (n, hd) = (ids.len(), c.head_dim());
+        let hd = c.head_dim();
+        let n = window.len();
         let mut x: Vec<Vec<f64>> = Vec::with_capacity(n);
-        for &id in ids {
+        for &id in &ids[window.clone()] {
             if id as usize >= c.vocab {
                 bail!(
                     "reference: token id {id} outside the vocabulary {}",
@@ -356,7 +396,8 @@ impl Reference {
         }
         let rep = c.heads / c.kv_heads;
         let scale = 1.0 / (hd as f64).sqrt();
-        for l in &self.layers {
+        let mut record = KvCache::default();
+        for (li, l) in self.layers.iter().enumerate() {
             let h: Vec<Vec<f64>> = x
                 .iter()
                 .map(|r| rms_norm(r, &l.attn_norm.data, c.eps))
@@ -372,26 +413,39 @@ impl Reference {
                 }
             }
             for t in 0..n {
-                rope(&mut q[t], t, hd, c.theta);
-                rope(&mut k[t], t, hd, c.theta);
+                rope(&mut q[t], window.start + t, hd, c.theta);
+                rope(&mut k[t], window.start + t, hd, c.theta);
             }
+            // Keys and values attended to: the cached positions', then the window's own.
+            let mut keys: Vec<(&[f64], &[f64])> = Vec::new();
+            if let Some((cache, ranges)) = ext {
+                for r in ranges {
+                    for p in r.clone() {
+                        keys.push((&cache.k[li][p], &cache.v[li][p]));
+                    }
+                }
+            }
+            keys.extend(k.iter().zip(&v).map(|(k, v)| (k.as_slice(), v.as_slice())));
             let mut attn = vec![vec![0.0; c.heads * hd]; n];
             for head in 0..c.heads {
                 let kvh = head / rep; // Qwen2's repeat_kv: kv head j serves query heads j*rep..
                 let qs = head * hd..(head + 1) * hd;
                 let ks = kvh * hd..(kvh + 1) * hd;
                 for t in 0..n {
-                    let scores: Vec<f64> = (0..n)
-                        .map(|s| dot(&q[t][qs.clone()], &k[s][ks.clone()]) * scale)
+                    let scores: Vec<f64> = keys
+                        .iter()
+                        .map(|(kk, _)| dot(&q[t][qs.clone()], &kk[ks.clone()]) * scale)
                         .collect();
                     let p = softmax(&scores);
-                    for (s, ps) in p.iter().enumerate() {
+                    for (ps, (_, vv)) in p.iter().zip(&keys) {
                         for (d, o) in attn[t][qs.clone()].iter_mut().enumerate() {
-                            *o += ps * v[s][kvh * hd + d];
+                            *o += ps * vv[kvh * hd + d];
                         }
                     }
                 }
             }
+            record.k.push(k.clone());
+            record.v.push(v.clone());
             for t in 0..n {
                 let o = linear(&l.o, &attn[t]);
                 add(&mut x[t], &o);
@@ -403,9 +457,11 @@ impl Reference {
                 add(&mut x[t], &d);
             }
         }
-        Ok(x.iter()
+        let rows = x
+            .iter()
             .map(|r| linear(&self.head, &rms_norm(r, &self.final_norm.data, c.eps)))
-            .collect())
+            .collect();
+        Ok((rows, record))
     }
 
     /// Predictions per position: raw outputs, shifted by one for Dream (position 0 keeps its own).

@@ -130,7 +130,7 @@ fn invalid_parameters_are_errors() {
         (params(0, 8, 4), "multiple of the 2 blocks"),
         (
             GenerateParams {
-                cfg_scale: 1.5,
+                cfg_scale: -1.5,
                 ..params(4, 8, 4)
             },
             "cfg_scale",

@@ -74,22 +74,37 @@ fn somr_generates_the_cpu_tokens_in_a_window_smaller_than_the_model() {
         }
 
         let roomy = hexagon(MemoryPolicy::Somr, 256 * MIB);
-        let all = generate(&mut model(&cfg, &Backend::Hexagon(roomy)), &prompt, &p, &mut ())
-            .unwrap();
+        let all = generate(
+            &mut model(&cfg, &Backend::Hexagon(roomy)),
+            &prompt,
+            &p,
+            &mut (),
+        )
+        .unwrap();
         let dev = hexagon(MemoryPolicy::Somr, 3 * MIB);
         let mut m = model(&cfg, &Backend::Hexagon(dev.clone()));
         let tight = generate(&mut m, &prompt, &p, &mut ()).unwrap();
         let plan = dev.last_memory_plan().expect("somr planned");
         eprintln!("{strategy:?}\n{plan}\n{}", dev.routing_report());
-        assert!(plan.streamed() > 0, "the weights do not fit: some are streamed");
+        assert!(
+            plan.streamed() > 0,
+            "the weights do not fit: some are streamed"
+        );
         let c = dev.counters();
-        assert!(c.bytes_streamed > 0 && c.forwards as usize == tight.forwards, "{c:?}");
+        assert!(
+            c.bytes_streamed > 0 && c.forwards as usize == tight.forwards,
+            "{c:?}"
+        );
         assert_eq!(
             tight.generated(),
             all.generated(),
             "{strategy:?}: streaming changes nothing"
         );
-        assert_eq!(tight.generated(), cpu.generated(), "{strategy:?}: the CPU's tokens");
+        assert_eq!(
+            tight.generated(),
+            cpu.generated(),
+            "{strategy:?}: the CPU's tokens"
+        );
         assert_eq!(tight.tokens_decoded, 64);
     }
 }

@@ -77,6 +77,52 @@ struct Args {
     dump: Option<PathBuf>,
 }
 
+/// Names a model is made of: `--dump` never replaces one.
+const MODEL_FILE_NAMES: [&str; 5] = [
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "model.safetensors.index.json",
+    "train_args.json",
+];
+
+/// `--dump` writes answers, never over a model: not a file named like a model file or with a
+/// weights extension, and not an existing file of the evaluated model's directory (or the
+/// evaluated GGUF itself). Checked before the evaluation runs.
+fn check_dump_target(path: &std::path::Path, source: &ModelSource) -> Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    if MODEL_FILE_NAMES.contains(&name) || matches!(ext, "safetensors" | "gguf" | "bin" | "pt") {
+        bail!(
+            "--dump {}: refusing to write answers to a model file name",
+            path.display()
+        );
+    }
+    if path.is_dir() {
+        bail!("--dump {}: is a directory", path.display());
+    }
+    let canon = |p: &std::path::Path| std::fs::canonicalize(p).ok();
+    if let Some(target) = canon(path) {
+        let model_dir = match source {
+            ModelSource::Dir(d) => canon(d),
+            ModelSource::Gguf(f) => {
+                if canon(f).as_ref() == Some(&target) {
+                    bail!("--dump {}: is the model being evaluated", path.display());
+                }
+                f.parent().and_then(canon)
+            }
+            ModelSource::Hub { .. } => None,
+        };
+        if model_dir.is_some() && target.parent() == model_dir.as_deref() {
+            bail!(
+                "--dump {}: refusing to overwrite a file of the model's directory",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     if let Err(e) = run(Args::parse()) {
         eprintln!("error: {e:#}");
@@ -112,6 +158,9 @@ fn run(a: Args) -> Result<()> {
         ..Default::default()
     };
     let source = ModelSource::parse(&a.model)?;
+    if let Some(path) = &a.dump {
+        check_dump_target(path, &source)?;
+    }
     let mut loaded = load(&source, &opts).with_context(|| format!("loading {source}"))?;
     let tok = loaded
         .tokenizer

@@ -98,7 +98,21 @@ fn bad_input_is_a_named_error() {
         (&["--model", foreign], "tokenizer"),
         (&["--model", "/no/such/model"], "/no/such/model"),
     ];
-    for (args, word) in cases {
+    // `--dump` never writes over a model file (issue 17: `--dump <model>/config.json` used to
+    // overwrite the config).
+    let config = format!("{m}/config.json");
+    let weights = format!("{m}/model.safetensors");
+    let readme = format!("{m}/README.md");
+    let elsewhere_config = format!("{}/config.json", std::env::temp_dir().display());
+    let dump_cases: &[(&[&str], &str)] = &[
+        (&["--model", &m, "--dump", &config], "--dump"),
+        (&["--model", &m, "--dump", &weights], "--dump"),
+        (&["--model", &m, "--dump", &readme], "model's directory"),
+        (&["--model", &m, "--dump", &elsewhere_config], "model file"),
+    ];
+    let before = std::fs::read(format!("{m}/config.json")).unwrap();
+    let cases = [cases, dump_cases].concat();
+    for (args, word) in &cases {
         let out = run(args);
         assert!(!out.status.success(), "{args:?} should fail");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -108,6 +122,7 @@ fn bad_input_is_a_named_error() {
         );
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
+    assert_eq!(std::fs::read(format!("{m}/config.json")).unwrap(), before);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -5,6 +5,13 @@
 //! ```text
 //! cargo run --release -p train-tiny -- --out models/tiny-llada
 //! ```
+//!
+//! Every argument is checked (ranges, memory) before anything is written; the model files are
+//! written only when training ends, atomically (see [`output`]); an existing model is replaced
+//! only with `--overwrite`.
+
+mod checks;
+mod output;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -24,6 +31,7 @@ use dllm_tasks::train::{
     AdamW, AdamWConfig, Batcher, ModelShape,
 };
 use indicatif::{ProgressBar, ProgressStyle};
+use output::Staged;
 use serde::{Deserialize, Serialize};
 
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
@@ -117,9 +125,13 @@ struct Args {
     #[arg(long)]
     #[serde(default)]
     init_from: Option<PathBuf>,
-    /// Continue from `<out>/checkpoint` if it exists.
+    /// Continue from `<out>/checkpoint` (an error when there is none).
     #[arg(long)]
     resume: bool,
+    /// Replace the model already in `--out` (without it, an existing model is an error).
+    #[arg(long)]
+    #[serde(default)]
+    overwrite: bool,
     /// Dtype of the final model.safetensors (f16, bf16, f32).
     #[arg(long, default_value = "f16")]
     save_dtype: String,
@@ -152,21 +164,36 @@ fn tune_malloc() {
     }
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
-    std::fs::write(path, serde_json::to_string_pretty(v)?)
-        .with_context(|| format!("writing {}", path.display()))
+fn stage_json(staged: &mut Staged, path: &Path, v: &impl Serialize) -> Result<()> {
+    staged.bytes(path, serde_json::to_string_pretty(v)?.as_bytes())
 }
 
-fn save_weights(varmap: &VarMap, path: &Path, dtype: DType) -> Result<()> {
-    let data = varmap.data().lock().expect("varmap lock");
+fn stage_weights(staged: &mut Staged, varmap: &VarMap, path: &Path, dtype: DType) -> Result<()> {
+    let data = varmap
+        .data()
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the variable map's lock is poisoned"))?;
     let mut map = std::collections::HashMap::new();
     for (k, v) in data.iter() {
         map.insert(k.clone(), v.as_tensor().to_dtype(dtype)?);
     }
-    let tmp = path.with_extension("tmp");
-    candle_core::safetensors::save(&map, &tmp)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    staged.with(path, |tmp| Ok(candle_core::safetensors::save(&map, tmp)?))
+}
+
+/// The training state of `<out>/checkpoint/state.json`, checked (errors name the file).
+fn read_state(path: &Path) -> Result<State> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let st: State =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    if !(st.elapsed_s.is_finite() && st.elapsed_s >= 0.0) {
+        bail!(
+            "{}: `elapsed_s` {} is not a finite duration >= 0",
+            path.display(),
+            st.elapsed_s
+        );
+    }
+    Ok(st)
 }
 
 /// Final-answer accuracy per task, and per-step accuracy for worked answers.
@@ -223,8 +250,9 @@ fn truncate_log(path: &std::path::Path, step: usize) -> Result<()> {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    std::env::set_var("RAYON_NUM_THREADS", a.threads.to_string());
+    dllm_models::threads::configure(a.threads).context("--threads")?;
     tune_malloc();
+    checks::ranges(&a)?;
     // Every argument is checked before anything is written or trained.
     let arch = match a.arch.as_str() {
         "llada" => Arch::Llada,
@@ -304,24 +332,33 @@ fn main() -> Result<()> {
         ffn: a.ffn.unwrap_or(3 * a.hidden),
     };
     let cfg = suite_config(shape, vocab)?;
-
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let ckpt = a.out.join("checkpoint");
-    std::fs::create_dir_all(&ckpt)?;
-    tk::save(&tok, a.out.join("tokenizer.json"))?;
+    checks::memory(&cfg, a.batch, tk::max_prompt_tokens(suite) + a.gen_len)?;
+    output::check_out(&a.out, a.overwrite, a.resume)?;
     let config_json = match cfg.arch {
         Arch::Llada => llada::config_to_json(&cfg),
         Arch::Dream => dream::config_to_json(&cfg),
     };
-    write_json(&a.out.join("config.json"), &config_json)?;
-    write_json(
-        &a.out.join("generation_config.json"),
-        &serde_json::json!({
-            "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
-            "gen_length": a.gen_len, "block_length": a.block_length, "steps": a.gen_len,
-        }),
-    )?;
-    write_json(&a.out.join("train_args.json"), &a)?;
+    let ckpt = a.out.join("checkpoint");
+    let resumed = if a.resume {
+        // The model being continued must have this run's shape (a resume with another --hidden
+        // or --arch is an error, not a directory whose config and weights disagree).
+        let existing = a.out.join("config.json");
+        if existing.is_file() {
+            let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&existing)?)
+                .with_context(|| format!("parsing {}", existing.display()))?;
+            if old != config_json {
+                bail!(
+                    "--resume: {} describes another model than these arguments (compare --arch, --hidden, --layers, --heads, --ffn, --suite with {})",
+                    existing.display(),
+                    a.out.join("train_args.json").display()
+                );
+            }
+        }
+        Some(read_state(&ckpt.join("state.json"))?)
+    } else {
+        None
+    };
+    std::fs::create_dir_all(&ckpt).with_context(|| format!("creating {}", ckpt.display()))?;
 
     let dev = Device::Cpu;
     let mut varmap = VarMap::new();
@@ -354,12 +391,11 @@ fn main() -> Result<()> {
     let mut step = 0usize;
     let mut prior = Duration::ZERO;
     let mut examples = 0usize;
-    if a.resume && ckpt.join("state.json").is_file() {
+    if let Some(st) = resumed {
         varmap
             .load(ckpt.join("model.safetensors"))
-            .context("loading checkpoint weights")?;
+            .with_context(|| format!("loading {}", ckpt.join("model.safetensors").display()))?;
         opt.load(&ckpt.join("optimizer.safetensors"))?;
-        let st: State = serde_json::from_str(&std::fs::read_to_string(ckpt.join("state.json"))?)?;
         stream = TrainStream::from_suite_rng_state(suite, st.stream);
         mask_rng = Rng::from_state(st.mask_rng);
         step = st.step;
@@ -391,9 +427,12 @@ fn main() -> Result<()> {
     if step > 0 {
         truncate_log(&log_path, step)?;
     }
+    // A fresh run starts a fresh log (an --overwrite'n model's log is not this run's).
     let mut log = std::fs::OpenOptions::new()
         .create(true)
-        .append(true)
+        .append(step > 0)
+        .write(true)
+        .truncate(step == 0)
         .open(&log_path)?;
 
     let pb = ProgressBar::new(a.steps as u64).with_position(step as u64);
@@ -412,8 +451,18 @@ fn main() -> Result<()> {
                      elapsed: Duration,
                      examples: usize|
      -> Result<()> {
-        save_weights(&varmap, &ckpt.join("model.safetensors"), DType::F32)?;
-        opt.save(&ckpt.join("optimizer.safetensors"))?;
+        // State last: a state file always describes weights and moments already in place.
+        let mut staged = Staged::new();
+        stage_weights(
+            &mut staged,
+            &varmap,
+            &ckpt.join("model.safetensors"),
+            DType::F32,
+        )?;
+        staged.with(
+            &ckpt.join("optimizer.safetensors"),
+            |tmp| Ok(opt.save(tmp)?),
+        )?;
         let st = State {
             step,
             stream: batcher.stream_state(),
@@ -421,7 +470,8 @@ fn main() -> Result<()> {
             elapsed_s: elapsed.as_secs_f64(),
             examples,
         };
-        write_json(&ckpt.join("state.json"), &st)
+        stage_json(&mut staged, &ckpt.join("state.json"), &st)?;
+        staged.commit()
     };
     while step < a.steps {
         if let Some(m) = a.minutes {
@@ -488,7 +538,28 @@ fn main() -> Result<()> {
     pb.finish();
     let elapsed = prior + t0.elapsed();
     save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
-    save_weights(&varmap, &a.out.join("model.safetensors"), save_dtype)?;
+    // The model, all files staged then renamed (weights first).
+    let mut staged = Staged::new();
+    stage_weights(
+        &mut staged,
+        &varmap,
+        &a.out.join("model.safetensors"),
+        save_dtype,
+    )?;
+    stage_json(&mut staged, &a.out.join("config.json"), &config_json)?;
+    stage_json(
+        &mut staged,
+        &a.out.join("generation_config.json"),
+        &serde_json::json!({
+            "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
+            "gen_length": a.gen_len, "block_length": a.block_length, "steps": a.gen_len,
+        }),
+    )?;
+    staged.with(&a.out.join("tokenizer.json"), |tmp| {
+        Ok(tk::save(&tok, tmp)?)
+    })?;
+    stage_json(&mut staged, &a.out.join("train_args.json"), &a)?;
+    staged.commit()?;
     eprintln!(
         "trained {step} steps ({examples} examples) in {:.1} min; wrote {}",
         elapsed.as_secs_f64() / 60.0,

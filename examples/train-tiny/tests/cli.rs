@@ -1,6 +1,7 @@
 //! The `train-tiny` binary on a toy budget: it writes a checkpoint the loaders read (HF layout,
-//! decoding defaults), `--resume` continues the same run with one continuous log, and bad
-//! arguments are errors naming the flag, raised before anything is written.
+//! decoding defaults), `--resume` continues the same run with one continuous log, bad arguments
+//! are errors naming the flag, raised before anything is written, and an existing model survives
+//! everything but `--overwrite` (a second run, a failed resume, a killed run).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -8,22 +9,20 @@ use std::process::{Command, Output};
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
 
 fn run(out: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "--out",
-        out.to_str().unwrap(),
-        "--hidden",
-        "32",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--batch",
-        "4",
-        "--eval-every",
-        "0",
-        "--checkpoint-every",
-        "2",
-    ];
+    let mut args = vec!["--out", out.to_str().unwrap()];
+    // Toy defaults, unless the case sets the flag itself.
+    for (flag, v) in [
+        ("--hidden", "32"),
+        ("--layers", "1"),
+        ("--heads", "2"),
+        ("--batch", "4"),
+        ("--eval-every", "0"),
+        ("--checkpoint-every", "2"),
+    ] {
+        if !extra.contains(&flag) {
+            args.extend([flag, v]);
+        }
+    }
     args.extend_from_slice(extra);
     Command::new(env!("CARGO_BIN_EXE_train-tiny"))
         .args(&args)
@@ -101,6 +100,24 @@ fn bad_arguments_name_the_flag() {
         (&["--task-weights", "0,0,0,0"][..], "--task-weights"),
         (&["--steps", "0"][..], "--steps"),
         (&["--heads", "3"][..], "head"),
+        // Issue 17's rows: each used to panic, abort, hang or train silently on nonsense.
+        (&["--lr=-1"][..], "--lr"),
+        (&["--clip", "NaN"][..], "--clip"),
+        (&["--minutes=-1"][..], "--minutes"),
+        (
+            &["--gen-len", "1000", "--block-length", "8"][..],
+            "--gen-len",
+        ),
+        (
+            &["--task-weights", "4294967295,1,0,0"][..],
+            "--task-weights",
+        ),
+        (&["--hidden", "1000000000"][..], "needs"),
+        (&["--layers", "1000000000"][..], "needs"),
+        (&["--batch", "1000000000"][..], "--batch"),
+        (&["--threads", "10000"][..], "--threads"),
+        (&["--weight-decay", "NaN"][..], "--weight-decay"),
+        (&["--resume"][..], "--resume"),
     ] {
         let out = run(&dir, extra);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -115,5 +132,118 @@ fn bad_arguments_name_the_flag() {
             "{extra:?}: nothing may be written before the arguments are checked"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn model_bytes(dir: &Path) -> Vec<Vec<u8>> {
+    [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "generation_config.json",
+    ]
+    .iter()
+    .map(|f| std::fs::read(dir.join(f)).unwrap())
+    .collect()
+}
+
+fn loads(dir: &Path) {
+    load(
+        &ModelSource::parse(dir.to_str().unwrap()).unwrap(),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn an_existing_model_is_replaced_only_with_overwrite_and_survives_failures() {
+    let dir = tmp("keep");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(&dir, &["--steps", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = model_bytes(&dir);
+
+    // A second run into the same directory.
+    let out = run(&dir, &["--steps", "2"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--overwrite"),
+        "{err}"
+    );
+    // A resume with another shape.
+    let out = run(&dir, &["--steps", "4", "--resume", "--hidden", "64"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--resume"), "{err}");
+    // A resume from a state whose elapsed time is negative (NaN cannot be spelt in JSON).
+    let state = dir.join("checkpoint/state.json");
+    let good_state = std::fs::read(&state).unwrap();
+    let mut st: serde_json::Value = serde_json::from_slice(&good_state).unwrap();
+    st["elapsed_s"] = serde_json::json!(-1.0);
+    std::fs::write(&state, st.to_string()).unwrap();
+    let out = run(&dir, &["--steps", "4", "--resume"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("state.json") && err.contains("elapsed_s"),
+        "{err}"
+    );
+    std::fs::write(&state, "{ not json").unwrap();
+    let out = run(&dir, &["--steps", "4", "--resume"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("state.json"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    std::fs::write(&state, &good_state).unwrap();
+    assert_eq!(model_bytes(&dir), before, "a refused run changed the model");
+    loads(&dir);
+
+    // A run killed mid-training (with --overwrite: it would replace the model at its end).
+    let mut child = Command::new(env!("CARGO_BIN_EXE_train-tiny"))
+        .args([
+            "--out",
+            dir.to_str().unwrap(),
+            "--overwrite",
+            "--hidden",
+            "64",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--batch",
+            "4",
+            "--eval-every",
+            "0",
+            "--steps",
+            "1000000",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(model_bytes(&dir), before, "a killed run changed the model");
+    loads(&dir);
+
+    // --overwrite replaces it, with a model of the new shape.
+    let out = run(&dir, &["--steps", "2", "--overwrite", "--hidden", "64"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(model_bytes(&dir), before);
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["d_model"], 64);
+    loads(&dir);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".partial-"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
