@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dllm_decode::{DecodeParams, DreamParams};
+use dllm_decode::{DecodeParams, DreamParams, Requested};
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
 use dllm_tasks::eval::{evaluate, questions, table};
 use dllm_tasks::{Suite, TaskKind};
@@ -45,16 +45,19 @@ struct Args {
     /// 128 (long suite)].
     #[arg(long)]
     gen_length: Option<usize>,
-    /// Block length [default: the checkpoint's recommendation, else gen-length].
+    /// Block length [default: the checkpoint's if it divides gen-length, else 32 if it does, else
+    /// gen-length] (the same rule as `generate`).
     #[arg(long)]
     block_length: Option<usize>,
-    /// Total steps [default: gen-length, i.e. one token per step].
+    /// Total steps [default: gen-length when --gen-length is given (one token per step), else the
+    /// checkpoint's recommendation, else gen-length] (the same rule as `generate`).
     #[arg(long)]
     steps: Option<usize>,
-    /// vanilla, prefix-cache or dual-cache.
+    /// vanilla, prefix-cache, dual-cache or mbsd (multi-block speculative decoding with dual-path
+    /// progressive revision, at its default settings).
     #[arg(long, default_value = "vanilla")]
     strategy: String,
-    /// Threshold parallel decoding.
+    /// Threshold parallel decoding [default: the checkpoint's unless --steps is given].
     #[arg(long)]
     threshold: Option<f32>,
     /// low_confidence, random, topk_margin or entropy.
@@ -177,19 +180,15 @@ fn run(a: Args) -> Result<()> {
             k.suite()
         );
     }
-    let d = loaded.defaults;
-    let suite_gen = match suite {
+    // The one defaults rule every tool shares (DecodeParams::resolve): flags over the checkpoint's
+    // generation_config.json, with the suite's answer length when the checkpoint names none.
+    let mut d = loaded.defaults;
+    d.gen_length = d.gen_length.or(Some(match suite {
         Suite::Short => 24,
         Suite::Long => dllm_tasks::LONG_GEN_LENGTH,
-    };
-    let gen_length = a.gen_length.or(d.gen_length).unwrap_or(suite_gen);
-    let block_length = a.block_length.or(d.block_length).unwrap_or(gen_length);
+    }));
     let params = DecodeParams {
-        gen_length,
-        block_length,
-        steps: a.steps.unwrap_or(gen_length),
         strategy: a.strategy.parse()?,
-        threshold: a.threshold,
         remasking: a.remasking.parse()?,
         early_stop: !a.no_early_stop,
         dream: DreamParams {
@@ -197,8 +196,17 @@ fn run(a: Args) -> Result<()> {
             ..Default::default()
         },
         ..Default::default()
-    };
-    params.validate()?;
+    }
+    .resolve(
+        Requested {
+            gen_length: a.gen_length,
+            block_length: a.block_length,
+            steps: a.steps,
+            threshold: a.threshold,
+        },
+        &d,
+    );
+    params.validate().map_err(llada_cli::cli_error)?;
     let qs = questions(&kinds, a.limit);
     let pb = if a.json {
         ProgressBar::hidden()
