@@ -215,12 +215,14 @@ fn warm_start_extends_the_vocabulary_and_refuses_mismatches() {
     let w = init_from(&vm, &dir, &swapped).unwrap();
     assert_eq!((w.moved, w.extended), (2, 2));
     let data = vm.data().lock().unwrap();
-    for name in ["model.transformer.wte.weight", "model.transformer.ff_out.weight"] {
+    for name in [
+        "model.transformer.wte.weight",
+        "model.transformer.ff_out.weight",
+    ] {
         let got = data[name].as_tensor();
         let want = &src[name];
-        let row = |t: &candle_core::Tensor, i: u64| {
-            t.i(i as usize).unwrap().to_vec1::<f32>().unwrap()
-        };
+        let row =
+            |t: &candle_core::Tensor, i: u64| t.i(i as usize).unwrap().to_vec1::<f32>().unwrap();
         assert_eq!(row(got, ib), row(want, ia), "{name}");
         assert_eq!(row(got, ia), row(want, ib), "{name}");
         assert_eq!(row(got, 7), row(want, 7), "{name}");

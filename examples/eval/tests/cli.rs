@@ -261,8 +261,18 @@ fn shipped_long_model_writes_worked_answers() {
     assert_eq!(v["params"]["gen_length"], 128);
     assert_eq!(v["params"]["block_length"], 32);
     const MONTHS: [&str; 12] = [
-        "January", "February", "March", "April", "May", "June", "July", "August", "September",
-        "October", "November", "December",
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
     ];
     for a in v["answers"].as_array().unwrap() {
         let response = a["response"].as_str().unwrap();
