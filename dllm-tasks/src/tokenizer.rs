@@ -96,9 +96,9 @@ pub const MAX_PROMPT_TOKENS: usize = 24;
 /// ends the answer; the evaluator's default of 24 leaves room for it.
 pub const MAX_RESPONSE_TOKENS: usize = 16;
 
-/// Most tokens of any long-suite prompt block, `<bos>`/`<sep>` included (measured: 99, a
-/// ten-step `long-math` problem; tested like [`MAX_PROMPT_TOKENS`]).
-pub const LONG_MAX_PROMPT_TOKENS: usize = 100;
+/// Most tokens of any long-suite prompt block, `<bos>`/`<sep>` included (measured: 112, a
+/// twelve-step `long-math` problem; tested like [`MAX_PROMPT_TOKENS`]).
+pub const LONG_MAX_PROMPT_TOKENS: usize = 112;
 
 /// Fewest tokens of any long-suite response, without EOS (measured; tested).
 pub const LONG_MIN_RESPONSE_TOKENS: usize = 64;
@@ -109,7 +109,7 @@ pub const LONG_MAX_RESPONSE_TOKENS: usize = 127;
 
 /// Vocabulary size of [`build_long_suite_tokenizer`] (specials included; tested): the short
 /// suite's 913 tokens and the long suite's additions.
-pub const LONG_VOCAB_SIZE: usize = 1006;
+pub const LONG_VOCAB_SIZE: usize = 1016;
 
 /// Generation length of the long suite (4 blocks of 32).
 pub const LONG_GEN_LENGTH: usize = 128;

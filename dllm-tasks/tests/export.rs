@@ -136,6 +136,15 @@ fn f16_and_q4_0_carry_the_model_and_its_tokenizer() {
             md["tokenizer.ggml.seperator_token_id"].to_u32().unwrap(),
             SEP_ID
         );
+        // LLaDA's config.json names no BOS / PAD: the suite's ids must be written, or llama.cpp
+        // would fall back to GPT-2's.
+        for (key, id) in [
+            ("tokenizer.ggml.bos_token_id", BOS_ID),
+            ("tokenizer.ggml.eos_token_id", EOS_ID),
+            ("tokenizer.ggml.padding_token_id", PAD_ID),
+        ] {
+            assert_eq!(md[key].to_u32().unwrap(), id, "{key}");
+        }
         assert!(md["tokenizer.ggml.add_bos_token"].to_bool().unwrap());
         assert_eq!(
             md["tokenizer.chat_template"].to_string().unwrap(),

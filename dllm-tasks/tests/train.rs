@@ -166,7 +166,10 @@ fn warm_start_extends_the_vocabulary_and_refuses_mismatches() {
     let varmap = VarMap::new();
     init_varmap(&varmap, &cfg, 1).unwrap();
     let w = init_from(&varmap, &dir, &long).unwrap();
-    assert_eq!((w.extended, w.old_vocab), (2, short.get_vocab_size(true)));
+    assert_eq!(
+        (w.extended, w.old_vocab, w.moved),
+        (2, short.get_vocab_size(true), 0)
+    );
     assert_eq!(w.copied + w.extended, src.len());
     let data = varmap.data().lock().unwrap();
     let emb = data["model.transformer.wte.weight"].as_tensor();
@@ -197,5 +200,33 @@ fn warm_start_extends_the_vocabulary_and_refuses_mismatches() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("must extend"), "{err}");
+
+    // The same tokens under other ids (two swapped): rows follow their tokens.
+    let mut json: serde_json::Value =
+        serde_json::from_str(&dllm_tasks::tokenizer::to_json(&short).unwrap()).unwrap();
+    let vocab = json["model"]["vocab"].as_object_mut().unwrap();
+    let (a, b) = ("Ġapple", "Ġred");
+    let (ia, ib) = (vocab[a].as_u64().unwrap(), vocab[b].as_u64().unwrap());
+    vocab.insert(a.into(), ib.into());
+    vocab.insert(b.into(), ia.into());
+    let swapped: tokenizers::Tokenizer = json.to_string().parse().unwrap();
+    let vm = VarMap::new();
+    init_varmap(&vm, &src_cfg, 1).unwrap();
+    let w = init_from(&vm, &dir, &swapped).unwrap();
+    assert_eq!((w.moved, w.extended), (2, 2));
+    let data = vm.data().lock().unwrap();
+    for name in [
+        "model.transformer.wte.weight",
+        "model.transformer.ff_out.weight",
+    ] {
+        let got = data[name].as_tensor();
+        let want = &src[name];
+        let row =
+            |t: &candle_core::Tensor, i: u64| t.i(i as usize).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(row(got, ib), row(want, ia), "{name}");
+        assert_eq!(row(got, ia), row(want, ib), "{name}");
+        assert_eq!(row(got, 7), row(want, 7), "{name}");
+    }
+    drop(data);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -156,18 +156,22 @@ pub fn named_vars(varmap: &VarMap) -> Result<Vec<(String, Var)>> {
 pub struct WarmStart {
     /// Parameters copied whole.
     pub copied: usize,
-    /// Vocabulary-sized matrices (embedding, LM head) whose first `old_vocab` rows were copied;
-    /// the rows of new tokens keep their fresh initialisation.
+    /// Vocabulary-sized matrices (embedding, LM head) copied row by row, each token's row taken
+    /// from the source row of the same token string; the rows of new tokens keep their fresh
+    /// initialisation.
     pub extended: usize,
     /// The source model's vocabulary size.
     pub old_vocab: usize,
+    /// Tokens whose id differs between the two tokenizers (their rows moved).
+    pub moved: usize,
 }
 
 /// Warm start: overwrite the variables of `varmap` (a freshly initialised model for `vocab`
-/// tokens) with the weights of the HF checkpoint `dir` of the same architecture and shape. The
-/// source vocabulary must be a prefix of the new one (`new_tok` gives every source token its
-/// source id, checked), so embedding and LM-head rows keep their meaning; rows of new tokens
-/// keep their initialisation. Any other mismatch is an error naming the tensor.
+/// tokens) with the weights of the HF checkpoint `dir` of the same architecture and shape. Every
+/// source token must exist in the new tokenizer `new_tok` (checked); embedding and LM-head rows
+/// are matched by token string, so they keep their meaning even when ids moved (the long suite's
+/// tokenizer appends its words in corpus order, which shifts when a generator changes); rows of
+/// new tokens keep their initialisation. Any other mismatch is an error naming the tensor.
 pub fn init_from(
     varmap: &VarMap,
     dir: &std::path::Path,
@@ -175,13 +179,22 @@ pub fn init_from(
 ) -> Result<WarmStart> {
     let old_tok = crate::tokenizer::load(dir.join("tokenizer.json"))?;
     let old_vocab = old_tok.get_vocab_size(true);
+    let new_vocab = new_tok.get_vocab_size(true);
+    // new id -> source id, for the tokens both vocabularies have.
+    let mut row_source: Vec<Option<u32>> = vec![None; new_vocab];
+    let mut moved = 0;
     for (token, id) in old_tok.get_vocab(true) {
-        if new_tok.token_to_id(&token) != Some(id) {
-            return Err(Error::Train(format!(
-                "{}: token {token:?} has id {id} there but {:?} in the new tokenizer; the new vocabulary must extend the old one",
-                dir.display(),
-                new_tok.token_to_id(&token)
-            )));
+        match new_tok.token_to_id(&token) {
+            Some(new_id) if (new_id as usize) < new_vocab => {
+                row_source[new_id as usize] = Some(id);
+                moved += usize::from(new_id != id);
+            }
+            _ => {
+                return Err(Error::Train(format!(
+                    "{}: token {token:?} (id {id} there) is not in the new tokenizer; the new vocabulary must extend the old one",
+                    dir.display(),
+                )))
+            }
         }
     }
     let mut source = std::collections::HashMap::new();
@@ -198,6 +211,7 @@ pub fn init_from(
         copied: 0,
         extended: 0,
         old_vocab,
+        moved,
     };
     let mut names: Vec<&String> = data.keys().collect();
     names.sort();
@@ -211,19 +225,27 @@ pub fn init_from(
         })?;
         let src = src.to_dtype(DType::F32)?;
         let (want, got) = (var.dims().to_vec(), src.dims().to_vec());
-        if want == got {
-            var.set(&src)?;
-            report.copied += 1;
-        } else if is_vocab_matrix(name)
+        let vocab_rows = is_vocab_matrix(name)
             && want.len() == 2
             && got.len() == 2
             && want[1] == got[1]
             && got[0] == old_vocab
-            && want[0] > old_vocab
-        {
-            let fresh = var.as_tensor().narrow(0, old_vocab, want[0] - old_vocab)?;
-            var.set(&Tensor::cat(&[&src, &fresh], 0)?)?;
+            && want[0] == new_vocab;
+        if vocab_rows && (moved > 0 || want[0] != got[0]) {
+            let fresh = var.as_tensor();
+            let rows = row_source
+                .iter()
+                .enumerate()
+                .map(|(i, src_row)| match src_row {
+                    Some(j) => src.narrow(0, *j as usize, 1),
+                    None => fresh.narrow(0, i, 1),
+                })
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            var.set(&Tensor::cat(&rows, 0)?)?;
             report.extended += 1;
+        } else if want == got {
+            var.set(&src)?;
+            report.copied += 1;
         } else {
             return Err(Error::Train(format!(
                 "{}: tensor `{name}` has shape {got:?}, the model being trained needs {want:?}",

@@ -249,3 +249,58 @@ fn suites_and_tasks_must_match_the_tokenizer() {
     let out = run(&["--model", &m, "--suite", "medium"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("medium"));
 }
+
+/// The shipped long-suite model: detected as long, decoded with its recommendation (128
+/// positions, blocks of 32), and its answers are worked solutions in the suite's format (one
+/// `Month: a?b=c` line per month in order, then `Answer: N`). Its numbers are mostly wrong (the
+/// model card's table): only the format is held here.
+#[test]
+fn shipped_long_model_writes_worked_answers() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
+    let out = run(&[
+        "--model",
+        dir.to_str().unwrap(),
+        "--tasks",
+        "long-math",
+        "--limit",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["suite"], "long");
+    assert_eq!(v["params"]["gen_length"], 128);
+    assert_eq!(v["params"]["block_length"], 32);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    for a in v["answers"].as_array().unwrap() {
+        let response = a["response"].as_str().unwrap();
+        let lines: Vec<&str> = response.lines().collect();
+        assert!(lines.len() >= 9, "{response}");
+        let (last, steps) = lines.split_last().unwrap();
+        assert!(last.starts_with("Answer: "), "{response}");
+        for (line, month) in steps.iter().zip(MONTHS) {
+            assert!(line.starts_with(&format!("{month}: ")), "{response}");
+        }
+        // The answer spans several 32-position blocks (one forward per position, early stop
+        // after the block that ends in EOS).
+        assert!(a["forwards"].as_u64().unwrap() >= 64, "{a}");
+        assert_eq!(a["commit_step"].as_array().unwrap().len(), 128);
+    }
+}

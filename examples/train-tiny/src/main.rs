@@ -120,8 +120,9 @@ struct Args {
     /// Save a resumable checkpoint every N steps.
     #[arg(long, default_value_t = 250)]
     checkpoint_every: usize,
-    /// Warm start: initialise from this HF checkpoint (same shape; its tokenizer's vocabulary a
-    /// prefix of the suite's, e.g. models/tiny-llada for the long suite) instead of at random.
+    /// Warm start: initialise from this HF checkpoint (same shape; every token of its tokenizer in
+    /// the suite's, embedding rows matched by token string, e.g. models/tiny-llada for the long
+    /// suite) instead of at random.
     #[arg(long)]
     #[serde(default)]
     init_from: Option<PathBuf>,
@@ -367,11 +368,12 @@ fn main() -> Result<()> {
         let w = init_from(&varmap, dir, &tok)
             .with_context(|| format!("--init-from {}", dir.display()))?;
         eprintln!(
-            "warm start from {}: {} tensors copied, {} vocabulary matrices extended from {} to {vocab} rows",
+            "warm start from {}: {} tensors copied, {} vocabulary matrices mapped by token from {} to {vocab} rows ({} tokens changed id)",
             dir.display(),
             w.copied,
             w.extended,
-            w.old_vocab
+            w.old_vocab,
+            w.moved
         );
     }
     let model = trainable(&varmap, &cfg)?;

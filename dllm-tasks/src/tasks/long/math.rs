@@ -2,26 +2,30 @@
 //! stand-in).
 //!
 //! ```text
-//! prompt:   Tom has 23 apples. In January he buys 7 more. In February he gives away 5.
-//!           In March he doubles them. ... How many apples does Tom have at the end?
-//! response: January: 23+7=30
-//!           February: 30-5=25
-//!           March: 25*2=50
+//! prompt:   Tom has 2 apples. In January he buys 1 more. In February he doubles them.
+//!           In March he gives away 5. ... How many apples does Tom have at the end?
+//! response: January: 2+1=3
+//!           February: 3*2=6
+//!           March: 6-5=1
 //!           ...
-//!           Answer: 50
+//!           Answer: 1
 //! ```
 //!
 //! A problem has [`MIN_STEPS`]..=[`MAX_STEPS`] monthly events, each adding or removing one to
-//! nine items or doubling / tripling them; every line reuses the previous line's result, so
+//! eight items or doubling / tripling them; every line reuses the previous line's result, so
 //! the worked answer is a dependency chain and one wrong line makes every later line (and the
-//! answer) wrong. Values stay in 10..=99: an operation is drawn among those whose result stays
-//! in range. Carries and borrows are allowed (about half the additions carry), which is what
-//! makes one step learnable but not free for a small model: per-step accuracy `p` over `n`
-//! chained steps gives roughly `p^n` final-answer accuracy, unsaturated by design.
+//! answer) wrong. Values stay single digits ([`MIN_VALUE`]..=[`MAX_VALUE`]): an operation is
+//! drawn among those whose result stays in range. One step is then a small lookup (the
+//! previous result, the month's operation, a one-digit table), learnable by a ~1M-parameter
+//! model in a couple of CPU hours; the difficulty is the chain: per-step accuracy `p` over `n`
+//! chained steps gives roughly `p^n` final-answer accuracy, unsaturated by design. (A first
+//! design with two-digit values and carries was not learned at all in ~1200 training steps of
+//! the shipped model's size: the model wrote the format with wrong numbers.)
 //!
 //! Each line starts with its month, the key that finds the month's sentence in the prompt
 //! (content lookup instead of counting sentences). Arithmetic is written the way GSM8K's
-//! calculator annotations write it (`23+7=30`): no spaces, one token per digit.
+//! calculator annotations write it (`3+4=7`): no spaces, one token per digit. Eight to twelve
+//! steps keep the worked answer 64 tokens or longer.
 
 use super::super::words::PEOPLE;
 use super::super::{Example, TaskKind};
@@ -29,9 +33,9 @@ use super::Scale;
 use crate::rng::Rng;
 
 /// Fewest steps in a problem.
-pub const MIN_STEPS: usize = 6;
+pub const MIN_STEPS: usize = 8;
 /// Most steps in a problem.
-pub const MAX_STEPS: usize = 10;
+pub const MAX_STEPS: usize = 12;
 /// Steps of a [`Scale::Small`] (training-only) problem.
 pub const SMALL_STEPS: (usize, usize) = (1, 4);
 
@@ -62,11 +66,10 @@ pub const ADD_VERBS: [&str; 3] = ["buys", "finds", "wins"];
 /// Verbs that remove `b` (written "VERB b").
 pub const SUB_VERBS: [&str; 3] = ["gives away", "loses", "sells"];
 
-/// Smallest value any line may produce (two digits everywhere keeps every line the same
-/// length, and the answer 64 tokens or longer).
-pub const MIN_VALUE: u32 = 10;
-/// Largest value any line may produce.
-pub const MAX_VALUE: u32 = 99;
+/// Smallest value any line may produce.
+pub const MIN_VALUE: u32 = 0;
+/// Largest value any line may produce (one digit everywhere keeps every line the same length).
+pub const MAX_VALUE: u32 = 9;
 
 /// One operation of a problem.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,9 +108,9 @@ fn draw_op(rng: &mut Rng, a: u32) -> Op {
         // Add and subtract 35% each, multiply 30% (doubling twice as often as tripling).
         let r = rng.below(20);
         let op = if r < 7 {
-            Op::Add(2 + rng.below(8) as u32)
+            Op::Add(1 + rng.below(8) as u32)
         } else if r < 14 {
-            Op::Sub(2 + rng.below(8) as u32)
+            Op::Sub(1 + rng.below(8) as u32)
         } else if r < 18 {
             Op::Mul(2)
         } else {
@@ -138,7 +141,7 @@ pub fn generate_scaled(rng: &mut Rng, scale: Scale) -> Example {
     let person = PEOPLE[rng.index(PEOPLE.len())];
     let items = ITEMS[rng.index(ITEMS.len())];
     let steps = lo + rng.index(hi - lo + 1);
-    let start = 10 + rng.below(50) as u32;
+    let start = 1 + rng.below(9) as u32;
     let (name, pron) = (person.name, person.subject_lc);
     let mut prompt = format!("{name} has {start} {items}.");
     let mut lines = Vec::with_capacity(steps + 1);
@@ -174,8 +177,7 @@ mod tests {
     #[test]
     fn every_line_follows_from_the_prompt() {
         let mut rng = Rng::new(11);
-        let mut carries = 0;
-        let mut adds = 0;
+        let (mut adds, mut subs, mut muls) = (0, 0, 0);
         for _ in 0..3_000 {
             let ex = generate(&mut rng);
             let sentences: Vec<&str> = ex.prompt.split(". ").collect();
@@ -195,9 +197,10 @@ mod tests {
                     v if ADD_VERBS.contains(&v) => Op::Add(num(words[4])),
                     _ => Op::Sub(num(words[4])),
                 };
-                if let Op::Add(b) = op {
-                    adds += 1;
-                    carries += usize::from(a % 10 + b >= 10);
+                match op {
+                    Op::Add(_) => adds += 1,
+                    Op::Sub(_) => subs += 1,
+                    Op::Mul(_) => muls += 1,
                 }
                 let r = op.apply(a);
                 assert!((MIN_VALUE..=MAX_VALUE).contains(&r), "{ex:?}");
@@ -207,7 +210,10 @@ mod tests {
             assert_eq!(ex.answer, a.to_string());
             assert_eq!(*lines.last().unwrap(), format!("Answer: {a}"));
         }
-        let rate = carries as f64 / adds as f64;
-        assert!((0.3..0.7).contains(&rate), "carry rate {rate}");
+        // Every operation kind stays common despite the single-digit range.
+        let total = (adds + subs + muls) as f64;
+        for (name, n) in [("add", adds), ("sub", subs), ("mul", muls)] {
+            assert!(n as f64 / total > 0.1, "{name}: {n} of {total}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! | [`TaskKind`] | name | stands in for | worked answer |
 //! |---|---|---|---|
-//! | `LongMath` | `long-math` | GSM8K | 6-10 lines `Month: a+b=c`, each reusing the last result |
+//! | `LongMath` | `long-math` | GSM8K | 8-12 lines `Month: a+b=c` (single digits), each reusing the last result |
 //! | `LongYesNo` | `long-yesno` | BoolQ | the chain of comparisons restated from X down, then the verdict |
 //! | `LongChoice` | `long-choice` | ARC-C | one line classifying each of six options |
 //! | `LongStory` | `long-story` | HellaSwag | three rounds of a story that must track who holds what |
