@@ -239,10 +239,14 @@ pub fn sweeps(
     s += "| window MiB | completed | bytes staged/answer | DSP batches/answer | measured ms/answer | accuracy % |\n|---:|---|---:|---:|---:|---:|\n";
     for (mib, r) in c {
         let n = r.answers.len().max(1) as f64;
+        if let Some(e) = &r.failed {
+            let _ = writeln!(s, "| {mib} | no: {} | - | - | - | - |", e.replace('|', "/"));
+            continue;
+        }
         let _ = writeln!(
             s,
             "| {mib} | {} | {:.2} MB | {:.0} | {:.1} | {} |",
-            r.failed.as_deref().map_or("yes".to_string(), |e| format!("no: {}", e.replace('|', "/"))),
+            "yes",
             r.counter("bytes_staged") / n / 1e6,
             r.counter("dsp_batches") / n,
             r.wall_per_answer() * 1e3,
