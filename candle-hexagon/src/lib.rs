@@ -46,6 +46,7 @@ pub mod device;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod nn;
 pub mod ops;
 pub mod routing;
 pub mod runtime;

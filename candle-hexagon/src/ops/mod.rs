@@ -21,7 +21,7 @@ pub mod elementwise;
 pub mod linear;
 pub mod norm;
 
-pub use attention::flash_attn;
+pub use attention::{flash_attn, flash_attn_with, AttnOptions};
 pub use elementwise::{rope, swiglu};
 pub use linear::HexLinear;
 pub use norm::rms_norm;
