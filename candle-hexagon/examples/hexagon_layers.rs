@@ -21,7 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let x = Tensor::randn(0f32, 1.0, (1, seq, hidden), &Device::Cpu)?;
     // (b, s, 3, h, d): q, k and v are already in the op's (b, s, h, d) layout, no transpose.
-    let qkv_x = qkv.forward(&norm.forward(&x)?)?.reshape((1, seq, 3, heads, hd))?;
+    let qkv_x = qkv
+        .forward(&norm.forward(&x)?)?
+        .reshape((1, seq, 3, heads, hd))?;
     let part = |i| qkv_x.narrow(2, i, 1)?.squeeze(2);
     let opts = AttnOptions::for_head_dim(hd).with_causal(true);
     let a = nn::flash_attn(&dev, &part(0)?, &part(1)?, &part(2)?, &opts)?;

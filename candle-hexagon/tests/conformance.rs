@@ -306,7 +306,16 @@ fn flash_attn_masked() {
     let dev = emulated();
     let mut rep = Report::new("flash_attn masked");
     // (batch, q_len, kv_len, heads, kv_heads, head_dim, mask shape (None: causal only), causal)
-    type Case = (usize, usize, usize, usize, usize, usize, Option<&'static [usize]>, bool);
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        Option<&'static [usize]>,
+        bool,
+    );
     let cases: [Case; 7] = [
         (1, 9, 9, 4, 2, 16, None, true),
         (2, 5, 37, 4, 1, 32, None, true),
@@ -334,7 +343,10 @@ fn flash_attn_masked() {
             let reference = attention::attention_slow_with(&q, &k, &v, &opts).unwrap();
             // The mask must matter: the unmasked result is far from the masked one.
             let unmasked = attention::attention_slow(&q, &k, &v, opts.scale).unwrap();
-            assert!(nmse(&unmasked, &reference) > 1e-3, "case {i}: mask had no effect");
+            assert!(
+                nmse(&unmasked, &reference) > 1e-3,
+                "case {i}: mask had no effect"
+            );
             let tol = tol_for(dt, 1e-5);
             assert!(
                 nmse(&cpu, &reference) <= tol,
@@ -377,7 +389,9 @@ fn flash_attn_mask_edges() {
     for t in [&y, &cpu, &reference] {
         let row = t.narrow(1, 1, 1).unwrap();
         assert_eq!(values(&row), vec![0.0; 16]);
-        assert!(values(&t.narrow(1, 0, 1).unwrap()).iter().any(|x| *x != 0.0));
+        assert!(values(&t.narrow(1, 0, 1).unwrap())
+            .iter()
+            .any(|x| *x != 0.0));
     }
     // The causal triangle is bottom-right aligned: with q_len = kv_len - 2, query 0 sees keys 0..=2.
     let c = attention::causal_mask(3, 5, DType::F32).unwrap();
@@ -385,9 +399,15 @@ fn flash_attn_mask_edges() {
     assert_eq!(values(&c)[..5], [0.0, 0.0, 0.0, inf, inf]);
     // Bad input is an error naming what is wrong, on every entry point.
     let bad = |opts: &AttnOptions| {
-        let npu = ops::flash_attn_with(&dev, &q, &k, &v, opts).unwrap_err().to_string();
-        let cpu = attention::flash_attn_cpu_with(&q, &k, &v, opts).unwrap_err().to_string();
-        let slow = attention::attention_slow_with(&q, &k, &v, opts).unwrap_err().to_string();
+        let npu = ops::flash_attn_with(&dev, &q, &k, &v, opts)
+            .unwrap_err()
+            .to_string();
+        let cpu = attention::flash_attn_cpu_with(&q, &k, &v, opts)
+            .unwrap_err()
+            .to_string();
+        let slow = attention::attention_slow_with(&q, &k, &v, opts)
+            .unwrap_err()
+            .to_string();
         (npu, cpu, slow)
     };
     let wrong = tensor(&[5, 3], 4, 1.0, DType::F32);
@@ -405,8 +425,13 @@ fn flash_attn_mask_edges() {
     }
     // More queries than keys cannot be causal.
     let long = AttnOptions::new(0.3).with_causal(true);
-    let e = ops::flash_attn_with(&dev, &k, &q, &q, &long).unwrap_err().to_string();
-    assert!(e.contains("kv_len >= q_len") && e.contains("q_len 5, kv_len 3"), "{e}");
+    let e = ops::flash_attn_with(&dev, &k, &q, &q, &long)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("kv_len >= q_len") && e.contains("q_len 5, kv_len 3"),
+        "{e}"
+    );
     assert!(attention::causal_mask(4, 2, DType::F32).is_err());
 }
 

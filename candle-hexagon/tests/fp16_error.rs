@@ -46,7 +46,11 @@ fn fp16_rounding_error_of_the_npu_path() {
     let dev = emulated();
     let mut rows = Vec::new();
     let mut row = |what: String, e: &Errors, fp16: bool| {
-        assert!(e.rel_l2 <= 2e-3, "{what}: relative L2 error {:.3e}", e.rel_l2);
+        assert!(
+            e.rel_l2 <= 2e-3,
+            "{what}: relative L2 error {:.3e}",
+            e.rel_l2
+        );
         if fp16 {
             assert!(e.rel_l2 > 0.0, "{what}: no rounding at all");
         }
@@ -104,7 +108,10 @@ fn fp16_rounding_error_of_the_npu_path() {
     assert_eq!(dev.stats().cpu_calls(OpKind::LinearF16), 0);
     assert_eq!(dev.stats().cpu_calls(OpKind::FlashAttn), 0);
     let mut out = std::io::stderr().lock();
-    let _ = writeln!(out, "\nNPU (emulated) f32-in/f32-out vs f32 CPU, random inputs");
+    let _ = writeln!(
+        out,
+        "\nNPU (emulated) f32-in/f32-out vs f32 CPU, random inputs"
+    );
     let _ = writeln!(
         out,
         "| layer | max abs | mean abs | max abs / max abs(ref) | relative L2 |"

@@ -77,10 +77,20 @@ impl Block {
                     .expand((b, hkv, HEADS / KV_HEADS, s, d))?
                     .reshape((b, HEADS, s, d))
             };
-            let (q, k, v) = (q.contiguous()?, rep(k)?.contiguous()?, rep(v)?.contiguous()?);
+            let (q, k, v) = (
+                q.contiguous()?,
+                rep(k)?.contiguous()?,
+                rep(v)?.contiguous()?,
+            );
             let s = q.dim(2)?;
             let mask: Vec<f32> = (0..s * s)
-                .map(|i| if i % s > i / s { f32::NEG_INFINITY } else { 0.0 })
+                .map(|i| {
+                    if i % s > i / s {
+                        f32::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
                 .collect();
             let mask = Tensor::from_vec(mask, (s, s), q.device())?;
             let scores = (q.matmul(&k.t()?)? / (HEAD_DIM as f64).sqrt())?.broadcast_add(&mask)?;
@@ -110,8 +120,18 @@ impl Block {
         Ok(Block {
             norm1: Box::new(rms_norm(HIDDEN, EPS, vb.pp("norm1"), dev)?),
             q: Box::new(linear_no_bias(HIDDEN, HEADS * HEAD_DIM, vb.pp("q"), dev)?),
-            k: Box::new(linear_no_bias(HIDDEN, KV_HEADS * HEAD_DIM, vb.pp("k"), dev)?),
-            v: Box::new(linear_no_bias(HIDDEN, KV_HEADS * HEAD_DIM, vb.pp("v"), dev)?),
+            k: Box::new(linear_no_bias(
+                HIDDEN,
+                KV_HEADS * HEAD_DIM,
+                vb.pp("k"),
+                dev,
+            )?),
+            v: Box::new(linear_no_bias(
+                HIDDEN,
+                KV_HEADS * HEAD_DIM,
+                vb.pp("v"),
+                dev,
+            )?),
             o: Box::new(linear_no_bias(HEADS * HEAD_DIM, HIDDEN, vb.pp("o"), dev)?),
             norm2: Box::new(rms_norm(HIDDEN, EPS, vb.pp("norm2"), dev)?),
             fc1: Box::new(linear(HIDDEN, FFN, vb.pp("fc1"), dev)?),
@@ -163,7 +183,10 @@ fn candle_nn_and_hexagon_nn_agree_with_the_work_on_the_device() {
     }
     let report = dev.routing_report().to_string();
     eprintln!("{report}");
-    assert!(report.contains("| flash_attn | npu (hvx) | 1 |"), "{report}");
+    assert!(
+        report.contains("| flash_attn | npu (hvx) | 1 |"),
+        "{report}"
+    );
     assert!(report.contains("| rms_norm | npu (hvx) | 2 |"), "{report}");
 }
 

@@ -4,7 +4,7 @@
 //!
 //! | candle-nn | here | on the NPU | when it stays on the CPU |
 //! |---|---|---|---|
-//! | `linear(in, out, vb)`, `linear_no_bias`, `linear_b` | [`linear`], [`linear_no_bias`], [`linear_b`] | fp16 HMX weight tiles, packed once | holds the candle-nn [`candle_nn::Linear`] and the [`crate::Reason`] |
+//! | `linear(in, out, vb)`, `linear_no_bias`, `linear_b` | [`linear()`], [`linear_no_bias`], [`linear_b`] | fp16 HMX weight tiles, packed once | holds the candle-nn [`candle_nn::Linear`] and the [`crate::Reason`] |
 //! | `RmsNorm`, `rms_norm(size, eps, vb)` | [`RmsNorm`], [`rms_norm`] | `RMS_NORM` | candle-nn's fused `rms_norm` |
 //! | `attention::flash_attn` (CPU, `(b, s, h, d)` in, `(b, h, s, d)` out) | [`flash_attn`] (`(b, s, h, d)` in and out), [`flash_attn_bhsd`] (`(b, h, s, d)` in and out), with [`AttnOptions`] (scale, additive mask, causal) | `FLASH_ATTN` | candle-nn's CPU flash attention |
 //!

@@ -190,9 +190,7 @@ pub fn causal_mask(q_len: usize, kv_len: usize, dtype: DType) -> Result<Tensor> 
     }
     let off = kv_len - q_len;
     let v: Vec<f32> = (0..q_len)
-        .flat_map(|t| {
-            (0..kv_len).map(move |j| if j <= t + off { 0.0 } else { f32::NEG_INFINITY })
-        })
+        .flat_map(|t| (0..kv_len).map(move |j| if j <= t + off { 0.0 } else { f32::NEG_INFINITY }))
         .collect();
     Ok(Tensor::from_vec(v, (q_len, kv_len), &Device::Cpu)?.to_dtype(dtype)?)
 }
@@ -348,9 +346,7 @@ fn mask_extent(m: &Tensor, b: usize, h: usize, nq: usize, nk: usize) -> Result<(
     }
     match *m.dims() {
         [a, c] if a == nq && c == nk => Ok((1, 1)),
-        [mb, mh, a, c]
-            if (mb == 1 || mb == b) && (mh == 1 || mh == h) && a == nq && c == nk =>
-        {
+        [mb, mh, a, c] if (mb == 1 || mb == b) && (mh == 1 || mh == h) && a == nq && c == nk => {
             Ok((mb, mh))
         }
         _ => Err(invalid(format!(
@@ -385,9 +381,7 @@ fn effective_mask(o: &AttnOptions, dims: &Dims) -> Result<MaskPlan> {
     }
     let Some(m) = &o.mask else {
         return Ok(if o.causal {
-            MaskPlan::Causal {
-                kv_offset: nk - nq,
-            }
+            MaskPlan::Causal { kv_offset: nk - nq }
         } else {
             MaskPlan::None
         });
@@ -450,7 +444,9 @@ fn cpu_attn(
             )?,
             MaskPlan::Tensor(m) => {
                 // candle-nn reads the mask as a flat (q_len, kv_len) slice of q's dtype.
-                let mi = m.t.get(if m.mb == 1 { 0 } else { i })?.to_dtype(q.dtype())?;
+                let mi =
+                    m.t.get(if m.mb == 1 { 0 } else { i })?
+                        .to_dtype(q.dtype())?;
                 if m.mh == 1 {
                     let mask = AttnMask::Mask(mi.get(0)?.contiguous()?);
                     cpu_one(&qi, &ki, &vi, scale, mask)?
