@@ -97,27 +97,20 @@ pub fn flash_attn_with(
 ) -> Result<Tensor> {
     let dims = check_qkv(q, k, v, opts.scale)?;
     let plan_mask = effective_mask(opts, &dims)?;
-    // The kernel takes one mask tensor: a causal-only call materialises the triangle in f16
-    // (0 and -inf are exact there, at half the bytes of f32).
-    let npu_mask = match &plan_mask {
-        MaskPlan::None => None,
-        MaskPlan::Causal { .. } => Some(Mask {
-            t: causal_mask(dims.nq, dims.nk, DType::F16)?.reshape((1, 1, dims.nq, dims.nk))?,
-            mb: 1,
-            mh: 1,
-        }),
-        MaskPlan::Tensor(m) => Some(m.clone()),
-    };
     let qw = Wire::for_dtype(q.dtype());
     let mut plan = StagePlan::default();
     let q_off = plan.push(q.elem_count() * qw.size());
     let k_off = plan.push(k.elem_count() * 2);
     let v_off = plan.push(v.elem_count() * 2);
     let o_off = plan.push(q.elem_count() * qw.size());
-    let m_at = npu_mask.as_ref().map(|m| {
-        let wire = Wire::for_dtype(m.t.dtype());
-        (plan.push(m.t.elem_count() * wire.size()), wire)
-    });
+    // The kernel takes one mask tensor: a causal-only call sends the triangle in f16 (0 and -inf
+    // are exact there, at half the bytes of f32), built only when the call runs on the NPU.
+    let m_at = match &plan_mask {
+        MaskPlan::None => None,
+        MaskPlan::Causal { .. } => Some((dims.nq * dims.nk, Wire::F16)),
+        MaskPlan::Tensor(m) => Some((m.t.elem_count(), Wire::for_dtype(m.t.dtype()))),
+    }
+    .map(|(n, wire)| (plan.push(n * wire.size()), wire));
     let desc = OpDesc::FlashAttn {
         batch: dims.b,
         q_len: dims.nq,
@@ -131,14 +124,24 @@ pub fn flash_attn_with(
         &desc,
         plan.total(),
         |buf| {
-            let mask = match (&npu_mask, m_at) {
-                (Some(m), Some((off, wire))) => Some(StagedMask {
+            let stage = |t: &Tensor, off, wire, mb, mh| -> Result<StagedMask> {
+                let bytes = stage_tensor(buf, off, t, wire, "flash_attn mask")?;
+                Ok(StagedMask {
                     off,
                     wire,
-                    mb: m.mb,
-                    mh: m.mh,
-                    bytes: stage_tensor(buf, off, &m.t, wire, "flash_attn mask")?,
-                }),
+                    mb,
+                    mh,
+                    bytes,
+                })
+            };
+            let mask = match (&plan_mask, m_at) {
+                (MaskPlan::Causal { .. }, Some((off, wire))) => {
+                    let t = causal_mask(dims.nq, dims.nk, DType::F16)?;
+                    Some(stage(&t, off, wire, 1, 1)?)
+                }
+                (MaskPlan::Tensor(m), Some((off, wire))) => {
+                    Some(stage(&m.t, off, wire, m.mb, m.mh)?)
+                }
                 _ => None,
             };
             let call = FlashAttnCall {
