@@ -73,8 +73,9 @@ impl std::fmt::Debug for HexagonDevice {
 }
 
 impl HexagonDevice {
-    /// Open a session.
+    /// Open a session ([`Error::Unsupported`] on targets without memfd shared memory).
     pub fn open(cfg: HexagonConfig) -> Result<Self> {
+        crate::memory::check_target("HexagonDevice::open")?;
         cfg.validate()?;
         let ids = cfg.mapper_entries as u32;
         let transport: Box<dyn Transport> = match &cfg.transport {

@@ -161,6 +161,18 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// The backend cannot run on this target: it needs memfd shared memory (Linux, Android).
+    /// Elsewhere the crate builds as a stub whose device never opens; use the CPU path.
+    #[error(
+        "{what} is unsupported on this target (OS `{os}`): candle-hexagon needs memfd shared \
+         memory (Linux or Android); keep the model on the CPU"
+    )]
+    Unsupported {
+        /// What was attempted.
+        what: &'static str,
+        /// The target OS (`std::env::consts::OS`).
+        os: &'static str,
+    },
     /// An error from candle itself.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

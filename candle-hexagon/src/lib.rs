@@ -11,8 +11,16 @@
 //!   fences ([`block`]);
 //! - weight-owning modules that *are* the op: [`HexLinear`] owns weights packed at load time
 //!   (fp16 HMX tiles or Q4_0 tiles) in NPU-mapped shared memory;
-//! - fused custom ops: [`ops::flash_attn`], [`ops::rms_norm`], [`ops::swiglu`], [`ops::rope`], each
-//!   beside its CPU fallback and a named slow reference.
+//! - fused custom ops: [`ops::flash_attn`] (with a mask and a causal flag:
+//!   [`ops::flash_attn_with`]), [`ops::rms_norm`], [`ops::swiglu`], [`ops::rope`], each beside its
+//!   CPU fallback and a named slow reference;
+//! - drop-in layers mirroring candle-nn for an ordinary candle model ([`nn`]): `linear`,
+//!   `linear_no_bias`, a `Linear` that keeps candle-nn's CPU layer when the weight stays on the
+//!   CPU, `RmsNorm`, attention helpers for `(b, s, h, d)` and `(b, h, s, d)` layouts.
+//!
+//! On the NPU path f32 activations of linear layers (and attention's K/V) are rounded to fp16,
+//! with f32 accumulation: outputs differ from the f32 CPU path by about 2-3e-4 relative (measured
+//! in `tests/fp16_error.rs`, table in the README; details in [`nn`]).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,10 +38,14 @@
 //! Layers: [`device`] (session, config, routing entry point, counters), [`transport`] (emulated
 //! DSP thread; FastRPC via `dlopen`), [`memory`] (shared buffers, the bounded NPU address window,
 //! leases that keep host access from racing the DSP, the buffer pool), [`layout`] (weight
-//! packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`block`] (block-level
+//! packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`nn`] (candle-nn-style
+//! layers), [`block`] (block-level
 //! execution), [`runtime`] (the swap-optimized memory runtime: graph capture, placement under
 //! the VA budget, lifetime packing, double-buffered staging; policies `naive`, `paging`,
 //! `somr`), [`error`].
+//!
+//! Targets: Linux and Android (memfd shared memory). On other Unix targets the crate builds as a
+//! stub whose [`HexagonDevice::open`] returns [`Error::Unsupported`].
 //!
 //! This crate knows nothing of tokens, diffusion or models.
 //!
@@ -46,6 +58,7 @@ pub mod device;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod nn;
 pub mod ops;
 pub mod routing;
 pub mod runtime;

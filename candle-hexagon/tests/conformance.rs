@@ -286,6 +286,155 @@ fn flash_attn() {
     rep.print();
 }
 
+/// An additive mask of `shape` with finite biases in [-1, 1) and about a fifth of the entries
+/// `-inf` (some rows may lose every key: they must come out as zeros on every path).
+fn random_mask(shape: &[usize], seed: u64, dt: DType) -> Tensor {
+    let n = shape.iter().product();
+    let v: Vec<f32> = uniform(n, seed)
+        .into_iter()
+        .map(|x| if x < -0.6 { f32::NEG_INFINITY } else { x })
+        .collect();
+    Tensor::from_vec(v, shape, &candle_core::Device::Cpu)
+        .unwrap()
+        .to_dtype(dt)
+        .unwrap()
+}
+
+#[test]
+fn flash_attn_masked() {
+    use candle_hexagon::ops::AttnOptions;
+    let dev = emulated();
+    let mut rep = Report::new("flash_attn masked");
+    // (batch, q_len, kv_len, heads, kv_heads, head_dim, mask shape (None: causal only), causal)
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        Option<&'static [usize]>,
+        bool,
+    );
+    let cases: [Case; 7] = [
+        (1, 9, 9, 4, 2, 16, None, true),
+        (2, 5, 37, 4, 1, 32, None, true),
+        (1, 6, 20, 4, 2, 16, Some(&[6, 20]), false),
+        (2, 7, 30, 4, 2, 16, Some(&[2, 4, 7, 30]), false),
+        (2, 8, 24, 4, 4, 32, Some(&[1, 1, 8, 24]), true),
+        (2, 3, 40, 6, 2, 64, Some(&[2, 1, 3, 40]), true),
+        (1, 1, 17, 2, 1, 16, Some(&[1, 2, 1, 17]), false),
+    ];
+    for (i, &(b, nq, nk, h, hkv, d, mask, causal)) in cases.iter().enumerate() {
+        for dt in [DType::F32, DType::F16] {
+            let seed = 700 + (i * 10) as u64;
+            let q = tensor(&[b, nq, h, d], seed, 1.0, dt);
+            let k = tensor(&[b, nk, hkv, d], seed + 1, 1.0, dt);
+            let v = tensor(&[b, nk, hkv, d], seed + 2, 1.0, dt);
+            let mut opts = AttnOptions::for_head_dim(d).with_causal(causal);
+            if let Some(shape) = mask {
+                opts = opts.with_mask(random_mask(shape, seed + 3, dt));
+            }
+            let y = on_npu(&dev, OpKind::FlashAttn, || {
+                ops::flash_attn_with(&dev, &q, &k, &v, &opts).unwrap()
+            });
+            assert_eq!((y.dims(), y.dtype()), (&[b, nq, h, d][..], dt));
+            let cpu = attention::flash_attn_cpu_with(&q, &k, &v, &opts).unwrap();
+            let reference = attention::attention_slow_with(&q, &k, &v, &opts).unwrap();
+            // The mask must matter: the unmasked result is far from the masked one.
+            let unmasked = attention::attention_slow(&q, &k, &v, opts.scale).unwrap();
+            assert!(
+                nmse(&unmasked, &reference) > 1e-3,
+                "case {i}: mask had no effect"
+            );
+            let tol = tol_for(dt, 1e-5);
+            assert!(
+                nmse(&cpu, &reference) <= tol,
+                "case {i} {dt:?}: CPU fallback vs reference {:.3e}",
+                nmse(&cpu, &reference)
+            );
+            let mut what = mask.map_or(String::new(), |s| format!(" mask {s:?}"));
+            if causal {
+                what += " causal";
+            }
+            rep.ok(
+                format!("b {b} q {nq} kv {nk} h {h}/{hkv} d {d}{what} {dt:?}"),
+                &y,
+                &cpu,
+                &reference,
+                tol,
+            );
+        }
+    }
+    rep.print();
+}
+
+#[test]
+fn flash_attn_mask_edges() {
+    use candle_hexagon::ops::AttnOptions;
+    let dev = emulated();
+    let (q, k, v) = (
+        tensor(&[1, 3, 2, 8], 1, 1.0, DType::F32),
+        tensor(&[1, 5, 2, 8], 2, 1.0, DType::F32),
+        tensor(&[1, 5, 2, 8], 3, 1.0, DType::F32),
+    );
+    // Row 1 loses every key: zeros on the NPU, on the CPU fallback and in the reference.
+    let mut m = vec![0f32; 15];
+    m[5..10].fill(f32::NEG_INFINITY);
+    let mask = Tensor::from_vec(m, (3, 5), &candle_core::Device::Cpu).unwrap();
+    let opts = AttnOptions::new(0.3).with_mask(mask);
+    let y = ops::flash_attn_with(&dev, &q, &k, &v, &opts).unwrap();
+    let cpu = attention::flash_attn_cpu_with(&q, &k, &v, &opts).unwrap();
+    let reference = attention::attention_slow_with(&q, &k, &v, &opts).unwrap();
+    for t in [&y, &cpu, &reference] {
+        let row = t.narrow(1, 1, 1).unwrap();
+        assert_eq!(values(&row), vec![0.0; 16]);
+        assert!(values(&t.narrow(1, 0, 1).unwrap())
+            .iter()
+            .any(|x| *x != 0.0));
+    }
+    // The causal triangle is bottom-right aligned: with q_len = kv_len - 2, query 0 sees keys 0..=2.
+    let c = attention::causal_mask(3, 5, DType::F32).unwrap();
+    let inf = f64::NEG_INFINITY;
+    assert_eq!(values(&c)[..5], [0.0, 0.0, 0.0, inf, inf]);
+    // Bad input is an error naming what is wrong, on every entry point.
+    let bad = |opts: &AttnOptions| {
+        let npu = ops::flash_attn_with(&dev, &q, &k, &v, opts)
+            .unwrap_err()
+            .to_string();
+        let cpu = attention::flash_attn_cpu_with(&q, &k, &v, opts)
+            .unwrap_err()
+            .to_string();
+        let slow = attention::attention_slow_with(&q, &k, &v, opts)
+            .unwrap_err()
+            .to_string();
+        (npu, cpu, slow)
+    };
+    let wrong = tensor(&[5, 3], 4, 1.0, DType::F32);
+    let (a, b, c) = bad(&AttnOptions::new(0.3).with_mask(wrong));
+    for e in [a, b, c] {
+        assert!(e.contains("mask [5, 3]") && e.contains("(3, 5)"), "{e}");
+    }
+    let heads3 = tensor(&[1, 3, 3, 5], 4, 1.0, DType::F32);
+    let (a, _, _) = bad(&AttnOptions::new(0.3).with_mask(heads3));
+    assert!(a.contains("heads = 2"), "{a}");
+    let ints = Tensor::zeros((3, 5), DType::U32, &candle_core::Device::Cpu).unwrap();
+    let (a, b, c) = bad(&AttnOptions::new(0.3).with_mask(ints));
+    for e in [a, b, c] {
+        assert!(e.contains("mask dtype U32"), "{e}");
+    }
+    // More queries than keys cannot be causal.
+    let long = AttnOptions::new(0.3).with_causal(true);
+    let e = ops::flash_attn_with(&dev, &k, &q, &q, &long)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("kv_len >= q_len") && e.contains("q_len 5, kv_len 3"),
+        "{e}"
+    );
+    assert!(attention::causal_mask(4, 2, DType::F32).is_err());
+}
+
 #[test]
 fn rms_norm() {
     let dev = emulated();

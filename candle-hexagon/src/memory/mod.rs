@@ -29,6 +29,26 @@ use crate::error::{Error, Result};
 use crate::transport::Transport;
 use leases::{Access, BufferLeases, LeaseTable};
 
+/// True when this target has the shared memory the backend is built on (memfd: Linux and
+/// Android). Elsewhere the crate compiles as a stub: [`crate::HexagonDevice::open`] returns
+/// [`Error::Unsupported`].
+pub const SHARED_MEMORY_SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+/// `Ok` on a target with memfd shared memory, else [`Error::Unsupported`] for `what`.
+pub fn check_target(what: &'static str) -> Result<()> {
+    check_os(what, std::env::consts::OS)
+}
+
+/// [`check_target`] for a given OS name (`std::env::consts::OS` spelling), so the stub's error is
+/// testable on any host.
+fn check_os(what: &'static str, os: &'static str) -> Result<()> {
+    if matches!(os, "linux" | "android") {
+        Ok(())
+    } else {
+        Err(Error::Unsupported { what, os })
+    }
+}
+
 /// Alignment of every tensor placed in a buffer (the kernels' `KDSP_BUFFER_ALIGN`).
 pub const TENSOR_ALIGN: usize = kernels_dsp::KDSP_BUFFER_ALIGN as usize;
 
@@ -404,5 +424,36 @@ impl WeightArena {
             offset: 0,
             len: bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_without_memfd_get_a_named_unsupported_error() {
+        assert!(check_os("x", "linux").is_ok() && check_os("x", "android").is_ok());
+        for os in ["macos", "windows", "ios", "freebsd"] {
+            let e = check_os("HexagonDevice::open", os).unwrap_err();
+            assert!(matches!(e, Error::Unsupported { .. }));
+            let m = e.to_string();
+            assert!(
+                m.contains("HexagonDevice::open is unsupported")
+                    && m.contains(&format!("`{os}`"))
+                    && m.contains("memfd"),
+                "{m}"
+            );
+        }
+        assert_eq!(check_target("x").is_ok(), SHARED_MEMORY_SUPPORTED);
+    }
+
+    /// Only compiled where the crate is a stub: the device must refuse to open, by name.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[test]
+    fn the_stub_device_does_not_open() {
+        let e = crate::HexagonDevice::emulated().unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(SharedMemory::memfd("x", 4096).is_err());
     }
 }

@@ -38,7 +38,24 @@ impl std::fmt::Debug for SharedMemory {
 
 impl SharedMemory {
     /// A new zero-filled memfd of `len` bytes (`len` > 0), mapped shared into the host.
+    /// [`Error::Unsupported`] on targets without memfd (see [`super::SHARED_MEMORY_SUPPORTED`]).
     pub fn memfd(name: &str, len: usize) -> Result<Self> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            Self::memfd_linux(name, len)
+        }
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            let _ = (name, len);
+            Err(Error::Unsupported {
+                what: "memfd shared memory",
+                os: std::env::consts::OS,
+            })
+        }
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn memfd_linux(name: &str, len: usize) -> Result<Self> {
         if len == 0 {
             return Err(Error::InvalidInput {
                 op: "shared memory",

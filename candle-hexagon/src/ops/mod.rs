@@ -4,7 +4,7 @@
 //! | op | NPU kernel | CPU fallback (what a CPU model runs) | slow reference |
 //! |---|---|---|---|
 //! | [`HexLinear`] | `MATMUL_F16` (HMX tiles) / `MATMUL_Q4_0` (+ `ADD` bias) | matmul / `QMatMul` on the unpacked weights | [`linear::linear_slow`] |
-//! | [`flash_attn`] | `FLASH_ATTN` (f16 K/V, GQA) | candle-nn CPU flash attention | [`attention::attention_slow`] |
+//! | [`flash_attn`], [`flash_attn_with`] (mask, causal) | `FLASH_ATTN` (f16 K/V, GQA, additive mask) | candle-nn CPU flash attention (`AttnMask`) | [`attention::attention_slow_with`] |
 //! | [`rms_norm`] | `RMS_NORM` | `candle_nn::ops::rms_norm` | [`norm::rms_norm_slow`] |
 //! | [`swiglu`] | `SWIGLU` | `silu(gate) * up` | [`elementwise::swiglu_slow`] |
 //! | [`rope`] | `ROPE_NEOX` | `candle_nn::rotary_emb::rope_thd` | [`elementwise::rope_slow`] |
@@ -21,7 +21,7 @@ pub mod elementwise;
 pub mod linear;
 pub mod norm;
 
-pub use attention::flash_attn;
+pub use attention::{flash_attn, flash_attn_with, AttnOptions};
 pub use elementwise::{rope, swiglu};
 pub use linear::HexLinear;
 pub use norm::rms_norm;
@@ -44,7 +44,9 @@ impl Plain for i32 {}
 /// View host bytes of shared memory as `T`s.
 pub(crate) fn typed_mut<T: Plain>(b: &mut [u8]) -> Result<&mut [T]> {
     let size = std::mem::size_of::<T>();
-    if b.as_ptr() as usize % std::mem::align_of::<T>() != 0 || b.len() % size != 0 {
+    if !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+        || !b.len().is_multiple_of(size)
+    {
         return Err(Error::InvalidInput {
             op: "stage",
             detail: format!(
