@@ -112,7 +112,8 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
     s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     let first = rows.first();
     for (i, r) in rows.iter().enumerate() {
-        let prev = if i == 0 { r } else { &rows[i - 1] };
+        // Gains are relative to the nearest earlier row that completed.
+        let prev = rows[..i].iter().rev().find(|p| p.failed.is_none()).unwrap_or(r);
         let wall = r.wall_per_answer() * 1e3;
         let proj = r.projected_per_answer();
         let staged = r
@@ -127,6 +128,15 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             ),
             None => "-".into(),
         };
+        if let Some(e) = &r.failed {
+            let _ = writeln!(
+                s,
+                "| {} | failed: {} |||||||||||||| |",
+                r.spec.label,
+                e.replace('|', "/")
+            );
+            continue;
+        }
         let _ = writeln!(
             s,
             "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -147,9 +157,7 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             maps,
             energy_cell(&r.energy),
         );
-        if let Some(e) = &r.failed {
-            let _ = writeln!(s, "| ↳ failed: {} |||||||||||||||", e.replace('|', "/"));
-        }
+
     }
     let (cpu, npu) = projection::paper_check(&ctx.phone, 79);
     let _ = write!(
