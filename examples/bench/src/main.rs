@@ -127,6 +127,7 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
     let row = |label: &str, dev: Dev, params: DecodeParams| RowSpec {
         label: label.to_string(),
         dev,
+        project_to: dev.target(),
         params,
     };
     vec![
@@ -159,6 +160,7 @@ fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>
             RowSpec {
                 label: format!("trigger {t}"),
                 dev: Dev::Cpu,
+                project_to: projection::Target::Npu,
                 params: p,
             }
         })
@@ -186,6 +188,7 @@ fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>
             RowSpec {
                 label: format!("visible {v} / stable {s}"),
                 dev: Dev::Cpu,
+                project_to: projection::Target::Npu,
                 params: p,
             }
         })
@@ -220,6 +223,7 @@ fn window_sweep(
                 RowSpec {
                     label: format!("window {mib} MiB ({:.0}% of weights)", f * 100.0),
                     dev: Dev::Npu("somr"),
+                    project_to: projection::Target::Npu,
                     params: full,
                 },
             ))

@@ -198,7 +198,8 @@ pub fn table5(ctx: &Context, rows: &[RowResult]) -> String {
                 .unwrap_or_default();
             let _ = write!(s, " {}{step} |", pct(r.accuracy(t)));
         }
-        let _ = writeln!(s, " {} |", pct(Some(r.accuracy_all())));
+        let all = (!r.answers.is_empty()).then(|| r.accuracy_all());
+        let _ = writeln!(s, " {} |", pct(all));
     }
     s
 }
@@ -227,7 +228,7 @@ pub fn sweeps(
             pct(Some(r.accuracy_all()))
         );
     }
-    s += "\n## 13b: visibility / stability thresholds (full configuration, CPU)\n\n";
+    s += "\n## 13b: visibility / stability thresholds (full configuration, decoded on the CPU; projected to the SM8750 NPU)\n\n";
     s += "| theta_visible | theta_stable | forwards/answer | revised | refreshes | unstable at block end | projected s/answer | accuracy % |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for r in b {
         let _ = writeln!(

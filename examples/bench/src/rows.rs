@@ -39,6 +39,9 @@ pub struct RowSpec {
     pub label: String,
     /// Device and memory policy.
     pub dev: Dev,
+    /// What the projection prices the run's forwards as (the sweeps decode on the CPU, whose
+    /// decisions equal the NPU's, and project to the NPU as the paper's Figure 13 does).
+    pub project_to: Target,
     /// Decoding parameters.
     pub params: DecodeParams,
 }
@@ -201,7 +204,7 @@ pub fn run_row(
                 add_counters(&mut counters, &llada_cli::counters(&g));
                 active_positions += g.active_positions;
                 window_positions += g.trace.iter().map(|f| f.end - f.start).sum::<usize>();
-                projected_s += phone.project(spec.dev.target(), &g.trace);
+                projected_s += phone.project(spec.project_to, &g.trace);
                 answers.push(rec);
             }
             Err(e) => {
