@@ -11,10 +11,20 @@ impl WindowPolicy for BlockPlusEight {
     fn plan(&mut self, v: &DecodeView<'_>) -> Result<WindowPlan> {
         let len = v.canvas.len();
         Ok(if v.step_in_block == 0 {
-            WindowPlan { start: 0, end: len, fresh_cache: true, drafts: false }
+            WindowPlan {
+                start: 0,
+                end: len,
+                fresh_cache: true,
+                drafts: false,
+            }
         } else {
             let end = (v.block.end + 8).min(len);
-            WindowPlan { start: v.block.start, end, fresh_cache: false, drafts: true }
+            WindowPlan {
+                start: v.block.start,
+                end,
+                fresh_cache: false,
+                drafts: true,
+            }
         })
     }
     fn commit(&mut self, v: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
@@ -28,8 +38,16 @@ fn main() -> std::result::Result<(), Box<dyn std::error::Error>> {
     let tok = m.tokenizer.clone().ok_or("the model has a tokenizer")?;
     let prompt = tok.encode_prompt("Ana has 41 coins. She finds 6 more. How many coins?", false)?;
     let params = DecodeParams::for_model(&m);
-    let g = Decoder::new(params).window_policy(BlockPlusEight).run(&mut m.model, &prompt, &mut ())?;
+    let g =
+        Decoder::new(params)
+            .window_policy(BlockPlusEight)
+            .run(&mut m.model, &prompt, &mut ())?;
     let stop = m.model.info().special.stop_ids();
-    println!("{} ({} forwards, {} drafts scored)", tok.decode(g.answer(&stop), true)?, g.forwards, g.draft_predictions);
+    println!(
+        "{} ({} forwards, {} drafts scored)",
+        tok.decode(g.answer(&stop), true)?,
+        g.forwards,
+        g.draft_predictions
+    );
     Ok(())
 }

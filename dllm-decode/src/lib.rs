@@ -19,10 +19,10 @@ use std::sync::Arc;
 
 use dllm_models::{Arch, DiffusionLm};
 
-pub use error::{DecodeError, Result};
 /// The model crate, whose types (`DiffusionLm`, `LoadedModel`, `DecodeDefaults`) appear in this
 /// crate's signatures.
 pub use dllm_models;
+pub use error::{DecodeError, Result};
 pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{Control, StepEvent, StepObserver};

@@ -427,7 +427,10 @@ impl DecodeParams {
         }
         if let Some(t) = d.alg_temp {
             if !(t >= 0.0 && t.is_finite()) {
-                return Err(p("dream.alg_temp", format!("{t} must be a finite value >= 0")));
+                return Err(p(
+                    "dream.alg_temp",
+                    format!("{t} must be a finite value >= 0"),
+                ));
             }
         }
         if let Some(tp) = d.top_p {

@@ -296,9 +296,11 @@ pub fn walk<R: Read + Seek>(mut r: R) -> Res<Header> {
         if key == "general.alignment" {
             alignment = Some(match v {
                 Some((4, a)) => a,
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "metadata `general.alignment`: type {t} is not u32 (type 4), as GGUF requires"
-                )),
+                ))
+                }
             });
         }
         if !keys.insert(key.clone()) {

@@ -14,11 +14,11 @@
 
 use std::sync::RwLock;
 
+#[cfg(not(feature = "hexagon"))]
+pub use crate::hexagon_off::HexagonDevice;
 use candle_core::{DType, Device, Tensor, D};
 #[cfg(feature = "hexagon")]
 pub use candle_hexagon::HexagonDevice;
-#[cfg(not(feature = "hexagon"))]
-pub use crate::hexagon_off::HexagonDevice;
 
 pub use crate::linear::{CpuLinear, CpuLinears, Embedding, Linear, Param};
 use crate::Result;
@@ -293,7 +293,9 @@ fn flash_attn_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tens
         outs.push(match q.dtype() {
             DType::F32 => cpu_flash::<f32>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?,
             DType::F16 => cpu_flash::<half::f16>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?,
-            DType::BF16 => cpu_flash::<half::bf16>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?,
+            DType::BF16 => {
+                cpu_flash::<half::bf16>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?
+            }
             dt => {
                 return Err(crate::Error::InvalidArgument(format!(
                     "attention in {dt:?} (use f32, f16 or bf16)"

@@ -12,12 +12,12 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::HexLinear;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::{HexLinear, Placed};
-#[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::HexLinear;
 use kernels_cpu::{DenseMatrix, DenseType, GgmlType, QuantMatrix};
 
 use crate::layers::Backend;

@@ -174,10 +174,12 @@ fn tensor(name: &str, info: &Value, data_len: u64) -> std::result::Result<Tensor
         .and_then(|e| e.checked_mul(size));
     match need {
         Some(n) if n == end - begin => {}
-        Some(n) => return Err(format!(
+        Some(n) => {
+            return Err(format!(
             "tensor `{name}`: shape {shape:?} of {dtype} needs {n} bytes, its data_offsets span {}",
             end - begin
-        )),
+        ))
+        }
         None => return Err(format!("tensor `{name}`: shape {shape:?} is too large")),
     }
     Ok(TensorMeta {

@@ -22,6 +22,10 @@ use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 
 pub use crate::config::{ConfigNames, TransformerConfig};
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::npu_seq;
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::DeviceKv;
 use crate::kv_cache::{KvCache, KvElem, Pending};
 use crate::layers::{Backend, OpMode};
 use crate::lm::{
@@ -29,15 +33,11 @@ use crate::lm::{
 };
 #[cfg(feature = "hexagon")]
 use crate::npu_seq;
-#[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::npu_seq;
 use crate::weights::WeightSource;
 pub use crate::weights_model::TransformerWeights;
 use crate::{Error, Result};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::DeviceKv;
-#[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::DeviceKv;
 
 /// LLaDA / Dream: shared weights plus one sequence's KV cache, with a windowed forward.
 #[derive(Debug)]

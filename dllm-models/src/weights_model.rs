@@ -11,6 +11,8 @@ use candle_core::{DType, Device, Tensor};
 use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
 
 use crate::config::TransformerConfig;
+#[cfg(not(feature = "hexagon"))]
+use crate::hexagon_off::{npu_seq::place_blocks, HexTransformer};
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{
     attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
@@ -22,8 +24,6 @@ use crate::{Error, Result};
 use candle_hexagon::{
     BlockWeights, HexTransformer, HexTransformerConfig, HexagonDevice, Placed, WeightRef,
 };
-#[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::{npu_seq::place_blocks, HexTransformer};
 
 #[derive(Debug)]
 pub(crate) struct Block {

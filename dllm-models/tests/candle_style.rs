@@ -21,7 +21,14 @@ fn logits(m: &mut dyn DiffusionLm, len: usize) -> Vec<f32> {
 fn new_from_var_builder_equals_load() {
     for (name, cfg) in [("llada", tiny_llada()), ("dream", tiny_dream())] {
         let dir = std::env::temp_dir().join(format!("candle-style-{name}-{}", std::process::id()));
-        write_hf(&dir, &cfg, &random_weights(&cfg, 11).unwrap(), DType::F32, 1).unwrap();
+        write_hf(
+            &dir,
+            &cfg,
+            &random_weights(&cfg, 11).unwrap(),
+            DType::F32,
+            1,
+        )
+        .unwrap();
         let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
         let files = vec![dir.join("model.safetensors")];
         // SAFETY: the file is written above and not modified while mapped.
@@ -34,7 +41,11 @@ fn new_from_var_builder_equals_load() {
         .unwrap();
         let mut loaded = load(&ModelSource::Dir(dir.clone()), &LoadOptions::default()).unwrap();
         assert_eq!(built.info().special, loaded.model.info().special, "{name}");
-        assert_eq!(logits(&mut built, 12), logits(&mut loaded.model, 12), "{name}");
+        assert_eq!(
+            logits(&mut built, 12),
+            logits(&mut loaded.model, 12),
+            "{name}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
@@ -43,8 +54,12 @@ fn new_from_var_builder_equals_load() {
 fn a_bad_field_is_named() {
     let mut v = dllm_models::llada::config_to_json(&tiny_llada());
     v["n_layers"] = serde_json::json!("four");
-    let e = serde_json::from_value::<llada::Config>(v).unwrap_err().to_string();
+    let e = serde_json::from_value::<llada::Config>(v)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("n_layers"), "{e}");
-    let e = serde_json::from_str::<dream::Config>("[1, 2]").unwrap_err().to_string();
+    let e = serde_json::from_str::<dream::Config>("[1, 2]")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not a JSON object"), "{e}");
 }

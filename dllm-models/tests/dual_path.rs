@@ -87,7 +87,10 @@ fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
     // reported by the benchmarks (`refresh_ms`, `merge_wait_ms`), not asserted here; what must
     // hold whatever the timing is that the result equals the sequential one, checked below.
     let t = b.last_dual_path().expect("timing of the dual path");
-    assert!(t.forward.1 >= t.forward.0 && t.refresh.1 >= t.refresh.0, "{t:?}");
+    assert!(
+        t.forward.1 >= t.forward.0 && t.refresh.1 >= t.refresh.0,
+        "{t:?}"
+    );
     assert_ne!(
         std::thread::current().id(),
         std::thread::spawn(|| std::thread::current().id())

@@ -18,11 +18,30 @@ fn cargo(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn models_and_decode_build_without_hub_and_hexagon() {
-    let sel = ["-p", "dllm-models", "-p", "dllm-decode", "--no-default-features"];
-    let tree = cargo(&[&["tree", "--offline", "-e", "normal", "--prefix", "none"][..], &sel].concat());
+    let sel = [
+        "-p",
+        "dllm-models",
+        "-p",
+        "dllm-decode",
+        "--no-default-features",
+    ];
+    let tree = cargo(
+        &[
+            &["tree", "--offline", "-e", "normal", "--prefix", "none"][..],
+            &sel,
+        ]
+        .concat(),
+    );
     let text = String::from_utf8_lossy(&tree.stdout);
-    assert!(tree.status.success(), "{}", String::from_utf8_lossy(&tree.stderr));
-    assert!(text.contains("dllm-models") && text.contains("candle-core"), "{text}");
+    assert!(
+        tree.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tree.stderr)
+    );
+    assert!(
+        text.contains("dllm-models") && text.contains("candle-core"),
+        "{text}"
+    );
     for banned in ["candle-hexagon", "kernels-dsp", "hf-hub", "ureq", "memfd"] {
         assert!(
             !text.lines().any(|l| l.starts_with(&format!("{banned} "))),

@@ -37,7 +37,8 @@ impl PowerSource {
             if read_num(&d.join("power_now")).is_some() {
                 return Some(PowerSource::PowerNow(d));
             }
-            if read_num(&d.join("current_now")).is_some() && read_num(&d.join("voltage_now")).is_some()
+            if read_num(&d.join("current_now")).is_some()
+                && read_num(&d.join("voltage_now")).is_some()
             {
                 return Some(PowerSource::CurrentVoltage(d));
             }
@@ -185,7 +186,11 @@ mod tests {
         fake(
             &root,
             "battery",
-            &[("type", "Battery"), ("current_now", "-500000"), ("voltage_now", "4000000")],
+            &[
+                ("type", "Battery"),
+                ("current_now", "-500000"),
+                ("voltage_now", "4000000"),
+            ],
         );
         let src = PowerSource::find(&root).unwrap();
         assert!(matches!(src, PowerSource::CurrentVoltage(_)));
@@ -218,11 +223,19 @@ mod tests {
     fn no_samples_is_unavailable_and_integration_is_exact() {
         let t0 = Instant::now();
         assert_eq!(integrate(&[], t0, 0.0), Energy::Unavailable);
-        let s = [(t0 + Duration::from_secs(1), 2.0), (t0 + Duration::from_secs(3), 4.0)];
+        let s = [
+            (t0 + Duration::from_secs(1), 2.0),
+            (t0 + Duration::from_secs(3), 4.0),
+        ];
         match integrate(&s, t0, 1.0) {
-            Energy::Measured { joules, .. } => assert!((joules - (1.0 * 1.0 + 2.0 * 2.0)).abs() < 1e-9),
+            Energy::Measured { joules, .. } => {
+                assert!((joules - (1.0 * 1.0 + 2.0 * 2.0)).abs() < 1e-9)
+            }
             e => panic!("{e:?}"),
         }
-        assert_eq!(PowerSource::find(Path::new("/nonexistent/power_supply")), None);
+        assert_eq!(
+            PowerSource::find(Path::new("/nonexistent/power_supply")),
+            None
+        );
     }
 }

@@ -112,10 +112,7 @@ fn load_for(source: &ModelSource, dev: Dev, workers: usize, window: Option<u64>)
 
 /// The ablation rows of the paper's Table 6, each adding one switch to the row above.
 fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
-    let with = |strategy: Strategy| DecodeParams {
-        strategy,
-        ..*base
-    };
+    let with = |strategy: Strategy| DecodeParams { strategy, ..*base };
     let mbsd = |sts: bool, sls: bool, scr: bool| {
         let mut p = with(Strategy::Mbsd);
         (p.revision.theta_visible, p.revision.theta_stable) = thetas;
@@ -132,9 +129,17 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
     };
     vec![
         row("CPU", Dev::Cpu, with(Strategy::Vanilla)),
-        row("CPU + prefix KV cache", Dev::Cpu, with(Strategy::PrefixCache)),
+        row(
+            "CPU + prefix KV cache",
+            Dev::Cpu,
+            with(Strategy::PrefixCache),
+        ),
         row("NPU", Dev::Npu("paging"), with(Strategy::Vanilla)),
-        row("NPU + prefix KV cache", Dev::Npu("paging"), with(Strategy::PrefixCache)),
+        row(
+            "NPU + prefix KV cache",
+            Dev::Npu("paging"),
+            with(Strategy::PrefixCache),
+        ),
         row("+ SOMR", Dev::Npu("somr"), with(Strategy::PrefixCache)),
         row("+ MBSD", Dev::Npu("somr"), mbsd(false, false, false)),
         row("+ STS", Dev::Npu("somr"), mbsd(true, false, false)),
@@ -208,7 +213,11 @@ fn window_sweep(
         ..*base
     };
     (full.revision.theta_visible, full.revision.theta_stable) = thetas;
-    let fractions: &[f64] = if quick { &[4.0, 0.5] } else { &[4.0, 1.0, 0.75, 0.5, 0.25] };
+    let fractions: &[f64] = if quick {
+        &[4.0, 0.5]
+    } else {
+        &[4.0, 1.0, 0.75, 0.5, 0.25]
+    };
     let mut seen = Vec::new();
     fractions
         .iter()
@@ -276,7 +285,10 @@ impl Runner<'_> {
             if tty { "\r" } else { "" },
             spec.label,
             t0.elapsed().as_secs_f64(),
-            r.failed.as_deref().map(|e| format!(" — FAILED: {e}")).unwrap_or_default()
+            r.failed
+                .as_deref()
+                .map(|e| format!(" — FAILED: {e}"))
+                .unwrap_or_default()
         );
         Ok(r)
     }

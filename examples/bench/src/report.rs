@@ -77,7 +77,9 @@ fn energy_json(e: &Energy) -> Value {
             idle_watts,
             joules,
             samples,
-        } => json!({"mean_watts": mean_watts, "idle_watts": idle_watts, "joules": joules, "samples": samples}),
+        } => {
+            json!({"mean_watts": mean_watts, "idle_watts": idle_watts, "joules": joules, "samples": samples})
+        }
     }
 }
 
@@ -99,7 +101,8 @@ fn header(ctx: &Context) -> String {
 
 /// `table6.md`: the ablation.
 pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
-    let mut s = String::from("# Table 6 analog: the ablation, measured here and projected to SM8750\n\n");
+    let mut s =
+        String::from("# Table 6 analog: the ablation, measured here and projected to SM8750\n\n");
     s += &header(ctx);
     s += "\nMeasured: wall time per answer on this machine (`NPU` rows run on the emulated DSP — the \
           kernels' host build on their own threads — so their wall time says nothing about Hexagon \
@@ -113,7 +116,11 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
     let first = rows.first();
     for (i, r) in rows.iter().enumerate() {
         // Gains are relative to the nearest earlier row that completed.
-        let prev = rows[..i].iter().rev().find(|p| p.failed.is_none()).unwrap_or(r);
+        let prev = rows[..i]
+            .iter()
+            .rev()
+            .find(|p| p.failed.is_none())
+            .unwrap_or(r);
         let wall = r.wall_per_answer() * 1e3;
         let proj = r.projected_per_answer();
         let staged = r
@@ -122,10 +129,7 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             .and_then(Value::as_u64)
             .map_or("-".into(), |b| format!("{:.1} MB", b as f64 / 1e6));
         let maps = match r.device.get("maps").and_then(Value::as_u64) {
-            Some(m) => format!(
-                "{m} / {:.1} MB",
-                r.counter("bytes_streamed") / 1e6
-            ),
+            Some(m) => format!("{m} / {:.1} MB", r.counter("bytes_streamed") / 1e6),
             None => "-".into(),
         };
         if let Some(e) = &r.failed {
@@ -157,7 +161,6 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             maps,
             energy_cell(&r.energy),
         );
-
     }
     let (cpu, npu) = projection::paper_check(&ctx.phone, 79);
     let _ = write!(
@@ -205,12 +208,7 @@ pub fn table5(ctx: &Context, rows: &[RowResult]) -> String {
 }
 
 /// `sweeps.md`: the Figure 13 analogs.
-pub fn sweeps(
-    ctx: &Context,
-    a: &[RowResult],
-    b: &[RowResult],
-    c: &[(u64, RowResult)],
-) -> String {
+pub fn sweeps(ctx: &Context, a: &[RowResult], b: &[RowResult], c: &[(u64, RowResult)]) -> String {
     let mut s = String::from("# Sensitivity sweeps (Figure 13 analogs)\n\n");
     s += &header(ctx);
     s += "\n## 13a: lookahead trigger (full configuration, decoded on the CPU; projected to the SM8750 NPU)\n\n";
@@ -273,7 +271,10 @@ fn row_json(ctx: &Context, r: &RowResult) -> Value {
     m.extend(r.counters.clone());
     m.extend(r.device.clone());
     m.insert("forwards_per_answer".into(), json!(r.forwards_per_answer()));
-    m.insert("wall_ms_per_answer".into(), json!(r.wall_per_answer() * 1e3));
+    m.insert(
+        "wall_ms_per_answer".into(),
+        json!(r.wall_per_answer() * 1e3),
+    );
     m.insert(
         "projected_sm8750_s_per_answer".into(),
         json!(r.projected_per_answer()),

@@ -110,7 +110,11 @@ impl RowResult {
     /// Wall seconds per answer.
     pub fn wall_per_answer(&self) -> f64 {
         let n = self.answers.len().max(1) as f64;
-        self.answers.iter().map(|a| a.wall.as_secs_f64()).sum::<f64>() / n
+        self.answers
+            .iter()
+            .map(|a| a.wall.as_secs_f64())
+            .sum::<f64>()
+            / n
     }
 
     /// Projected seconds per answer.
@@ -188,9 +192,8 @@ pub fn run_row(
 ) -> Result<RowResult> {
     let before = hex.map(|d| d.counters());
     // The idle baseline is taken just before the row, with nothing of ours running.
-    let idle = power.and_then(|p| {
-        energy::idle_watts(p, Duration::from_millis(500), Duration::from_millis(50))
-    });
+    let idle = power
+        .and_then(|p| energy::idle_watts(p, Duration::from_millis(500), Duration::from_millis(50)));
     let sampler = power.map(|p| energy::Sampler::start(p.clone(), Duration::from_millis(50)));
     let mut answers = Vec::with_capacity(examples.len());
     let mut counters = Map::new();
@@ -215,7 +218,10 @@ pub fn run_row(
         progress(i + 1);
     }
     // Means are recomputed from the totals (a sum of means means nothing).
-    let forwards = counters.get("forwards").and_then(Value::as_f64).unwrap_or(0.0);
+    let forwards = counters
+        .get("forwards")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
     let decoded = counters
         .get("tokens_decoded")
         .and_then(Value::as_f64)

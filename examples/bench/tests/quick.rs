@@ -39,8 +39,21 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     let out = base.join("out");
     random_long_model(&model);
     let o = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(["--quick", "--model", model.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .args(["--gen-length", "64", "--block-length", "32", "--threads", "1"])
+        .args([
+            "--quick",
+            "--model",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .args([
+            "--gen-length",
+            "64",
+            "--block-length",
+            "32",
+            "--threads",
+            "1",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -96,7 +109,10 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     assert_eq!(row("NPU")["switches"]["memory_policy"], "paging");
     assert_eq!(row("+ SOMR")["switches"]["memory_policy"], "somr");
     // The prefix cache shrinks the forwarded window.
-    for (v, p) in [("CPU", "CPU + prefix KV cache"), ("NPU", "NPU + prefix KV cache")] {
+    for (v, p) in [
+        ("CPU", "CPU + prefix KV cache"),
+        ("NPU", "NPU + prefix KV cache"),
+    ] {
         assert!(
             num(row(p), "mean_window_per_forward") < num(row(v), "mean_window_per_forward"),
             "{p} vs {v}"
@@ -114,7 +130,10 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     assert_eq!(num(row("+ SLS"), "refreshes"), 0.0);
     assert!(num(row("+ SCR"), "refreshes") > 0.0);
     // The sweeps ran their points.
-    assert_eq!(r["sweeps"]["lookahead_trigger"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        r["sweeps"]["lookahead_trigger"].as_array().unwrap().len(),
+        2
+    );
     assert_eq!(r["sweeps"]["thresholds"].as_array().unwrap().len(), 2);
     assert!(!r["sweeps"]["npu_window"].as_array().unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&base);

@@ -288,7 +288,10 @@ pub fn device_counters(
 /// The command-line flag of a [`DecodeParams`] field: the library's errors name fields
 /// (`gen_length`, `revision.theta_visible`), the tools name flags (`--gen-length`, `--theta-visible`).
 pub fn flag_of(field: &str) -> Option<&'static str> {
-    FLAGS.iter().find(|(f, _)| *f == field).map(|(_, flag)| *flag)
+    FLAGS
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map(|(_, flag)| *flag)
 }
 
 /// Field paths and their flags (a boolean field's flag is the one that turns it off).
@@ -354,16 +357,28 @@ mod tests {
             ..Default::default()
         };
         let e = cli_error(bad.validate().unwrap_err()).to_string();
-        assert!(e.contains("`--gen-length`") && e.contains("--block-length 4"), "{e}");
+        assert!(
+            e.contains("`--gen-length`") && e.contains("--block-length 4"),
+            "{e}"
+        );
         let mut p = DecodeParams {
             strategy: dllm_decode::Strategy::Mbsd,
             ..Default::default()
         };
         p.revision.theta_visible = 0.95;
         let e = cli_error(p.validate().unwrap_err()).to_string();
-        assert!(e.contains("`--theta-visible`") && e.contains("--theta-stable"), "{e}");
+        assert!(
+            e.contains("`--theta-visible`") && e.contains("--theta-stable"),
+            "{e}"
+        );
         // Every field the library can name has a flag.
-        for f in ["steps", "mbsd.trigger", "revision.sts", "dream.top_k", "cfg_scale"] {
+        for f in [
+            "steps",
+            "mbsd.trigger",
+            "revision.sts",
+            "dream.top_k",
+            "cfg_scale",
+        ] {
             assert!(flag_of(f).is_some(), "{f}");
         }
     }
