@@ -22,6 +22,7 @@ pub mod llada;
 pub mod lm;
 #[cfg(feature = "hexagon")]
 mod npu_seq;
+pub mod recorder;
 pub mod safetensors_header;
 pub mod source;
 pub mod synthetic;

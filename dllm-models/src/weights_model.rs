@@ -18,12 +18,12 @@ use crate::layers::{
     attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
 };
 use crate::lm::{ModelInfo, Refresh, Rows};
+#[cfg(feature = "hexagon")]
+use crate::npu_seq::place_blocks;
 use crate::weights::{Role, WeightSource};
 use crate::{Error, Result};
 #[cfg(feature = "hexagon")]
-use candle_hexagon::{
-    BlockWeights, HexTransformer, HexTransformerConfig, HexagonDevice, Placed, WeightRef,
-};
+use candle_hexagon::HexTransformer;
 
 #[derive(Debug)]
 pub(crate) struct Block {
@@ -59,7 +59,7 @@ pub struct TransformerWeights {
     rope: Rope,
 }
 
-fn dense(p: Param, role: Role) -> Result<Tensor> {
+pub(crate) fn dense(p: Param, role: Role) -> Result<Tensor> {
     match p {
         Param::Dense(t) => Ok(t),
         Param::Quant(q) => Ok(q
@@ -697,105 +697,4 @@ fn materialize<T: KvElem>(
         Tensor::cat(&ks, 1)?.contiguous()?,
         Tensor::cat(&vs, 1)?.contiguous()?,
     ))
-}
-
-/// Pack the whole stack into the NPU's block-level module when the device takes it (`None` keeps
-/// the per-op path; the decision and its reason are counted by the device).
-#[cfg(feature = "hexagon")]
-fn place_blocks(
-    dev: &HexagonDevice,
-    cfg: &TransformerConfig,
-    w: &dyn WeightSource,
-) -> Result<Option<HexTransformer>> {
-    let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-    let (nq, nkv, ff, v) = (
-        cfg.num_heads * hd,
-        cfg.num_kv_heads * hd,
-        cfg.intermediate_size,
-        cfg.vocab_size,
-    );
-    struct Owned {
-        attn_norm: Tensor,
-        ffn_norm: Tensor,
-        mats: [Param; 7],
-        bias: [Option<Tensor>; 3],
-    }
-    let norm = |role: Role| -> Result<Tensor> { dense(w.get(role, &[h])?, role) };
-    let mut owned = Vec::with_capacity(cfg.num_layers);
-    for i in 0..cfg.num_layers {
-        let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
-            if cfg.qkv_bias {
-                Ok(Some(dense(w.get(role, &[n])?, role)?))
-            } else {
-                Ok(None)
-            }
-        };
-        owned.push(Owned {
-            attn_norm: norm(Role::AttnNorm(i))?,
-            ffn_norm: norm(Role::FfnNorm(i))?,
-            mats: [
-                w.get(Role::Q(i), &[nq, h])?,
-                w.get(Role::K(i), &[nkv, h])?,
-                w.get(Role::V(i), &[nkv, h])?,
-                w.get(Role::O(i), &[h, nq])?,
-                w.get(Role::Gate(i), &[ff, h])?,
-                w.get(Role::Up(i), &[ff, h])?,
-                w.get(Role::Down(i), &[h, ff])?,
-            ],
-            bias: [
-                bias(Role::QBias(i), nq)?,
-                bias(Role::KBias(i), nkv)?,
-                bias(Role::VBias(i), nkv)?,
-            ],
-        });
-    }
-    let final_norm = norm(Role::FinalNorm)?;
-    let head = if cfg.tie_word_embeddings {
-        w.get(Role::Embed, &[v, h])?
-    } else {
-        w.get(Role::Head, &[v, h])?
-    };
-    fn r(p: &Param) -> WeightRef<'_> {
-        match p {
-            Param::Dense(t) => WeightRef::Dense(t),
-            Param::Quant(q) => WeightRef::Quant(q),
-        }
-    }
-    let blocks = owned
-        .iter()
-        .map(|o| BlockWeights {
-            attn_norm: &o.attn_norm,
-            q: r(&o.mats[0]),
-            k: r(&o.mats[1]),
-            v: r(&o.mats[2]),
-            q_bias: o.bias[0].as_ref(),
-            k_bias: o.bias[1].as_ref(),
-            v_bias: o.bias[2].as_ref(),
-            o: r(&o.mats[3]),
-            ffn_norm: &o.ffn_norm,
-            gate: r(&o.mats[4]),
-            up: r(&o.mats[5]),
-            down: r(&o.mats[6]),
-        })
-        .collect();
-    let hcfg = HexTransformerConfig {
-        hidden: h,
-        heads: cfg.num_heads,
-        kv_heads: cfg.num_kv_heads,
-        head_dim: hd,
-        ffn: ff,
-        vocab: v,
-        rope_theta: cfg.rope_theta,
-        rms_eps: cfg.rms_norm_eps as f32,
-        max_positions: cfg.max_seq_len,
-    };
-    let weights = candle_hexagon::TransformerWeights {
-        blocks,
-        final_norm: &final_norm,
-        lm_head: Some(r(&head)),
-    };
-    Ok(match HexTransformer::new(dev, &hcfg, &weights)? {
-        Placed::Npu(t) => Some(t),
-        Placed::Cpu(_) => None,
-    })
 }

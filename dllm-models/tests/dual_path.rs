@@ -86,11 +86,8 @@ fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
     // loaded 2-core machine the refresh thread may start only after the forward), so it is
     // reported by the benchmarks (`refresh_ms`, `merge_wait_ms`), not asserted here; what must
     // hold whatever the timing is that the result equals the sequential one, checked below.
-    let t = b.last_dual_path().expect("timing of the dual path");
-    assert!(
-        t.forward.1 >= t.forward.0 && t.refresh.1 >= t.refresh.0,
-        "{t:?}"
-    );
+    b.last_dual_path()
+        .expect("forward_with_refresh records the timing of both paths");
     assert_ne!(
         std::thread::current().id(),
         std::thread::spawn(|| std::thread::current().id())

@@ -14,17 +14,14 @@
 //!
 //! Anything else fails the test.
 
-use std::ops::Range;
-
 use anyhow::Result;
 use candle_core::quantized::GgmlDType;
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use candle_hexagon::{HexagonConfig, HexagonDevice, OpKind, TransportConfig};
 use dllm_decode::{generate, Control, DecodeParams, StepEvent, Strategy};
-use dllm_models::lm::Refresh;
 use dllm_models::synthetic::{tiny_dream, tiny_llada};
 use dllm_models::{
-    Backend, DiffusionLm, DiffusionTransformer, LoadOptions, ModelInfo, Rows, TransformerConfig,
+    Backend, DiffusionLm, DiffusionTransformer, LoadOptions, Rows, TransformerConfig,
 };
 use llada_tests::fixtures::{canvas, full_logits, ids, load_path, tiny_dir, TempDir};
 use llada_tests::gguf_fixture::write_gguf;
@@ -242,60 +239,6 @@ fn q4_0_gguf_runs_on_q4_0_tiles_as_accurately_as_the_cpu() {
     assert!(dev.stats().npu_calls(OpKind::Block) > 0);
 }
 
-/// Delegates to a model and records every forward: requested positions and batch-0 logits.
-struct Recorder<'a> {
-    inner: &'a mut DiffusionTransformer,
-    calls: Vec<(Vec<usize>, Vec<Vec<f32>>)>,
-}
-
-impl DiffusionLm for Recorder<'_> {
-    fn info(&self) -> &ModelInfo {
-        self.inner.info()
-    }
-    fn device(&self) -> &Device {
-        self.inner.device()
-    }
-    fn forward(
-        &mut self,
-        c: &Tensor,
-        window: Range<usize>,
-        rows: Rows<'_>,
-    ) -> dllm_models::Result<Tensor> {
-        let pos = match rows {
-            Rows::All => window.clone().collect(),
-            Rows::Positions(p) => p.to_vec(),
-            Rows::None => vec![],
-        };
-        let out = self.inner.forward(c, window, rows)?;
-        let v: Vec<Vec<f32>> = out.narrow(0, 0, 1)?.squeeze(0)?.to_vec2()?;
-        self.calls.push((pos, v));
-        Ok(out)
-    }
-    fn commit(&mut self, r: Range<usize>) -> dllm_models::Result<()> {
-        self.inner.commit(r)
-    }
-    fn cache_len(&self) -> usize {
-        self.inner.cache_len()
-    }
-    fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
-        self.inner.truncate_cache(len)
-    }
-    fn compute_refresh(
-        &self,
-        c: &Tensor,
-        p: &[usize],
-        l: Option<&[usize]>,
-    ) -> dllm_models::Result<Refresh> {
-        self.inner.compute_refresh(c, p, l)
-    }
-    fn apply_refresh(&mut self, r: &Refresh) -> dllm_models::Result<()> {
-        self.inner.apply_refresh(r)
-    }
-    fn epoch(&self) -> u64 {
-        self.inner.epoch()
-    }
-}
-
 struct Run {
     calls: Vec<(Vec<usize>, Vec<Vec<f32>>)>,
     /// (forwards so far, canvas after the step)
@@ -305,10 +248,7 @@ struct Run {
 }
 
 fn record(model: &mut DiffusionTransformer, prompt: &[u32], p: &DecodeParams) -> Result<Run> {
-    let mut rec = Recorder {
-        inner: model,
-        calls: vec![],
-    };
+    let mut rec = dllm_models::recorder::LogitsRecorder::new(model);
     let mut steps = vec![];
     let mut obs = |e: &StepEvent<'_>| {
         steps.push((e.forwards, e.canvas.to_vec()));

@@ -5,13 +5,9 @@
 //! reference's top-2 logit gap <= 2e, and a different choice of positions needs the reference's
 //! confidences within a factor exp(4e) — else the divergence is not explained by the numerics.
 
-use std::ops::Range;
-
 use anyhow::Result;
-use candle_core::{Device, Tensor};
 use dllm_decode::{generate, Control, DecodeParams, StepEvent};
-use dllm_models::lm::Refresh;
-use dllm_models::{DiffusionLm, ModelInfo, Rows};
+use dllm_models::DiffusionLm;
 
 /// A recorded generation.
 pub struct Run {
@@ -26,69 +22,13 @@ pub struct Run {
     pub forwards: usize,
 }
 
-struct Recorder<'a> {
-    inner: &'a mut dyn DiffusionLm,
-    calls: Vec<(Vec<usize>, Vec<Vec<f32>>)>,
-}
-
-impl DiffusionLm for Recorder<'_> {
-    fn info(&self) -> &ModelInfo {
-        self.inner.info()
-    }
-    fn device(&self) -> &Device {
-        self.inner.device()
-    }
-    fn forward(
-        &mut self,
-        c: &Tensor,
-        window: Range<usize>,
-        rows: Rows<'_>,
-    ) -> dllm_models::Result<Tensor> {
-        let pos = match rows {
-            Rows::All => window.clone().collect(),
-            Rows::Positions(p) => p.to_vec(),
-            Rows::None => vec![],
-        };
-        let out = self.inner.forward(c, window, rows)?;
-        let v: Vec<Vec<f32>> = out.narrow(0, 0, 1)?.squeeze(0)?.to_vec2()?;
-        self.calls.push((pos, v));
-        Ok(out)
-    }
-    fn commit(&mut self, r: Range<usize>) -> dllm_models::Result<()> {
-        self.inner.commit(r)
-    }
-    fn cache_len(&self) -> usize {
-        self.inner.cache_len()
-    }
-    fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
-        self.inner.truncate_cache(len)
-    }
-    fn compute_refresh(
-        &self,
-        c: &Tensor,
-        p: &[usize],
-        l: Option<&[usize]>,
-    ) -> dllm_models::Result<Refresh> {
-        self.inner.compute_refresh(c, p, l)
-    }
-    fn apply_refresh(&mut self, r: &Refresh) -> dllm_models::Result<()> {
-        self.inner.apply_refresh(r)
-    }
-    fn epoch(&self) -> u64 {
-        self.inner.epoch()
-    }
-}
-
 /// Generate and record.
 pub fn record(
     model: &mut dyn DiffusionLm,
     prompt: &[u32],
     p: &DecodeParams,
 ) -> std::result::Result<Run, dllm_decode::DecodeError> {
-    let mut rec = Recorder {
-        inner: model,
-        calls: vec![],
-    };
+    let mut rec = dllm_models::recorder::LogitsRecorder::new(model);
     let mut steps = vec![];
     let mut obs = |e: &StepEvent<'_>| {
         steps.push((e.forwards, e.canvas.to_vec()));

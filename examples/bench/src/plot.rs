@@ -29,52 +29,57 @@ fn picked(rows: &[RowResult]) -> Vec<&RowResult> {
         .collect()
 }
 
-/// Active positions in each forward of the first answer.
-fn active(out: &Path, rows: &[&RowResult]) -> Result<()> {
-    let path = out.join("active_per_forward.svg");
-    let root = SVGBackend::new(&path, (900, 480)).into_drawing_area();
+/// How an x-y chart draws its series.
+#[derive(Clone, Copy)]
+enum Mark {
+    Line,
+    Points,
+}
+
+/// One x-y chart of labelled series, written to `path`.
+fn xy_chart(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    xmax: f64,
+    series: Vec<(&str, Vec<(f64, f64)>)>,
+    mark: Mark,
+) -> Result<()> {
+    let root = SVGBackend::new(path, (900, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let series: Vec<(&str, Vec<(f64, f64)>)> = rows
-        .iter()
-        .map(|r| {
-            let a = &r.answers[0];
-            let pts = a
-                .trace
-                .iter()
-                .enumerate()
-                .map(|(i, f)| (i as f64, f.active as f64))
-                .collect();
-            (r.spec.label.as_str(), pts)
-        })
-        .collect();
-    let xmax = series.iter().map(|s| s.1.len()).max().unwrap_or(1).max(1) as f64;
     let ymax = series
         .iter()
         .flat_map(|s| s.1.iter().map(|p| p.1))
         .fold(1.0f64, f64::max);
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Active (undecided) positions per forward, first prompt",
-            ("sans-serif", 18),
-        )
+        .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax * 1.05)
+        .build_cartesian_2d(0f64..xmax.max(1.0), 0f64..ymax * 1.05)
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("forward")
-        .y_desc("active positions")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .draw()
         .map_err(err)?;
     for (i, (label, pts)) in series.into_iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        match mark {
+            Mark::Line => chart
+                .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                }),
+            Mark::Points => chart
+                .draw_series(pts.into_iter().map(move |p| Circle::new(p, 3, c.filled())))
+                .map_err(err)?
+                .label(label)
+                .legend(move |(x, y)| Circle::new((x + 10, y), 3, c.filled())),
+        };
     }
     chart
         .configure_series_labels()
@@ -86,11 +91,33 @@ fn active(out: &Path, rows: &[&RowResult]) -> Result<()> {
     Ok(())
 }
 
+/// Active positions in each forward of the first answer.
+fn active(out: &Path, rows: &[&RowResult]) -> Result<()> {
+    let series: Vec<(&str, Vec<(f64, f64)>)> = rows
+        .iter()
+        .map(|r| {
+            let pts = r.answers[0]
+                .trace
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (i as f64, f.active as f64))
+                .collect();
+            (r.spec.label.as_str(), pts)
+        })
+        .collect();
+    let xmax = series.iter().map(|s| s.1.len()).max().unwrap_or(1) as f64;
+    xy_chart(
+        &out.join("active_per_forward.svg"),
+        "Active (undecided) positions per forward, first prompt",
+        ("forward", "active positions"),
+        xmax,
+        series,
+        Mark::Line,
+    )
+}
+
 /// The step at which each generated position of the first answer was committed.
 fn frontier(out: &Path, rows: &[&RowResult]) -> Result<()> {
-    let path = out.join("commit_frontier.svg");
-    let root = SVGBackend::new(&path, (900, 480)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
     let series: Vec<(&str, Vec<(f64, f64)>)> = rows
         .iter()
         .map(|r| {
@@ -107,44 +134,15 @@ fn frontier(out: &Path, rows: &[&RowResult]) -> Result<()> {
         .iter()
         .map(|r| r.answers[0].commit_step.len())
         .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let ymax = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.1))
-        .fold(1.0f64, f64::max);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Commit frontier: the step at which each position was committed, first prompt",
-            ("sans-serif", 18),
-        )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..xmax, 0f64..ymax * 1.05)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("generated position")
-        .y_desc("commit step")
-        .draw()
-        .map_err(err)?;
-    for (i, (label, pts)) in series.into_iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        chart
-            .draw_series(pts.into_iter().map(move |p| Circle::new(p, 3, c.filled())))
-            .map_err(err)?
-            .label(label)
-            .legend(move |(x, y)| Circle::new((x + 10, y), 3, c.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    root.present().map_err(err)?;
-    Ok(())
+        .unwrap_or(1) as f64;
+    xy_chart(
+        &out.join("commit_frontier.svg"),
+        "Commit frontier: the step at which each position was committed, first prompt",
+        ("generated position", "commit step"),
+        xmax,
+        series,
+        Mark::Points,
+    )
 }
 
 /// Horizontal bars, one per row, in one panel.
