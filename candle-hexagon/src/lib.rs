@@ -69,7 +69,7 @@ pub use kernels_dsp as abi;
 
 pub use block::{
     BlockWeights, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
-    TransformerWeights, WeightRef,
+    PackedBlockWeights, PackedWeight, TransformerWeights, WeightRef,
 };
 pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{Error, Result};

@@ -110,6 +110,24 @@ pub(crate) mod npu_seq {
         match *kv {}
     }
 
+    pub(crate) fn shared_block(
+        hex: &HexTransformer,
+        _: usize,
+        _: &crate::config::TransformerConfig,
+        _: Option<&Tensor>,
+    ) -> Result<(
+        crate::block::Qkv,
+        crate::layers::Linear,
+        crate::block::GateUp,
+        crate::layers::Linear,
+    )> {
+        match *hex {}
+    }
+
+    pub(crate) fn shared_head(hex: &HexTransformer) -> Result<Option<crate::layers::Linear>> {
+        match *hex {}
+    }
+
     pub(crate) fn place_blocks(
         dev: &HexagonDevice,
         _: &crate::config::TransformerConfig,

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod block;
 mod candle_style;
 pub mod config;
 pub mod config_json;
@@ -49,5 +50,7 @@ pub use source::{load, read_config, DecodeDefaults, LoadOptions, LoadedModel, Mo
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};
 /// The tokenizers crate, whose `Tokenizer` [`TextTokenizer`] wraps.
 pub use tokenizers;
-pub use transformer::{DiffusionTransformer, TransformerConfig, TransformerWeights};
+pub use transformer::{
+    CpuLinearBytes, DiffusionTransformer, TransformerConfig, TransformerWeights,
+};
 pub use weights::HfWeights;

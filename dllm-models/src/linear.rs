@@ -18,7 +18,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::{HexLinear, Placed};
-use kernels_cpu::{DenseMatrix, DenseType, GgmlType, QuantMatrix};
+use kernels_cpu::{DenseMatrix, DenseType, DenseView, GgmlType, QuantMatrix, QuantView};
 
 use crate::layers::Backend;
 use crate::{Error, Result};
@@ -86,6 +86,40 @@ fn kernel_type(dt: GgmlDType) -> Option<GgmlType> {
 enum Packed {
     Quant(QuantMatrix),
     Dense(DenseMatrix),
+    /// Tiles another owner packed (the NPU module's host bytes), read in place.
+    Shared(TileFormat, Arc<[u8]>),
+}
+
+/// The NPU tile layouts kernels-cpu reads directly (byte for byte its own packed layouts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileFormat {
+    /// fp16 HMX weight tiles (`KDSP_LAYOUT_HMX_WEIGHT_TILES`).
+    F16Hmx,
+    /// Q4_0 tiles (`KDSP_LAYOUT_Q4_0_TILES`).
+    Q4_0,
+}
+
+impl Packed {
+    fn gemm_uninit(
+        &self,
+        n: usize,
+        k: usize,
+        x: &[f32],
+        rows: usize,
+        bias: Option<&[f32]>,
+        dst: &mut [std::mem::MaybeUninit<f32>],
+    ) -> kernels_cpu::Result<()> {
+        match self {
+            Packed::Quant(q) => q.view().gemm_uninit(x, rows, bias, dst),
+            Packed::Dense(d) => d.view().gemm_uninit(x, rows, bias, dst),
+            Packed::Shared(TileFormat::Q4_0, b) => {
+                QuantView::q4_0_tiles(b, n, k)?.gemm_uninit(x, rows, bias, dst)
+            }
+            Packed::Shared(TileFormat::F16Hmx, b) => {
+                DenseView::hmx_f16_tiles(b, n, k)?.gemm_uninit(x, rows, bias, dst)
+            }
+        }
+    }
 }
 
 /// A linear layer whose weights are packed for kernels-cpu; applying it is one GEMM with the
@@ -111,6 +145,37 @@ impl CpuLinear {
             None => Packed::Quant(QuantMatrix::from_ggml(ty, n, k, &data)?),
         };
         Ok(Some(Self::with(w, bias, n, k)?))
+    }
+
+    /// Read `n x k` tiles packed by another owner in place (no copy): the NPU module's host
+    /// bytes, so that a CPU path beside the NPU runs on the same weights. The length is checked.
+    pub fn from_shared_tiles(
+        format: TileFormat,
+        n: usize,
+        k: usize,
+        bytes: Arc<[u8]>,
+        bias: Option<&Tensor>,
+    ) -> Result<Self> {
+        match format {
+            TileFormat::Q4_0 => drop(QuantView::q4_0_tiles(&bytes, n, k)?),
+            TileFormat::F16Hmx => drop(DenseView::hmx_f16_tiles(&bytes, n, k)?),
+        }
+        Self::with(Packed::Shared(format, bytes), bias, n, k)
+    }
+
+    /// Whether the weights are another owner's bytes read in place ([`Self::from_shared_tiles`]).
+    pub fn is_shared(&self) -> bool {
+        matches!(&*self.w, Packed::Shared(..))
+    }
+
+    /// `(owned, shared)`: bytes of weights this layer holds itself, and bytes it reads in place
+    /// from another owner ([`Self::from_shared_tiles`]).
+    pub fn weight_bytes(&self) -> (usize, usize) {
+        match &*self.w {
+            Packed::Quant(q) => (q.view().bytes().len(), 0),
+            Packed::Dense(d) => (d.view().bytes().len(), 0),
+            Packed::Shared(_, b) => (0, b.len()),
+        }
     }
 
     /// Pack a dense `(out, in)` weight, keeping f16/bf16 half and anything else as f32.
@@ -165,6 +230,8 @@ impl CpuLinear {
         match &*self.w {
             Packed::Quant(q) => format!("{:?} tiles", q.view().format()).to_lowercase(),
             Packed::Dense(d) => format!("{:?} hmx tiles", d.view().dtype()).to_lowercase(),
+            Packed::Shared(TileFormat::Q4_0, _) => "q4_0 tiles (the npu's bytes)".into(),
+            Packed::Shared(TileFormat::F16Hmx, _) => "f16 hmx tiles (the npu's bytes)".into(),
         }
     }
 
@@ -183,6 +250,12 @@ impl CpuLinear {
         match &*self.w {
             Packed::Quant(q) => q.view().dequantize_row(row, out)?,
             Packed::Dense(d) => d.view().row(row, out)?,
+            Packed::Shared(TileFormat::Q4_0, b) => {
+                QuantView::q4_0_tiles(b, self.n, self.k)?.dequantize_row(row, out)?
+            }
+            Packed::Shared(TileFormat::F16Hmx, b) => {
+                DenseView::hmx_f16_tiles(b, self.n, self.k)?.row(row, out)?
+            }
         }
         Ok(())
     }
@@ -217,10 +290,7 @@ impl CustomOp1 for CpuLinear {
         let bias = self.bias.as_deref().map(|b| b.as_slice());
         let x = &x[start..end];
         let dst = &mut out.spare_capacity_mut()[..len];
-        let r = match &*self.w {
-            Packed::Quant(q) => q.view().gemm_uninit(x, rows, bias, dst),
-            Packed::Dense(d) => d.view().gemm_uninit(x, rows, bias, dst),
-        };
+        let r = self.w.gemm_uninit(self.n, self.k, x, rows, bias, dst);
         r.map_err(|e| candle_core::Error::Msg(format!("kernels-cpu linear: {e}")))?;
         // SAFETY: the GEMM succeeded, and it writes every one of the `len` elements.
         unsafe { out.set_len(len) };
@@ -403,6 +473,25 @@ impl Linear {
         match self.bias() {
             Some(b) => Ok(y.broadcast_add(b)?),
             None => Ok(y),
+        }
+    }
+
+    /// `(owned, shared)` bytes of host memory the weights take: what the layer holds itself, and
+    /// what it reads in place from another owner (the NPU module's packed tiles). Weights packed
+    /// in NPU memory ([`Linear::Hex`]) count as neither.
+    pub fn weight_bytes(&self) -> (usize, usize) {
+        match self {
+            Linear::Dense { weight, .. } => {
+                (weight.elem_count() * weight.dtype().size_in_bytes(), 0)
+            }
+            Linear::Cpu(c) => c.weight_bytes(),
+            Linear::Quant { weight, .. } => match weight {
+                QMatMul::QTensor(q) => (q.storage_size_in_bytes(), 0),
+                QMatMul::Tensor(t) | QMatMul::TensorF16(t) => {
+                    (t.elem_count() * t.dtype().size_in_bytes(), 0)
+                }
+            },
+            Linear::Hex(_) => (0, 0),
         }
     }
 

@@ -9,13 +9,15 @@ use std::time::Instant;
 use candle_core::{DType, Tensor};
 use candle_hexagon::{
     BlockWeights, DeviceKv, ForwardOutput, HexTransformer, HexTransformerConfig, HexagonDevice,
-    Placed, WeightRef,
+    PackedFormat, PackedWeight, Placed, WeightRef,
 };
 use half::f16;
 
+use crate::block::{GateUp, Qkv};
 use crate::config::TransformerConfig;
 use crate::kv_cache::CachedRows;
-use crate::layers::Param;
+use crate::layers::{CpuLinear, Linear, Param};
+use crate::linear::TileFormat;
 use crate::lm::{DualPathTiming, Refresh, RefreshRequest, Rows};
 use crate::weights::{Role, WeightSource};
 use crate::weights_model::{dense, TransformerWeights};
@@ -236,4 +238,65 @@ pub(crate) fn place_blocks(
         Placed::Npu(t) => Some(t),
         Placed::Cpu(_) => None,
     })
+}
+
+/// A CPU layer over the NPU module's packed bytes (read in place by kernels-cpu).
+fn shared(p: PackedWeight, bias: Option<&Tensor>) -> Result<Linear> {
+    let format = match p.format {
+        PackedFormat::F16Tiles => TileFormat::F16Hmx,
+        PackedFormat::Q4_0Tiles => TileFormat::Q4_0,
+    };
+    Ok(Linear::Cpu(CpuLinear::from_shared_tiles(
+        format, p.n, p.k, p.bytes, bias,
+    )?))
+}
+
+/// Block `i`'s CPU layers for the paths that run beside the NPU (the sparse refresh), reading
+/// the NPU module's packed weights: fused q/k/v (with the fused `qkv_bias`), o, fused gate/up,
+/// down. Returns `(qkv, o, gate_up, down)`.
+pub(crate) fn shared_block(
+    hex: &HexTransformer,
+    i: usize,
+    cfg: &TransformerConfig,
+    qkv_bias: Option<&Tensor>,
+) -> Result<(Qkv, Linear, GateUp, Linear)> {
+    let p = hex.packed_block(i).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "the NPU module has {} blocks, block {i} was asked for",
+            hex.num_blocks()
+        ))
+    })?;
+    let (nq, nkv) = (
+        cfg.num_heads * cfg.head_dim(),
+        cfg.num_kv_heads * cfg.head_dim(),
+    );
+    let ffn = cfg.intermediate_size;
+    if p.qkv.n != nq + 2 * nkv || p.gate_up.n != 2 * ffn {
+        return Err(Error::InvalidArgument(format!(
+            "block {i}: the NPU's fused q/k/v has {} outputs and gate/up {} (the config implies \
+             {} and {})",
+            p.qkv.n,
+            p.gate_up.n,
+            nq + 2 * nkv,
+            2 * ffn
+        )));
+    }
+    Ok((
+        Qkv::Fused {
+            qkv: shared(p.qkv, qkv_bias)?,
+            nq,
+            nkv,
+        },
+        shared(p.o, None)?,
+        GateUp::Fused {
+            gate_up: shared(p.gate_up, None)?,
+            ffn,
+        },
+        shared(p.down, None)?,
+    ))
+}
+
+/// The LM head over the NPU module's packed head, when the head is on the NPU.
+pub(crate) fn shared_head(hex: &HexTransformer) -> Result<Option<Linear>> {
+    hex.packed_head().map(|p| shared(p, None)).transpose()
 }

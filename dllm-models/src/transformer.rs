@@ -34,7 +34,7 @@ use crate::lm::{
 #[cfg(feature = "hexagon")]
 use crate::npu_seq;
 use crate::weights::WeightSource;
-pub use crate::weights_model::TransformerWeights;
+pub use crate::weights_model::{CpuLinearBytes, TransformerWeights};
 use crate::{Error, Result};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::DeviceKv;

@@ -10,32 +10,32 @@ use std::ops::Range;
 use candle_core::{DType, Device, Tensor};
 use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
 
+use crate::block::{Block, GateUp, Qkv};
 use crate::config::TransformerConfig;
 #[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::{npu_seq::place_blocks, HexTransformer};
+use crate::hexagon_off::{
+    npu_seq::{place_blocks, shared_block, shared_head},
+    HexTransformer,
+};
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{
     attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
 };
 use crate::lm::{ModelInfo, Refresh, Rows};
 #[cfg(feature = "hexagon")]
-use crate::npu_seq::place_blocks;
+use crate::npu_seq::{place_blocks, shared_block, shared_head};
 use crate::weights::{Role, WeightSource};
 use crate::{Error, Result};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::HexTransformer;
 
-#[derive(Debug)]
-pub(crate) struct Block {
-    attn_norm: RmsNorm,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    ffn_norm: RmsNorm,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+/// [`TransformerWeights::cpu_linear_bytes`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuLinearBytes {
+    /// Bytes the CPU layers hold themselves.
+    pub owned: usize,
+    /// Bytes the CPU layers read in place from the NPU module's packed weights.
+    pub shared_with_npu: usize,
 }
 
 /// The weights of a LLaDA / Dream model and everything derived from them at load time: immutable,
@@ -48,7 +48,8 @@ pub struct TransformerWeights {
     pub(crate) mode: OpMode,
     pub(crate) backend: Backend,
     /// Where the per-op paths run (the layers below, the refresh): the backend, except when the
-    /// block-level module holds the model on the NPU — then the layers are the CPU copy.
+    /// block-level module holds the model on the NPU — then the layers are CPU kernels over the NPU
+    /// module's own packed bytes (no second copy of the matrices).
     ops_backend: Backend,
     /// The whole stack on the NPU, one DSP batch per block (when the device took it).
     pub(crate) hex: Option<HexTransformer>,
@@ -92,7 +93,7 @@ impl TransformerWeights {
         w.check_layout(&cfg)?;
         crate::limits::check_memory("the model's parameters", w.resident_bytes(&cfg))?;
         // The block-level module first: when the device takes the whole stack, the layers built
-        // below are the CPU copy (refresh path, fallbacks), not a second device copy.
+        // below (refresh path) run kernels-cpu over the module's packed host bytes.
         let hex = match backend.hexagon() {
             Some(dev) if mode == OpMode::Fused => place_blocks(dev, &cfg, w)?,
             _ => None,
@@ -140,23 +141,58 @@ impl TransformerWeights {
         };
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
-            blocks.push(Block {
-                attn_norm: norm(Role::AttnNorm(i))?,
-                q: lin(Role::Q(i), nq, h, bias(Role::QBias(i), nq)?)?,
-                k: lin(Role::K(i), nkv, h, bias(Role::KBias(i), nkv)?)?,
-                v: lin(Role::V(i), nkv, h, bias(Role::VBias(i), nkv)?)?,
-                o: lin(Role::O(i), h, nq, None)?,
-                ffn_norm: norm(Role::FfnNorm(i))?,
-                gate: lin(Role::Gate(i), ff, h, None)?,
-                up: lin(Role::Up(i), ff, h, None)?,
-                down: lin(Role::Down(i), h, ff, None)?,
+            let (attn_norm, ffn_norm) = (norm(Role::AttnNorm(i))?, norm(Role::FfnNorm(i))?);
+            let (qb, kb, vb) = (
+                bias(Role::QBias(i), nq)?,
+                bias(Role::KBias(i), nkv)?,
+                bias(Role::VBias(i), nkv)?,
+            );
+            blocks.push(match &hex {
+                // The NPU holds the stack: the CPU layers (the refresh path) read its packed
+                // bytes in place instead of packing a second copy.
+                Some(hex) => {
+                    let fused_bias = match (qb, kb, vb) {
+                        (Some(q), Some(k), Some(v)) => Some(Tensor::cat(&[q, k, v], 0)?),
+                        _ => None,
+                    };
+                    let (qkv, o, gate_up, down) = shared_block(hex, i, &cfg, fused_bias.as_ref())?;
+                    Block {
+                        attn_norm,
+                        qkv,
+                        o,
+                        ffn_norm,
+                        gate_up,
+                        down,
+                    }
+                }
+                None => Block {
+                    attn_norm,
+                    qkv: Qkv::Split {
+                        q: lin(Role::Q(i), nq, h, qb)?,
+                        k: lin(Role::K(i), nkv, h, kb)?,
+                        v: lin(Role::V(i), nkv, h, vb)?,
+                    },
+                    o: lin(Role::O(i), h, nq, None)?,
+                    ffn_norm,
+                    gate_up: GateUp::Split {
+                        gate: lin(Role::Gate(i), ff, h, None)?,
+                        up: lin(Role::Up(i), ff, h, None)?,
+                    },
+                    down: lin(Role::Down(i), h, ff, None)?,
+                },
             });
         }
         let embed_p = w.get(Role::Embed, &[v, h])?;
-        let head = if cfg.tie_word_embeddings {
-            prepare(Linear::on_backend(embed_p.clone(), None, backend)?)?
-        } else {
-            lin(Role::Head, v, h, None)?
+        let npu_head = match &hex {
+            Some(hex) => shared_head(hex)?,
+            None => None,
+        };
+        let head = match npu_head {
+            Some(head) => head,
+            None if cfg.tie_word_embeddings => {
+                prepare(Linear::on_backend(embed_p.clone(), None, backend)?)?
+            }
+            None => lin(Role::Head, v, h, None)?,
         };
         let embed = Embedding::new(embed_p, dtype);
         let norm_f = norm(Role::FinalNorm)?;
@@ -214,6 +250,21 @@ impl TransformerWeights {
         &self.backend
     }
 
+    /// Host bytes of the linear layers' weights (blocks and LM head) that the CPU paths read:
+    /// `owned` is what the model holds for them itself, `shared_with_npu` what they read in place
+    /// from the NPU module's packed tiles (when the NPU holds the stack, the sparse refresh runs
+    /// on those bytes and `owned` counts only what the NPU did not take).
+    pub fn cpu_linear_bytes(&self) -> CpuLinearBytes {
+        let mut out = CpuLinearBytes::default();
+        let layers = self.blocks.iter().flat_map(|b| b.linears());
+        for l in layers.chain(std::iter::once(&self.head)) {
+            let (owned, shared) = l.weight_bytes();
+            out.owned += owned;
+            out.shared_with_npu += shared;
+        }
+        out
+    }
+
     /// The raw-output row that predicts position `p`.
     pub(crate) fn source_row(&self, p: usize) -> usize {
         if self.cfg.shift_logits {
@@ -242,33 +293,25 @@ impl TransformerWeights {
         let hd = self.cfg.head_dim();
         let m = self.mode;
         let h = blk.attn_norm.forward(x, m)?;
-        let k = blk
-            .k
-            .forward(&h)?
-            .reshape((b, n, self.cfg.num_kv_heads, hd))?;
-        let v = blk
-            .v
-            .forward(&h)?
-            .reshape((b, n, self.cfg.num_kv_heads, hd))?;
+        let (q, k, v) = blk.project(&h, q_rows)?;
+        let k = k.reshape((b, n, self.cfg.num_kv_heads, hd))?;
+        let v = v.reshape((b, n, self.cfg.num_kv_heads, hd))?;
         let k = Rope::apply_on(&k, rope.0, rope.1, m, &self.ops_backend)?;
-        let (xq, hq, cos, sin) = match q_rows {
-            None => (x.clone(), h, rope.0.clone(), rope.1.clone()),
+        let (xq, cos, sin) = match q_rows {
+            None => (x.clone(), rope.0.clone(), rope.1.clone()),
             Some(idx) => (
                 x.index_select(idx, 1)?,
-                h.index_select(idx, 1)?,
                 rope.0.index_select(idx, 0)?,
                 rope.1.index_select(idx, 0)?,
             ),
         };
         let nq = xq.dim(1)?;
-        let q = if nq == 0 {
-            Tensor::zeros((b, 0, self.cfg.num_heads, hd), x.dtype(), x.device())?
-        } else {
-            let q = blk
-                .q
-                .forward(&hq)?
-                .reshape((b, nq, self.cfg.num_heads, hd))?;
-            Rope::apply_on(&q, &cos, &sin, m, &self.ops_backend)?
+        let q = match q {
+            None => Tensor::zeros((b, 0, self.cfg.num_heads, hd), x.dtype(), x.device())?,
+            Some(q) => {
+                let q = q.reshape((b, nq, self.cfg.num_heads, hd))?;
+                Rope::apply_on(&q, &cos, &sin, m, &self.ops_backend)?
+            }
         };
         // Called even without queries: a forward's closure stores the block's K/V.
         let attn = attend(&q, &k, &v)?;
@@ -277,12 +320,8 @@ impl TransformerWeights {
         }
         let x = (xq + blk.o.forward(&attn)?)?;
         let h2 = blk.ffn_norm.forward(&x, m)?;
-        let act = swiglu(
-            &blk.gate.forward(&h2)?,
-            &blk.up.forward(&h2)?,
-            m,
-            &self.ops_backend,
-        )?;
+        let (gate, up) = blk.gate_up(&h2)?;
+        let act = swiglu(&gate, &up, m, &self.ops_backend)?;
         let x = (x + blk.down.forward(&act)?)?;
         Ok((x, k, v))
     }

@@ -57,6 +57,7 @@ use crate::ops::linear::{PackedFormat, Placed};
 use crate::routing::{Decision, OpDesc, OpKind, Reason, Support, Tier, WeightFormat};
 use crate::runtime::{HostWeight, MemoryPlan, Runtime};
 use packed::{group_format, rope_tables, PackedLinear, Pinned};
+pub use packed::{PackedBlockWeights, PackedWeight};
 
 /// Hyper-parameters of the block stack.
 #[derive(Debug, Clone, PartialEq)]
@@ -500,6 +501,25 @@ impl HexTransformer {
         } else {
             ForwardOutput::Hidden
         }
+    }
+
+    /// Block `i`'s packed linear weights as the host holds them (shared bytes, no copy): what a
+    /// CPU path running beside the NPU reads instead of a second copy of the model (the sparse
+    /// refresh of `dllm-models`). `None` past the last block.
+    pub fn packed_block(&self, i: usize) -> Option<PackedBlockWeights> {
+        let host = &self.inner.runtime.weights;
+        self.inner.blocks.get(i).map(|b| PackedBlockWeights {
+            qkv: b.qkv.shared(host),
+            o: b.o.shared(host),
+            gate_up: b.gate_up.shared(host),
+            down: b.down.shared(host),
+        })
+    }
+
+    /// The LM head's packed weight when the head is on the NPU (shared bytes).
+    pub fn packed_head(&self) -> Option<PackedWeight> {
+        let host = &self.inner.runtime.weights;
+        self.inner.head.as_ref().map(|h| h.shared(host))
     }
 
     /// Why the LM head stayed on the CPU (`None` when it is on the NPU or was not given).

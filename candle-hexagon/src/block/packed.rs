@@ -137,7 +137,10 @@ impl PackedLinear {
         } else {
             None
         };
-        host.push(HostWeight { name, bytes });
+        host.push(HostWeight {
+            name,
+            bytes: bytes.into(),
+        });
         Ok(PackedLinear {
             w: host.len() - 1,
             format,
@@ -161,6 +164,48 @@ impl PackedLinear {
         match self.format {
             PackedFormat::F16Tiles => KDSP_OP_MATMUL_F16,
             PackedFormat::Q4_0Tiles => KDSP_OP_MATMUL_Q4_0,
+        }
+    }
+}
+
+/// A linear weight of a [`super::HexTransformer`] as the host holds it: the packed bytes the
+/// memory runtime maps into the NPU window or streams through staging, shared (not copied) with
+/// any host reader. `bytes` is `W[n][k]` in `format`'s tile layout (fp16 HMX weight tiles or
+/// Q4_0 tiles, see [`crate::layout`]); fused groups are stacked along `n`.
+#[derive(Debug, Clone)]
+pub struct PackedWeight {
+    /// The tile layout of `bytes`.
+    pub format: PackedFormat,
+    /// Output features (rows of `W`).
+    pub n: usize,
+    /// Input features (columns of `W`).
+    pub k: usize,
+    /// The packed bytes (`layout::f16_tiles_len(n, k)` or `layout::q4_0_tiles_len(n, k)`).
+    pub bytes: std::sync::Arc<[u8]>,
+}
+
+/// One block's packed linear weights, fused the way the NPU runs them.
+#[derive(Debug, Clone)]
+pub struct PackedBlockWeights {
+    /// Q, K and V stacked along the output dimension: rows `[0, heads * head_dim)` are Q, then
+    /// `kv_heads * head_dim` rows of K, then as many of V (no bias: biases stay pinned vectors).
+    pub qkv: PackedWeight,
+    /// The attention output projection.
+    pub o: PackedWeight,
+    /// Gate then up, stacked: rows `[0, ffn)` are the gate, `[ffn, 2 * ffn)` the up projection.
+    pub gate_up: PackedWeight,
+    /// The MLP down projection.
+    pub down: PackedWeight,
+}
+
+impl PackedLinear {
+    /// The host bytes of this layer (shared) with its geometry.
+    pub(crate) fn shared(&self, host: &[HostWeight]) -> PackedWeight {
+        PackedWeight {
+            format: self.format,
+            n: self.n,
+            k: self.k,
+            bytes: host[self.w].bytes.clone(),
         }
     }
 }

@@ -210,8 +210,10 @@ pub(crate) fn op_weight(op: &kernels_dsp::kdsp_op) -> Option<usize> {
 pub(crate) struct HostWeight {
     /// Name for the plan printout (`block 3 gate/up`).
     pub(crate) name: String,
-    /// The packed bytes (tiles).
-    pub(crate) bytes: Vec<u8>,
+    /// The packed bytes (tiles), shared with whoever else reads them on the host (the CPU
+    /// refresh path of `dllm-models` reads these same bytes; see
+    /// [`crate::HexTransformer::packed_block`]).
+    pub(crate) bytes: std::sync::Arc<[u8]>,
 }
 
 /// Where the DSP finds a weight for one batch.

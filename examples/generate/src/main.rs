@@ -177,6 +177,12 @@ fn run(a: Args) -> Result<()> {
         });
         let map = out.as_object_mut().expect("an object");
         map.extend(llada_cli::counters(&g));
+        let cpu = loaded.model.weights().cpu_linear_bytes();
+        map.insert("cpu_linear_bytes_owned".into(), cpu.owned.into());
+        map.insert(
+            "cpu_linear_bytes_shared_with_npu".into(),
+            cpu.shared_with_npu.into(),
+        );
         if let (Some(dev), Some(b)) = (backend.hexagon(), before) {
             map.extend(llada_cli::device_counters(&b, &dev.counters()));
         }
@@ -198,6 +204,13 @@ fn run(a: Args) -> Result<()> {
         );
         if let Some(dev) = backend.hexagon() {
             eprintln!("\n{}", dev.routing_report());
+            let cpu = loaded.model.weights().cpu_linear_bytes();
+            eprintln!(
+                "CPU linear layers (refresh path, fallbacks): {:.2} MiB of their own weights, \
+                 {:.2} MiB read in place from the NPU module's packed tiles",
+                cpu.owned as f64 / 1048576.0,
+                cpu.shared_with_npu as f64 / 1048576.0
+            );
         }
     }
     Ok(())

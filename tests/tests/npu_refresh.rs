@@ -1,0 +1,129 @@
+//! The sparse refresh of a model whose stack the NPU holds runs on the CPU over the NPU module's
+//! own packed weights (paper §3.3: the CPU path "reuses the same HMX-specialized weights"):
+//! kernels-cpu reads the fp16 HMX tiles and the Q4_0 tiles in place, fused q/k/v and gate/up as
+//! the NPU runs them, with no second copy of the matrices. Checked here: the CPU layers own no
+//! matrix bytes (they share the NPU's), and refresh logits computed through those tiles match an
+//! f64 forward over the checkpoint's row-major weights.
+
+use candle_core::quantized::GgmlDType;
+use candle_core::DType;
+use candle_hexagon::{HexagonConfig, HexagonDevice};
+use dllm_models::synthetic::{tiny_dream, tiny_llada};
+use dllm_models::{
+    Backend, DiffusionLm, DiffusionTransformer, LoadOptions, Rows, TransformerConfig,
+};
+use llada_tests::fixtures::{canvas, ids, load_path, rel_err, rows_of, write_model, TempDir};
+use llada_tests::gguf_fixture::write_gguf;
+use llada_tests::reference::{RefConfig, Reference};
+
+const LEN: usize = 48;
+
+fn load(path: &std::path::Path, backend: Backend) -> DiffusionTransformer {
+    let opts = LoadOptions {
+        backend,
+        ..Default::default()
+    };
+    load_path(path, &opts).unwrap().model
+}
+
+fn hexagon() -> Backend {
+    Backend::Hexagon(
+        HexagonDevice::open(HexagonConfig {
+            va_window_bytes: 64 << 20,
+            ..Default::default()
+        })
+        .unwrap(),
+    )
+}
+
+/// Refresh logits of `m` (the canvas cached and committed, positions refreshed, rows asked for)
+/// against the f64 reference, as a relative error.
+fn refresh_error(
+    m: &mut DiffusionTransformer,
+    reference: &Reference,
+    cfg: &TransformerConfig,
+) -> f64 {
+    let x = ids(LEN, cfg.vocab_size as u32 - 3, cfg.special.mask, 7);
+    m.forward_full(&canvas(&x), Rows::None).unwrap();
+    m.commit(0..LEN).unwrap();
+    let asked = [30, 9, 41];
+    let r = m
+        .compute_refresh(&canvas(&x), &[3, 9, 10, 30, 41], Some(&asked))
+        .unwrap();
+    let got = rows_of(r.logits.as_ref().unwrap()).unwrap();
+    let want = reference.forward(&x).unwrap();
+    let want: Vec<Vec<f64>> = asked.iter().map(|&p| want[p].clone()).collect();
+    rel_err(&got, &want)
+}
+
+/// The model runs its blocks on the NPU and its CPU layers read the NPU's bytes only.
+fn assert_shares_the_npu_weights(hex: &DiffusionTransformer, cpu: &DiffusionTransformer) {
+    assert!(hex.runs_blocks_on_npu());
+    let (h, c) = (
+        hex.weights().cpu_linear_bytes(),
+        cpu.weights().cpu_linear_bytes(),
+    );
+    assert_eq!(
+        h.owned, 0,
+        "the NPU model's CPU layers hold their own copy: {h:?}"
+    );
+    assert!(h.shared_with_npu > 0, "{h:?}");
+    // The CPU model packs the same matrices in the same tile layouts (dims are multiples of 32):
+    // the bytes the refresh reads are exactly as many as a CPU model owns.
+    assert_eq!(c.shared_with_npu, 0, "{c:?}");
+    assert_eq!(
+        h.shared_with_npu, c.owned,
+        "NPU-shared {h:?} vs CPU-owned {c:?}"
+    );
+}
+
+#[test]
+fn refresh_over_the_npus_fp16_tiles_matches_the_row_major_reference() {
+    // LLaDA (MHA, no biases) and Dream (GQA, q/k/v biases fused into the q/k/v tiles' bias,
+    // shifted logits), f16 checkpoints: the fp16 tiles hold the checkpoint's values exactly.
+    for cfg in [tiny_llada(), tiny_dream()] {
+        let dir = TempDir::new("npu-refresh-f16").unwrap();
+        write_model(dir.path(), &cfg, 21, DType::F16, 1).unwrap();
+        let reference = Reference::load(dir.path()).unwrap();
+        let mut cpu = load(dir.path(), Backend::Cpu);
+        let mut hex = load(dir.path(), hexagon());
+        assert_shares_the_npu_weights(&hex, &cpu);
+        let (e_cpu, e_hex) = (
+            refresh_error(&mut cpu, &reference, &cfg),
+            refresh_error(&mut hex, &reference, &cfg),
+        );
+        eprintln!(
+            "{:?} f16: refresh logits vs f64 reference: CPU model {e_cpu:.2e}, \
+             NPU model's CPU path (fp16 tiles, fp16 KV) {e_hex:.2e}",
+            cfg.arch
+        );
+        // The NPU path's cached K/V are fp16 (the CPU model's f32): that rounding is the error.
+        assert!(e_hex <= 2e-3, "{:?}: {e_hex:.3e}", cfg.arch);
+    }
+}
+
+#[test]
+fn refresh_over_the_npus_q4_0_tiles_matches_the_dequantized_reference() {
+    let cfg = tiny_llada();
+    let dir = TempDir::new("npu-refresh-q4").unwrap();
+    write_model(dir.path(), &cfg, 22, DType::F32, 1).unwrap();
+    let out = TempDir::new("npu-refresh-q4-out").unwrap();
+    let path = out.join("tiny-q4_0.gguf");
+    let fixture = write_gguf(dir.path(), &path, GgmlDType::Q4_0).unwrap();
+    // An f64 forward over exactly the values the file stores (row-major, dequantized).
+    let reference =
+        Reference::new(RefConfig::read(dir.path()).unwrap(), fixture.effective).unwrap();
+    let mut cpu = load(&path, Backend::Cpu);
+    let mut hex = load(&path, hexagon());
+    assert_shares_the_npu_weights(&hex, &cpu);
+    let (e_cpu, e_hex) = (
+        refresh_error(&mut cpu, &reference, &cfg),
+        refresh_error(&mut hex, &reference, &cfg),
+    );
+    eprintln!(
+        "llada Q4_0: refresh logits vs f64 reference: CPU model {e_cpu:.2e}, \
+         NPU model's CPU path (Q4_0 tiles, fp16 KV) {e_hex:.2e}"
+    );
+    // Both quantize activations to Q8_0 (the error's main part); the NPU path adds fp16 K/V.
+    assert!(e_hex <= 1.5 * e_cpu, "{e_hex:.3e} vs CPU {e_cpu:.3e}");
+}
