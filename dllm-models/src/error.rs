@@ -139,10 +139,18 @@ pub enum Error {
     /// An error from candle.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
-    /// An error from the Hexagon NPU backend.
+    /// An error from the Hexagon NPU backend. Its message is part of this one (not a separate
+    /// `source`), so an error chain printed with `{:#}` says it once.
     #[cfg(feature = "hexagon")]
     #[error("hexagon: {0}")]
-    Hexagon(#[from] candle_hexagon::Error),
+    Hexagon(candle_hexagon::Error),
+}
+
+#[cfg(feature = "hexagon")]
+impl From<candle_hexagon::Error> for Error {
+    fn from(e: candle_hexagon::Error) -> Self {
+        Error::Hexagon(e)
+    }
 }
 
 impl Error {
