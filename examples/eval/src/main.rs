@@ -78,6 +78,10 @@ struct Args {
     /// Also write every question's outcome as JSON lines here.
     #[arg(long)]
     dump: Option<PathBuf>,
+    /// Instead of decoding, run the teacher-forced skill probe on long-math (copy, lookup and
+    /// arithmetic accuracy of the worked lines; see `dllm_tasks::probe`).
+    #[arg(long)]
+    probe: bool,
 }
 
 /// Names a model is made of: `--dump` never replaces one.
@@ -207,6 +211,9 @@ fn run(a: Args) -> Result<()> {
         &d,
     );
     params.validate().map_err(llada_cli::cli_error)?;
+    if a.probe {
+        return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
+    }
     let qs = questions(&kinds, a.limit);
     let pb = if a.json {
         ProgressBar::hidden()
@@ -299,6 +306,51 @@ fn run(a: Args) -> Result<()> {
             qs.len()
         );
         print!("{}", table(&scores));
+    }
+    Ok(())
+}
+
+/// `--probe`: the teacher-forced skill probe over the long-math held-out questions.
+fn run_probe(
+    a: &Args,
+    model: &mut dyn DiffusionLm,
+    tok: &tokenizers::Tokenizer,
+    suite: Suite,
+    gen_length: usize,
+) -> Result<()> {
+    if suite != Suite::Long {
+        bail!("--probe: the skill probe runs on the long suite's long-math, not the {suite} suite");
+    }
+    let examples = questions(&[TaskKind::LongMath], a.limit);
+    let s = dllm_tasks::probe::probe_long_math(model, tok, &examples, gen_length)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": a.model, "questions": examples.len(),
+                "copy": s.copy.accuracy(), "lookup": s.lookup.accuracy(),
+                "arithmetic": s.arithmetic.accuracy(), "counts": s,
+            })
+        );
+    } else {
+        println!(
+            "{}: teacher-forced skill probe, long-math, {} questions\n",
+            a.model,
+            examples.len()
+        );
+        println!("| skill | right | probes | accuracy |\n|---|---:|---:|---:|");
+        for (name, k) in [
+            ("copy (first operand = previous result)", s.copy),
+            ("lookup (the month's operator and operand)", s.lookup),
+            ("arithmetic (the line's result)", s.arithmetic),
+        ] {
+            println!(
+                "| {name} | {} | {} | {:.1}% |",
+                k.right,
+                k.total,
+                100.0 * k.accuracy()
+            );
+        }
     }
     Ok(())
 }

@@ -529,6 +529,20 @@ fn main() -> Result<()> {
                     .iter()
                     .filter_map(|(k, _, st)| st.map(|st| (k.name(), st)))
                     .collect::<std::collections::BTreeMap<_, _>>());
+                // Which part of a worked line is learnt (teacher-forced, dllm_tasks::probe).
+                let mut model = inference_copy(&varmap, &cfg)?;
+                let qs = dllm_tasks::eval::questions(&[TaskKind::LongMath], Some(a.eval_limit));
+                let sk = dllm_tasks::probe::probe_long_math(&mut model, &tok, &qs, a.gen_len)?;
+                pb.println(format!(
+                    "step {step}: long-math skills: copy {:.0}%, lookup {:.0}%, arithmetic {:.0}%",
+                    100.0 * sk.copy.accuracy(),
+                    100.0 * sk.lookup.accuracy(),
+                    100.0 * sk.arithmetic.accuracy()
+                ));
+                rec["skills"] = serde_json::json!({
+                    "copy": sk.copy.accuracy(), "lookup": sk.lookup.accuracy(),
+                    "arithmetic": sk.arithmetic.accuracy(),
+                });
             }
         }
         use std::io::Write;
