@@ -252,8 +252,10 @@ fn suites_and_tasks_must_match_the_tokenizer() {
 
 /// The shipped long-suite model: detected as long, decoded with its recommendation (128
 /// positions, blocks of 32), and its answers are worked solutions in the suite's format (one
-/// `Month: a?b=c` line per month in order, then `Answer: N`). Its numbers are mostly wrong (the
-/// model card's table): only the format is held here.
+/// `Month: a?b=c` line per month in order, then `Answer: N`) with worked lines that are right:
+/// the card measures 85% of lines right on 100 questions (here 8 of 18 on the first two, whose
+/// chains break early); the floor only rules out a model that writes the format with wrong numbers
+/// (the stage-2 weights this replaced had 0 right lines).
 #[test]
 fn shipped_long_model_writes_worked_answers() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
@@ -303,4 +305,11 @@ fn shipped_long_model_writes_worked_answers() {
         assert!(a["forwards"].as_u64().unwrap() >= 64, "{a}");
         assert_eq!(a["commit_step"].as_array().unwrap().len(), 128);
     }
+    let right: u64 = v["answers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["steps_right"].as_u64().unwrap())
+        .sum();
+    assert!(right >= 4, "{right} worked lines right in two answers");
 }
