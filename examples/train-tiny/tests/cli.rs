@@ -247,3 +247,42 @@ fn an_existing_model_is_replaced_only_with_overwrite_and_survives_failures() {
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The long suite's quick eval logs final-answer and per-step accuracy and the long-math skill
+/// probe (`skills`), every value a fraction.
+#[test]
+fn long_suite_quick_eval_logs_the_skill_probe() {
+    let dir = tmp("long-skills");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = run(
+        &dir,
+        &[
+            "--suite",
+            "long",
+            "--gen-len",
+            "128",
+            "--block-length",
+            "32",
+            "--steps",
+            "2",
+            "--eval-every",
+            "2",
+            "--eval-limit",
+            "1",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(dir.join("training_log.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 2);
+    assert!(last["eval"]["long-math"].is_f64(), "{last}");
+    for skill in ["copy", "lookup", "arithmetic"] {
+        let v = last["skills"][skill].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&v), "{skill}: {last}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
