@@ -105,7 +105,7 @@ pub fn unpack_f16_tiles(t: &[u8], n: usize, k: usize) -> Result<Vec<f16>> {
 /// Repack ggml `block_q4_0` rows (`n` rows of `k / 32` blocks, `k % 32 == 0`) into Q4_0 tiles in
 /// `dst` (`q4_0_tiles_len` bytes, every byte written).
 pub fn pack_q4_0_tiles_into(dst: &mut [u8], blocks: &[u8], n: usize, k: usize) -> Result<()> {
-    if k % TILE != 0 {
+    if !k.is_multiple_of(TILE) {
         return Err(Error::InvalidInput {
             op: "pack_q4_0",
             detail: format!("k = {k} is not a multiple of the 32-value Q4_0 block"),
@@ -155,7 +155,7 @@ pub fn pack_q4_0_tiles(blocks: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
 
 /// The exact inverse of [`pack_q4_0_tiles`]: ggml `block_q4_0` rows, bit for bit.
 pub fn unpack_q4_0_tiles(t: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
-    if k % TILE != 0 {
+    if !k.is_multiple_of(TILE) {
         return Err(Error::InvalidInput {
             op: "unpack_q4_0",
             detail: format!("k = {k} is not a multiple of 32"),

@@ -52,6 +52,7 @@ pub(crate) fn ensure_kv<'a>(
 
 /// The window forward of [`crate::DiffusionLm::forward`] on the NPU, with an optional refresh on
 /// the CPU beside it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     w: &TransformerWeights,
     hex: &HexTransformer,

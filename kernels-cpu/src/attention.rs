@@ -137,7 +137,7 @@ fn check<T>(q: &[T], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) ->
             what,
         })
     };
-    if s.heads == 0 || s.kv_heads == 0 || s.head_dim == 0 || s.heads % s.kv_heads != 0 {
+    if s.heads == 0 || s.kv_heads == 0 || s.head_dim == 0 || !s.heads.is_multiple_of(s.kv_heads) {
         return bad(format!(
             "{} query heads over {} key/value heads of dim {}",
             s.heads, s.kv_heads, s.head_dim

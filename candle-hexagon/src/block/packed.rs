@@ -52,7 +52,7 @@ pub(crate) fn group_format(
             )));
         }
     }
-    if first == PackedFormat::Q4_0Tiles && k % 32 != 0 {
+    if first == PackedFormat::Q4_0Tiles && !k.is_multiple_of(32) {
         return Err(Reason::Alignment(format!(
             "{what}: Q4_0 rows of {k} values are not whole 32-value blocks"
         )));

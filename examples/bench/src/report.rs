@@ -252,8 +252,7 @@ pub fn sweeps(ctx: &Context, a: &[RowResult], b: &[RowResult], c: &[(u64, RowRes
         }
         let _ = writeln!(
             s,
-            "| {mib} | {} | {:.2} MB | {:.0} | {:.1} | {} |",
-            "yes",
+            "| {mib} | yes | {:.2} MB | {:.0} | {:.1} | {} |",
             r.counter("bytes_staged") / n / 1e6,
             r.counter("dsp_batches") / n,
             r.wall_per_answer() * 1e3,

@@ -180,6 +180,7 @@ fn add_counters(total: &mut Map<String, Value>, add: &Map<String, Value>) {
 }
 
 /// Run `spec` over `examples` with `model` (loaded on the row's device).
+#[allow(clippy::too_many_arguments)]
 pub fn run_row(
     spec: &RowSpec,
     model: &mut LoadedModel,

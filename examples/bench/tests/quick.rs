@@ -2,7 +2,7 @@
 //! ablation row's switch changes what runs (the device, the windows, drafts, stabilization,
 //! skipped logits, refreshes), not only its label.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Command;
 
 use candle_core::DType;
@@ -11,7 +11,7 @@ use dllm_models::synthetic::{random_weights, write_hf};
 use dllm_tasks::train::{suite_config, ModelShape};
 use serde_json::Value;
 
-fn random_long_model(dir: &PathBuf) {
+fn random_long_model(dir: &Path) {
     let tok = dllm_tasks::tokenizer::build_long_suite_tokenizer().unwrap();
     let shape = ModelShape {
         arch: Arch::Llada,
