@@ -38,17 +38,30 @@ pub struct TransformerConfig {
     pub special: SpecialTokens,
 }
 
+/// [`TransformerConfig::matrix_dims`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MatrixDims {
+    /// Query features (`heads * head_dim`).
+    pub(crate) nq: usize,
+    /// Key (and value) features (`kv_heads * head_dim`).
+    pub(crate) nkv: usize,
+    /// MLP hidden size.
+    pub(crate) ff: usize,
+    /// Vocabulary size.
+    pub(crate) vocab: usize,
+}
+
 impl TransformerConfig {
     /// Every parameter with its shape (checkpoint `[out, in]` for matrices), in a fixed order.
     pub fn param_shapes(&self) -> Vec<(Role, Vec<usize>)> {
         let cfg = self;
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-        let (nq, nkv, ff, v) = (
-            cfg.num_heads * hd,
-            cfg.num_kv_heads * hd,
-            cfg.intermediate_size,
-            cfg.vocab_size,
-        );
+        let h = cfg.hidden_size;
+        let MatrixDims {
+            nq,
+            nkv,
+            ff,
+            vocab: v,
+        } = cfg.matrix_dims();
         let mut roles: Vec<(Role, Vec<usize>)> =
             vec![(Role::Embed, vec![v, h]), (Role::FinalNorm, vec![h])];
         if !cfg.tie_word_embeddings {
@@ -80,6 +93,17 @@ impl TransformerConfig {
     /// Head dimension.
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_heads
+    }
+
+    /// Output widths of the block matrices and the vocabulary (the shapes every builder uses).
+    pub(crate) fn matrix_dims(&self) -> MatrixDims {
+        let hd = self.head_dim();
+        MatrixDims {
+            nq: self.num_heads * hd,
+            nkv: self.num_kv_heads * hd,
+            ff: self.intermediate_size,
+            vocab: self.vocab_size,
+        }
     }
 
     /// Parameters of one transformer block, `None` on overflow.

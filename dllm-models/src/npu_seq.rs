@@ -14,7 +14,7 @@ use candle_hexagon::{
 use half::f16;
 
 use crate::block::{GateUp, Qkv};
-use crate::config::TransformerConfig;
+use crate::config::{MatrixDims, TransformerConfig};
 use crate::kv_cache::CachedRows;
 use crate::layers::{CpuLinear, Linear, Param};
 use crate::linear::TileFormat;
@@ -149,12 +149,12 @@ pub(crate) fn place_blocks(
     w: &dyn WeightSource,
 ) -> Result<Option<HexTransformer>> {
     let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-    let (nq, nkv, ff, v) = (
-        cfg.num_heads * hd,
-        cfg.num_kv_heads * hd,
-        cfg.intermediate_size,
-        cfg.vocab_size,
-    );
+    let MatrixDims {
+        nq,
+        nkv,
+        ff,
+        vocab: v,
+    } = cfg.matrix_dims();
     struct Owned {
         attn_norm: Tensor,
         ffn_norm: Tensor,
@@ -267,11 +267,9 @@ pub(crate) fn shared_block(
             hex.num_blocks()
         ))
     })?;
-    let (nq, nkv) = (
-        cfg.num_heads * cfg.head_dim(),
-        cfg.num_kv_heads * cfg.head_dim(),
-    );
-    let ffn = cfg.intermediate_size;
+    let MatrixDims {
+        nq, nkv, ff: ffn, ..
+    } = cfg.matrix_dims();
     if p.qkv.n != nq + 2 * nkv || p.gate_up.n != 2 * ffn {
         return Err(Error::InvalidArgument(format!(
             "block {i}: the NPU's fused q/k/v has {} outputs and gate/up {} (the config implies \

@@ -11,7 +11,7 @@ use candle_core::{DType, Device, Tensor};
 use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
 
 use crate::block::{Block, GateUp, Qkv};
-use crate::config::TransformerConfig;
+use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::{
     npu_seq::{place_blocks, shared_block, shared_head},
@@ -107,12 +107,12 @@ impl TransformerWeights {
         let backend_for_layers = ops_backend.clone();
         let backend = &backend_for_layers;
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-        let (nq, nkv, ff, v) = (
-            cfg.num_heads * hd,
-            cfg.num_kv_heads * hd,
-            cfg.intermediate_size,
-            cfg.vocab_size,
-        );
+        let MatrixDims {
+            nq,
+            nkv,
+            ff,
+            vocab: v,
+        } = cfg.matrix_dims();
         let dtype = w.dtype();
         let device = w.device().clone();
         let eps = cfg.rms_norm_eps as f32;

@@ -17,9 +17,9 @@
 
 use std::ops::Range;
 
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
-use crate::generate::{argmax, num_transfer_tokens, Generation};
+use crate::generate::{argmax, block_schedule, num_transfer_tokens, Generation};
 use crate::reference::{softmax, Reference};
 
 /// Which cache.
@@ -96,19 +96,7 @@ pub fn fast_dllm_generate(
     cache: Cache,
     post: &dyn Fn(&mut Vec<f64>),
 ) -> Result<Generation> {
-    ensure!(
-        p.gen_length > 0 && p.block_length > 0 && p.gen_length.is_multiple_of(p.block_length),
-        "gen_length {} must be a positive multiple of block_length {}",
-        p.gen_length,
-        p.block_length
-    );
-    let num_blocks = p.gen_length / p.block_length;
-    ensure!(
-        p.steps > 0 && p.steps.is_multiple_of(num_blocks),
-        "steps {} is not a positive multiple of the {num_blocks} blocks",
-        p.steps
-    );
-    let steps = p.steps / num_blocks;
+    let (num_blocks, steps) = block_schedule(p.gen_length, p.block_length, p.steps)?;
     let pl = prompt.len();
     let mut x: Vec<u32> = prompt.to_vec();
     x.extend(std::iter::repeat_n(p.mask_id, p.gen_length));

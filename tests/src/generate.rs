@@ -99,6 +99,30 @@ pub fn llada_generate_random(
     generate_core(logits, prompt, p, &mut |step, len| Some(rand(step, len)))
 }
 
+/// `(blocks, steps per block)` of the official semi-autoregressive schedule: `gen_length` a
+/// positive multiple of `block_length`, `steps` a positive multiple of the block count (the
+/// assertions of `generate.py`, shared by the Fast-dLLM oracle).
+pub fn block_schedule(
+    gen_length: usize,
+    block_length: usize,
+    steps: usize,
+) -> Result<(usize, usize)> {
+    ensure!(
+        gen_length > 0 && block_length > 0,
+        "gen_length and block_length must be positive"
+    );
+    ensure!(
+        gen_length.is_multiple_of(block_length),
+        "gen_length {gen_length} is not a multiple of block_length {block_length}"
+    );
+    let num_blocks = gen_length / block_length;
+    ensure!(
+        steps > 0 && steps.is_multiple_of(num_blocks),
+        "steps {steps} is not a positive multiple of the {num_blocks} blocks"
+    );
+    Ok((num_blocks, steps / num_blocks))
+}
+
 fn generate_core(
     mut logits: impl FnMut(&[u32]) -> Result<Vec<Vec<f64>>>,
     prompt: &[u32],
@@ -110,23 +134,7 @@ fn generate_core(
         "cfg_scale {} must be a finite value >= 0",
         p.cfg_scale
     );
-    ensure!(
-        p.gen_length > 0 && p.block_length > 0,
-        "gen_length and block_length must be positive"
-    );
-    ensure!(
-        p.gen_length.is_multiple_of(p.block_length),
-        "gen_length {} is not a multiple of block_length {}",
-        p.gen_length,
-        p.block_length
-    );
-    let num_blocks = p.gen_length / p.block_length;
-    ensure!(
-        p.steps > 0 && p.steps.is_multiple_of(num_blocks),
-        "steps {} is not a positive multiple of the {num_blocks} blocks",
-        p.steps
-    );
-    let steps = p.steps / num_blocks;
+    let (num_blocks, steps) = block_schedule(p.gen_length, p.block_length, p.steps)?;
     let pl = prompt.len();
     let mut x: Vec<u32> = prompt.to_vec();
     x.extend(std::iter::repeat_n(p.mask_id, p.gen_length));

@@ -277,27 +277,13 @@ fn shipped_long_model_writes_worked_answers() {
     assert_eq!(v["suite"], "long");
     assert_eq!(v["params"]["gen_length"], 128);
     assert_eq!(v["params"]["block_length"], 32);
-    const MONTHS: [&str; 12] = [
-        "January",
-        "February",
-        "March",
-        "April",
-        "May",
-        "June",
-        "July",
-        "August",
-        "September",
-        "October",
-        "November",
-        "December",
-    ];
     for a in v["answers"].as_array().unwrap() {
         let response = a["response"].as_str().unwrap();
         let lines: Vec<&str> = response.lines().collect();
         assert!(lines.len() >= 9, "{response}");
         let (last, steps) = lines.split_last().unwrap();
         assert!(last.starts_with("Answer: "), "{response}");
-        for (line, month) in steps.iter().zip(MONTHS) {
+        for (line, month) in steps.iter().zip(dllm_tasks::tasks::long::math::MONTHS) {
             assert!(line.starts_with(&format!("{month}: ")), "{response}");
         }
         // The answer spans several 32-position blocks (one forward per position, early stop
