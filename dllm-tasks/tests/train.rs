@@ -230,3 +230,38 @@ fn warm_start_extends_the_vocabulary_and_refuses_mismatches() {
     drop(data);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn block_masking_leaves_earlier_blocks_clean_and_later_positions_masked() {
+    use dllm_tasks::train::{mask_row, BlockMasking};
+    let (t_len, pl, bl) = (10 + 4 * 8, 10, 8);
+    let block = Some(BlockMasking {
+        fraction: 1.0,
+        block_length: bl,
+    });
+    let mut rng = Rng::new(3);
+    let mut seen_block = [0usize; 4];
+    for _ in 0..400 {
+        let m = mask_row(t_len, pl, &mut rng, block);
+        assert!(m[..pl].iter().all(Option::is_none), "prompt never masked");
+        // The current block is the first with a masked position; every earlier response
+        // position is clean and everything after the block is masked with probability 1.
+        let first = (pl..t_len).find(|&j| m[j].is_some()).unwrap_or(t_len);
+        let k = (first - pl) / bl;
+        let hi = (pl + (k + 1) * bl).min(t_len);
+        assert!(m[hi..].iter().all(|x| *x == Some(1.0)), "{m:?}");
+        let p = m[first..hi].iter().flatten().next().copied();
+        assert!(m[first..hi].iter().all(|x| x.is_none() || *x == p), "{m:?}");
+        if first < t_len {
+            seen_block[k] += 1;
+        }
+    }
+    assert!(seen_block.iter().all(|&n| n > 50), "{seen_block:?}");
+    // Without block rows every response position is masked with one ratio.
+    let mut rng = Rng::new(4);
+    for _ in 0..100 {
+        let m = mask_row(t_len, pl, &mut rng, None);
+        let ps: Vec<f64> = m.iter().flatten().copied().collect();
+        assert!(ps.windows(2).all(|w| w[0] == w[1]) && ps.iter().all(|&p| p < 1.0));
+    }
+}

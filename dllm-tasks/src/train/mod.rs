@@ -15,5 +15,5 @@ pub use model::{
     inference_copy, init_from, init_varmap, named_vars, suite_config, trainable, ModelShape,
     WarmStart, SUITE_MAX_SEQ_LEN,
 };
-pub use objective::{sft_loss, SftLoss, MASK_EPS};
+pub use objective::{mask_row, sft_loss, sft_loss_with, BlockMasking, SftLoss, MASK_EPS};
 pub use optim::{lr_at, AdamW, AdamWConfig};

@@ -27,8 +27,8 @@ use dllm_tasks::rng::Rng;
 use dllm_tasks::tasks::{suite_train_stream, Suite, TaskKind, TrainStream};
 use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, MASK_ID, PAD_ID};
 use dllm_tasks::train::{
-    inference_copy, init_from, init_varmap, lr_at, named_vars, sft_loss, suite_config, trainable,
-    AdamW, AdamWConfig, Batcher, ModelShape,
+    inference_copy, init_from, init_varmap, lr_at, named_vars, sft_loss_with, suite_config,
+    trainable, AdamW, AdamWConfig, Batcher, BlockMasking, ModelShape,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use output::Staged;
@@ -78,6 +78,12 @@ struct Args {
     /// Block length recommended in generation_config.json (the decoders' default).
     #[arg(long, default_value_t = 8)]
     block_length: usize,
+    /// Fraction of rows masked block by block (the state of a semi-autoregressive decoder on
+    /// block k: earlier blocks clean, block k masked at ratio t, later positions masked), the
+    /// rest masked uniformly as in LLaDA's SFT. Blocks are --block-length long.
+    #[arg(long, default_value_t = 0.0)]
+    #[serde(default)]
+    block_masking: f64,
     /// Rows per batch.
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -284,6 +290,16 @@ fn main() -> Result<()> {
             a.gen_len
         );
     }
+    if !(0.0..=1.0).contains(&a.block_masking) {
+        bail!(
+            "--block-masking {} must be a fraction in [0, 1]",
+            a.block_masking
+        );
+    }
+    let block_masking = BlockMasking {
+        fraction: a.block_masking,
+        block_length: a.block_length,
+    };
     let weights: [u32; 4] = a.task_weights.clone().try_into().map_err(|_| {
         anyhow::anyhow!("--task-weights needs 4 values (math,yesno,choice,completion)")
     })?;
@@ -484,7 +500,15 @@ fn main() -> Result<()> {
         }
         let batch = batcher.next_batch(&tok)?;
         let lens = vec![batch.prompt_len; batch.rows.len()];
-        let out = sft_loss(&model, &batch.rows, &lens, MASK_ID, &mut mask_rng, &dev)?;
+        let out = sft_loss_with(
+            &model,
+            &batch.rows,
+            &lens,
+            MASK_ID,
+            &mut mask_rng,
+            &dev,
+            Some(block_masking),
+        )?;
         let loss_v = out.loss.to_scalar::<f32>()? as f64;
         let grads = out.loss.backward()?;
         let lr = lr_at(step, a.steps, a.warmup, a.lr, a.min_lr_ratio);
