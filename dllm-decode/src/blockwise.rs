@@ -321,7 +321,6 @@ pub(crate) fn run(
                 Some(r) if !plan.fresh_cache => r.plan(
                     &states,
                     prompt_len,
-                    plan.start,
                     plan.end - plan.start,
                     rows.len(),
                     cached,
@@ -431,7 +430,7 @@ pub(crate) fn run(
                         .unwrap_or_default();
                     revised = rv.apply(&r.scored, &rl, &mut canvas, &mut states)?;
                 }
-                revised.extend(rv.oracle_step(prompt_len, plan.start, &mut canvas, &states));
+                revised.extend(rv.oracle_step(prompt_len, &mut canvas, &states));
                 gen.revised += revised.len();
             }
             let conf: Vec<(usize, f64)> = cands

@@ -150,7 +150,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// An evaluation instrument, not a decoder: with staged stabilization (`mbsd`), every Visible
-    /// token before the window that differs from `reference` (the reference answer's ids for the
+    /// token that differs from `reference` (the reference answer's ids for the
     /// generated positions, `reference[i]` for position `prompt_len + i`) is replaced by the
     /// reference token at each step boundary, in place of the re-scoring refresh. It bounds what
     /// any revision could recover.

@@ -1,8 +1,11 @@
 //! Dual-path progressive revision, the decision half (paper §3.3): which Visible tokens the CPU
 //! path re-scores beside a window forward, and what a re-score decides.
 //!
-//! * **Candidates** are Visible positions before the window (cached, not recomputed by the
-//!   forward), lowest recorded confidence first.
+//! * **Candidates** are the Visible positions (decided, not yet final), lowest recorded confidence
+//!   first: the paper's unstable prefix tokens, and also those still inside the window, whose
+//!   revision matters most before later tokens are decided on top of them. (Re-scoring only the
+//!   positions before the window was measured: the oracle then recovers almost nothing, since by
+//!   the time a token leaves the window its dependants are decided.)
 //! * **Budget.** The CPU path runs beside the step's NPU forward and should not outlast it:
 //!   positions are taken while their CPU cost (the CPU latency table's cost per position, see
 //!   [`LatencyTable::per_position_ms`]) fits in `refresh_budget` times the forward's cost (the
@@ -15,8 +18,8 @@
 //!   refresh, the paper's delayed merge); if the current token is confirmed at `theta_stable`
 //!   or above it becomes Stable.
 //! * **Oracle** (an evaluation instrument, [`crate::Decoder::oracle_revision`]): every Visible
-//!   token before the window that differs from a reference answer is replaced by the reference
-//!   token, with no re-score and no budget: the most any revision could recover.
+//!   token that differs from a reference answer is replaced by the reference token at each step
+//!   boundary, with no re-score and no budget: the most any revision could recover.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -58,12 +61,11 @@ pub(crate) struct Reviser {
 
 impl Reviser {
     /// The CPU path beside a forward of `window` positions (`rows` logits rows, `cached` cache
-    /// rows attended) that starts at `window_start`.
+    /// rows attended).
     pub fn plan(
         &self,
         states: &[TokenState],
         prompt_len: usize,
-        window_start: usize,
         window: usize,
         rows: usize,
         cached: usize,
@@ -81,7 +83,7 @@ impl Reviser {
         } else {
             usize::MAX
         };
-        let mut cands: Vec<usize> = (prompt_len..window_start.min(states.len()))
+        let mut cands: Vec<usize> = (prompt_len..states.len())
             .filter(|&p| states[p] == TokenState::Visible && !self.pending_kv.contains(&p))
             .collect();
         cands.sort_by(|&a, &b| self.conf[a].total_cmp(&self.conf[b]).then(a.cmp(&b)));
@@ -142,12 +144,11 @@ impl Reviser {
         Ok(revised)
     }
 
-    /// The oracle's revision at a step boundary: Visible tokens before `window_start` that differ
-    /// from the reference become the reference.
+    /// The oracle's revision at a step boundary: Visible tokens that differ from the reference
+    /// become the reference.
     pub fn oracle_step(
         &mut self,
         prompt_len: usize,
-        window_start: usize,
         canvas: &mut [u32],
         states: &[TokenState],
     ) -> Vec<usize> {
@@ -155,7 +156,7 @@ impl Reviser {
             return Vec::new();
         };
         let mut revised = Vec::new();
-        for p in prompt_len..window_start.min(canvas.len()) {
+        for p in prompt_len..canvas.len() {
             if states[p] != TokenState::Visible {
                 continue;
             }

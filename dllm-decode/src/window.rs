@@ -7,7 +7,8 @@
 //!
 //! The block stays the unit of left-to-right commitment; the window is the range of one forward.
 //! Only the first forward of a generation is a whole-canvas forward (it caches the prompt and the
-//! masked answer); after it the cache stays, every window forward attends to it, and **every
+//! masked answer: without the masked suffix in the cache the long-answer model's accuracy on
+//! long-math fell from 75% to 17% in a measurement); after it the cache stays, every window forward attends to it, and **every
 //! window's K/V are written back** into it, so the cache always holds the latest K/V of every
 //! position (a new block's K/V come from its own window forwards).
 //!
@@ -199,7 +200,7 @@ impl WindowPolicy for MbsdWindow {
     fn commit(&mut self, v: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
         // Every window row: the cache keeps the latest K/V of every position.
         if plan.fresh_cache {
-            Some((0, v.canvas.len()))
+            Some((0, plan.end))
         } else {
             Some((plan.start, plan.end))
         }
