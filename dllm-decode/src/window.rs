@@ -197,13 +197,9 @@ impl WindowPolicy for MbsdWindow {
         })
     }
 
-    fn commit(&mut self, v: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
+    fn commit(&mut self, _: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
         // Every window row: the cache keeps the latest K/V of every position.
-        if plan.fresh_cache {
-            Some((0, plan.end))
-        } else {
-            Some((plan.start, plan.end))
-        }
+        Some((plan.start, plan.end))
     }
 
     fn draft_context(&self) -> Option<f64> {

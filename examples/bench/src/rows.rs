@@ -287,9 +287,11 @@ fn answer(
     };
     let mut decoder = Decoder::new(*p);
     if spec.oracle {
-        let (row, plen) =
-            dllm_tasks::tokenizer::sft_row(tok, &ex.prompt, &ex.response, p.gen_length)?;
-        decoder = decoder.oracle_revision(row[plen..].to_vec());
+        // The reference answer, then EOS to the end (cut at gen_length if longer).
+        let mut reference = dllm_tasks::encode_response(tok, &ex.response)?;
+        reference.resize(p.gen_length.max(reference.len() + 1), dllm_tasks::EOS_ID);
+        reference.truncate(p.gen_length);
+        decoder = decoder.oracle_revision(reference);
     }
     let t0 = Instant::now();
     let g = decoder
