@@ -218,7 +218,10 @@ impl<'a> Decoder<'a> {
                 Some(t) => Box::new(select::ThresholdSelector {
                     threshold: t as f64,
                 }),
-                None => Box::new(select::ScheduleSelector::new(p.steps_per_block())),
+                None => Box::new(
+                    select::ScheduleSelector::new(p.steps_per_block())
+                        .with_block_length(p.block_length),
+                ),
             },
         };
         let revision = blockwise::RevisionSetup {
