@@ -203,6 +203,7 @@ pub(crate) fn run(
             })
             .collect();
         let mut accepted = Vec::new();
+        let mut accepted_conf = Vec::new();
         if !pending.is_empty() {
             accepted = selector.accept_drafts(&pending);
             accepted.sort_unstable();
@@ -224,6 +225,7 @@ pub(crate) fn run(
                 };
                 canvas[pos] = d.token;
                 states[pos] = decided_state(selector, d.confidence)?;
+                accepted_conf.push(d.confidence);
                 if let Some(r) = reviser.as_mut() {
                     r.conf[pos] = d.confidence;
                 }
@@ -245,6 +247,7 @@ pub(crate) fn run(
                 canvas: &canvas,
                 prompt_len,
                 unmasked: &accepted,
+                confidences: &accepted_conf,
                 revised: &[],
                 window: block.start..block.start,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
@@ -256,6 +259,7 @@ pub(crate) fn run(
                 return Ok(gen);
             }
             accepted.clear();
+            accepted_conf.clear();
         }
         selector.begin_block(masked_in(&canvas).len());
         let step_bound = p.steps_per_block().max(p.block_length) + 1;
@@ -453,6 +457,7 @@ pub(crate) fn run(
                 });
             }
             let mut unmasked = std::mem::take(&mut accepted);
+            let mut unmasked_conf = std::mem::take(&mut accepted_conf);
             for &pos in &chosen {
                 let k = cands.binary_search(&pos).map_err(|_| DecodeError::Policy {
                     policy: "selector".into(),
@@ -464,6 +469,7 @@ pub(crate) fn run(
                     r.conf[pos] = scored[k].confidence;
                 }
                 unmasked.push(pos);
+                unmasked_conf.push(scored[k].confidence);
             }
             gen.tokens_decoded += chosen.len();
             gen.steps += 1;
@@ -476,6 +482,7 @@ pub(crate) fn run(
                 canvas: &canvas,
                 prompt_len,
                 unmasked: &unmasked,
+                confidences: &unmasked_conf,
                 revised: &revised,
                 window: plan.start..plan.end,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),

@@ -74,6 +74,7 @@ pub(crate) fn run(
                 .map(|&k| std::mem::take(&mut rows[k]))
                 .collect();
         }
+        let mut chosen_conf = Vec::new();
         let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
             let p_transfer = if i + 1 < p.steps {
                 1.0 - ts[i + 1] / ts[i]
@@ -87,8 +88,10 @@ pub(crate) fn run(
             let mut chosen = Vec::new();
             for (k, &pos) in masked.iter().enumerate() {
                 if draws[k] < p_transfer {
-                    canvas[pos] = sampler.score(&mut rows[k], &mut rng).token;
+                    let s = sampler.score(&mut rows[k], &mut rng);
+                    canvas[pos] = s.token;
                     chosen.push(pos);
+                    chosen_conf.push(s.confidence);
                 }
             }
             chosen
@@ -110,6 +113,7 @@ pub(crate) fn run(
             for &pos in &chosen {
                 let k = masked.binary_search(&pos).expect("chosen among masked");
                 canvas[pos] = scored[k].token;
+                chosen_conf.push(scored[k].confidence);
             }
             chosen
         };
@@ -123,6 +127,7 @@ pub(crate) fn run(
             canvas: &canvas,
             prompt_len,
             unmasked: &chosen,
+            confidences: &chosen_conf,
             revised: &[],
             window: 0..len,
             masked_left: masked.len() - chosen.len(),
