@@ -461,7 +461,7 @@ fn finish(
 /// The special tokens of a model once its config's are completed: EoT from the tokenizer (or
 /// LLaDA-8B's own id when there is none), BOS from `generation_config.json`; each checked to be a
 /// vocabulary row other than the mask. [`load`] and the candle-style constructors
-/// ([`crate::llada::new`], [`crate::dream::new`]) share this rule.
+/// ([`crate::llada::Model::new`], [`crate::dream::Model::new`]) share this rule.
 pub(crate) fn complete_special(
     info: &ModelInfo,
     tokenizer: Option<&TextTokenizer>,
