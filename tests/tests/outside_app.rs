@@ -2,9 +2,13 @@
 //! (its own workspace, path dependencies on the library crates) compiles them unchanged, with no
 //! warning from the library crates, and they run on the shipped models.
 //!
-//! The app builds into this build's target directory, so what the workspace already built is not
-//! built again: its lockfile pins the workspace's versions and its profiles repeat the workspace's
-//! (checked first, so a drift fails here with the fix instead of silently rebuilding the world).
+//! The app builds into this build's target directory, so the registry crates the workspace already
+//! built (candle, tokenizers, gemm, ...) are not built again: its lockfile pins the workspace's
+//! versions and its profiles repeat the workspace's (checked, so a drift fails here with the fix
+//! instead of silently rebuilding the world). The library crates themselves are built again once
+//! (cargo keys a path dependency's artifacts by its path relative to the workspace root), and so
+//! are the few registry crates whose features the workspace unifies differently (the hub client's
+//! TLS stack).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -66,10 +70,15 @@ fn the_outside_app_pins_the_workspace_versions_and_profiles() {
             );
         }
     }
+    // The [profile.*] sections, comments and blank lines aside.
     let profile = |p: &Path| {
         let text = std::fs::read_to_string(p).unwrap();
         let at = text.find("[profile.").expect("a [profile.*] section");
-        text[at..].trim().to_string()
+        text[at..]
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect::<Vec<_>>()
     };
     assert_eq!(
         profile(&app.join("Cargo.toml")),
@@ -83,7 +92,8 @@ fn the_readme_snippets_compile_unchanged_and_run_on_the_shipped_models() {
     let (target, profile) = target_and_profile();
     let mut build = Command::new(env!("CARGO"));
     build
-        .args(["build", "--offline", "--manifest-path"])
+        // --locked: the app's Cargo.lock is part of the source tree, never rewritten by a test.
+        .args(["build", "--offline", "--locked", "--manifest-path"])
         .arg(root().join("tests/outside-app/Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .current_dir(root());
