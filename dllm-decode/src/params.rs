@@ -600,11 +600,12 @@ mod tests {
             threshold: t,
         };
         // (asked, checkpoint) -> (gen, block, steps, threshold)
-        let table: &[(
+        type Row<'a> = (
             Requested,
-            &DecodeDefaults,
+            &'a DecodeDefaults,
             (usize, usize, usize, Option<f32>),
-        )] = &[
+        );
+        let table: &[Row<'_>] = &[
             (ask(None, None, None, None), &ck, (24, 8, 24, Some(0.9))),
             (ask(None, None, None, None), &none, (128, 32, 128, None)),
             // An explicit length without steps: one token per step, not the checkpoint's 24.

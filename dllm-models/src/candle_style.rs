@@ -118,12 +118,10 @@ fn check_tensor_list(cfg: &TransformerConfig, vb: &VarBuilder<'_>, arch: Arch) -
 /// implied what).
 pub(crate) fn var_builder_error(e: candle_core::Error, name: &str, source_desc: &str) -> Error {
     let mut inner = &e;
-    loop {
-        match inner {
-            candle_core::Error::WithBacktrace { inner: i, .. }
-            | candle_core::Error::Context { inner: i, .. } => inner = i,
-            _ => break,
-        }
+    while let candle_core::Error::WithBacktrace { inner: i, .. }
+    | candle_core::Error::Context { inner: i, .. } = inner
+    {
+        inner = i;
     }
     match inner {
         candle_core::Error::CannotFindTensor { .. } => Error::MissingTensor {
@@ -146,9 +144,9 @@ pub(crate) fn full_forward(model: &DiffusionTransformer, input_ids: &Tensor) -> 
 }
 
 /// A `VarBuilder` over memory-mapped safetensors files, like candle's
-/// [`VarBuilder::from_mmaped_safetensors`], whose errors name the file and the tensor: a tensor
-/// of the wrong shape is `<file>: tensor `<name>` has shape [..], the model expects [..]`, a
-/// missing one `tensor `<name>` not found in <files>`. The headers are checked as
+/// [`VarBuilder::from_mmaped_safetensors`], whose errors name the file and the tensor (a tensor
+/// of the wrong shape: "FILE: tensor \`NAME\` has shape [..], the model expects [..]"; a missing
+/// one: "tensor \`NAME\` not found in FILES"). The headers are checked as
 /// [`crate::load`] checks them (every tensor inside its file, each tensor in one file) before
 /// anything is mapped for reading.
 ///

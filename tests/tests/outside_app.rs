@@ -78,6 +78,7 @@ fn the_outside_app_pins_the_workspace_versions_and_profiles() {
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(String::from)
             .collect::<Vec<_>>()
     };
     assert_eq!(
