@@ -62,13 +62,17 @@ fn the_outside_app_pins_the_workspace_versions_and_profiles() {
     let own = locked(&app.join("Cargo.lock"));
     assert!(own.contains_key("candle-core") && own.contains_key("dllm-decode"));
     for (name, versions) in &own {
-        if let Some(w) = ws.get(name) {
-            assert_eq!(
-                versions, w,
-                "tests/outside-app/Cargo.lock pins {name} {versions:?}, the workspace {w:?}: copy \
-                 Cargo.lock over tests/outside-app/Cargo.lock and build the app once"
-            );
+        let w = ws.get(name).cloned().unwrap_or_default();
+        // Packages the workspace does not lock are the app's own (`outside-app`, `serde_json` is
+        // the workspace's too); every version the app pins must be one the workspace pins.
+        if name == "outside-app" {
+            continue;
         }
+        assert!(
+            versions.iter().all(|v| w.contains(v)),
+            "tests/outside-app/Cargo.lock pins {name} {versions:?}, the workspace {w:?}: copy \
+             Cargo.lock over tests/outside-app/Cargo.lock and build the app once"
+        );
     }
     // The [profile.*] sections, comments and blank lines aside.
     let profile = |p: &Path| {
