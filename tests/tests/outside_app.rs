@@ -105,6 +105,29 @@ fn the_readme_snippets_compile_unchanged_and_run_on_the_shipped_models() {
     if profile == "release" {
         build.arg("--release");
     }
+    // The variables cargo sets for this test process are not the user's environment: build
+    // scripts that watch one (ring's watches CARGO_MANIFEST_DIR) would run again and rebuild
+    // everything above them, here and in the next workspace build.
+    for (key, _) in std::env::vars_os() {
+        let Some(k) = key.to_str() else { continue };
+        let set_by_cargo = k.starts_with("CARGO_PKG_")
+            || k.starts_with("CARGO_BIN_EXE_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&k);
+        if set_by_cargo {
+            build.env_remove(k);
+        }
+    }
     let out = build.output().expect("running cargo");
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "building tests/outside-app:\n{log}");
