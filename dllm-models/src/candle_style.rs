@@ -387,7 +387,8 @@ macro_rules! candle_model {
         }
 
         // Every method forwards, the provided ones too: the inner model overrides some of them
-        // (`forward_with_refresh` runs its two paths on two threads).
+        // (`forward_with_refresh` runs its two paths on two threads, `rescore` scores all
+        // positions in one pass). A method added to `DiffusionLm` needs its line here.
         impl crate::DiffusionLm for Model {
             fn epoch(&self) -> u64 {
                 crate::DiffusionLm::epoch(&self.inner)
@@ -425,6 +426,13 @@ macro_rules! candle_model {
             }
             fn apply_refresh(&mut self, refresh: &crate::Refresh) -> crate::Result<()> {
                 crate::DiffusionLm::apply_refresh(&mut self.inner, refresh)
+            }
+            fn rescore(
+                &self,
+                canvas: &candle_core::Tensor,
+                positions: &[usize],
+            ) -> crate::Result<candle_core::Tensor> {
+                crate::DiffusionLm::rescore(&self.inner, canvas, positions)
             }
             fn forward_with_refresh(
                 &mut self,
