@@ -90,6 +90,26 @@ impl DiffusionTransformer {
     }
 
     /// Another sequence over the same weights (no copy of the weights; its own empty cache).
+    /// Sequences are independent: two run on two threads at once.
+    ///
+    /// ```
+    /// use dllm_models::candle_core::{Device, Tensor};
+    /// use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource, Rows};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+    /// let loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+    /// let (mut a, mut b) = (loaded.model.new_sequence()?, loaded.model.new_sequence()?);
+    /// let canvas = Tensor::new(&[[2u32, 10, 11, 5, 5]], &Device::Cpu)?;
+    /// let (la, lb) = std::thread::scope(|s| {
+    ///     let ha = s.spawn(|| a.forward_full(&canvas, Rows::All));
+    ///     let hb = s.spawn(|| b.forward_full(&canvas, Rows::All));
+    ///     (ha.join().unwrap(), hb.join().unwrap())
+    /// });
+    /// assert_eq!(la?.to_vec3::<f32>()?, lb?.to_vec3::<f32>()?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new_sequence(&self) -> Result<Self> {
         Self::from_weights(self.weights.clone())
     }

@@ -1,6 +1,6 @@
 //! Which SIMD instruction set the kernels use, detected at run time.
 //!
-//! Every kernel exists once, generic over a vector abstraction ([`crate::simd`]), and is
+//! Every kernel exists once, generic over a vector abstraction (`simd`), and is
 //! instantiated for each path below; [`Isa::best`] picks the widest path the CPU runs, and the
 //! `*_with` entry points take an explicit [`Isa`] so tests and benchmarks can run every path
 //! the machine has (and the portable one, which every target has).

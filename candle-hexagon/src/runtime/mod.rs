@@ -15,7 +15,7 @@
 //!   prefetch: every miss is a synchronous map + copy.
 //! - **`somr`** (the default): [`graph`] capture, [`placement`] under the VA budget from a
 //!   profile, [`packing`] (residents in consumption order inside a few large mappings;
-//!   activations sharing offsets by live range), and double-buffered staging ([`somr`]): while
+//!   activations sharing offsets by live range), and double-buffered staging (`somr`): while
 //!   the DSP runs one stage from a slot, the host fills the other slot for the next stage, and
 //!   slots change hands only when the fence of the stage reading them has completed (the leases
 //!   refuse any host write into a slot a batch in flight still reads).

@@ -403,6 +403,9 @@ mod tests {
             "{e}"
         );
         let mut p = DecodeParams {
+            gen_length: 32,
+            block_length: 32,
+            steps: 32,
             strategy: dllm_decode::Strategy::Mbsd,
             ..Default::default()
         };
