@@ -45,6 +45,7 @@ pub fn config_from_fields(f: &Fields) -> Result<TransformerConfig> {
     f.require_bool("attention_layer_norm", false)?;
     f.require_bool("input_emb_norm", false)?;
     f.require_bool("multi_query_attention", false)?;
+    f.require_no_rope_scaling()?;
     let hidden = f.usize("d_model")?;
     let heads = f.usize("n_heads")?;
     let ffn = match f.opt_usize("mlp_hidden_size")? {
@@ -59,6 +60,9 @@ pub fn config_from_fields(f: &Fields) -> Result<TransformerConfig> {
         },
     };
     let vocab = f.usize("vocab_size")?;
+    if vocab == 0 {
+        return Err(Error::invalid("vocab_size", "must be positive"));
+    }
     let rows = match f.opt_usize("embedding_size")? {
         Some(e) if e < vocab => {
             return Err(Error::invalid(

@@ -196,7 +196,10 @@ fn an_existing_model_is_replaced_only_with_overwrite_and_survives_failures() {
     assert!(!out.status.success() && err.contains("state.json"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
     std::fs::write(&state, &good_state).unwrap();
-    assert_eq!(model_bytes(&dir), before, "a refused run changed the model");
+    assert!(
+        model_bytes(&dir) == before,
+        "a refused run changed the model"
+    );
     loads(&dir);
 
     // A run killed mid-training (with --overwrite: it would replace the model at its end).
@@ -222,10 +225,13 @@ fn an_existing_model_is_replaced_only_with_overwrite_and_survives_failures() {
         .spawn()
         .unwrap();
     // Killed once it has trained a step (its log, in `<out>.next`, has a line).
-    wait_for_log_line(&sibling(&dir, ".next"), &mut child);
+    wait_for_log_line(&[sibling(&dir, ".next"), dir.clone()], &mut child);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(model_bytes(&dir), before, "a killed run changed the model");
+    assert!(
+        model_bytes(&dir) == before,
+        "a killed run changed the model"
+    );
     loads(&dir);
 
     // --overwrite replaces it, with a model of the new shape.
@@ -235,7 +241,10 @@ fn an_existing_model_is_replaced_only_with_overwrite_and_survives_failures() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_ne!(model_bytes(&dir), before);
+    assert!(
+        model_bytes(&dir) != before,
+        "--overwrite left the old model"
+    );
     let cfg: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
     assert_eq!(cfg["d_model"], 64);
@@ -314,12 +323,14 @@ fn assert_no_leftovers(dir: &Path) {
     assert!(l.is_empty(), "temporary files left: {l:?}");
 }
 
-/// Block (without sleeping) until the training log in `dir` has a line: the child has trained a
-/// step. Fails if the child exits first.
-fn wait_for_log_line(dir: &Path, child: &mut std::process::Child) {
-    let log = dir.join("training_log.jsonl");
+/// Block (without sleeping) until the training log in one of `dirs` has a line: the child has
+/// trained a step. Fails if the child exits first.
+fn wait_for_log_line(dirs: &[PathBuf], child: &mut std::process::Child) {
+    let logged = |d: &PathBuf| {
+        std::fs::read_to_string(d.join("training_log.jsonl")).is_ok_and(|t| t.contains('\n'))
+    };
     loop {
-        if std::fs::read_to_string(&log).is_ok_and(|t| t.contains('\n')) {
+        if dirs.iter().any(logged) {
             return;
         }
         if let Some(st) = child.try_wait().unwrap() {
@@ -460,7 +471,7 @@ fn the_model_and_the_checkpoint_are_each_replaced_as_one_unit() {
         );
     };
     abort("model-staged", &["--steps", "2", "--overwrite"]);
-    assert_eq!(model_bytes(&dir), before, "the old model is intact");
+    assert!(model_bytes(&dir) == before, "the old model is intact");
     loads(&dir);
     assert!(
         !leftovers(&dir).is_empty(),
@@ -555,11 +566,10 @@ fn overwrite_keeps_the_old_run_until_the_new_model_exists() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the run should fail: {err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert_eq!(model_bytes(&dir), model, "the old model is intact");
-    assert_eq!(
-        run_bytes(&dir),
-        old_run,
-        "the old log and checkpoint are intact"
+    assert!(model_bytes(&dir) == model, "the old model is intact");
+    assert!(
+        run_bytes(&dir) == old_run,
+        "the old log and checkpoint changed"
     );
     assert!(
         !sibling(&dir, ".next").exists(),
@@ -634,7 +644,7 @@ fn stale_partial_files_are_removed_and_signals_stop_cleanly() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        wait_for_log_line(&d, &mut child);
+        wait_for_log_line(std::slice::from_ref(&d), &mut child);
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as libc::pid_t, sig) };
         let out = child.wait_with_output().unwrap();
