@@ -162,6 +162,13 @@ mod tests {
         let e = read_text(&a, "config", 1024).unwrap_err().to_string();
         assert!(e.contains("symlink loop"), "{e}");
         assert_eq!(describe(&a), Some("a symlink loop"));
+        // A FIFO with no writer: an error at once, not a wait for one.
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let e = read_text(&fifo, "tokenizer", 1024).unwrap_err().to_string();
+        assert!(e.contains("FIFO") && e.contains("tokenizer"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
