@@ -375,7 +375,8 @@ fn deterministic_over_runs_and_thread_counts_with_a_concurrent_refresh() {
     };
     let first = run(1);
     assert!(first.refreshes > 0, "{first:?}");
-    assert!(first.refresh_ms > 0.0);
+    // Wall time (`refresh_ms`) is reported, not asserted: it may read 0 on a coarse clock.
+    assert!(first.refresh_ms.is_finite() && first.refresh_ms >= 0.0);
     for k in 0..20 {
         let t = 1 + k % 3;
         let g = run(t);
