@@ -42,20 +42,38 @@ pub(crate) fn run(
         if masked.is_empty() {
             break;
         }
+        // Logits for the masked positions only (selective logits skipping), or for every
+        // position as the reference computes them.
+        let all: Vec<usize>;
+        let wanted: &[usize] = if p.revision.sls {
+            &masked
+        } else {
+            all = (0..len).collect();
+            &all
+        };
         let logits =
-            model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(&masked))?;
+            model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(wanted))?;
         gen.forwards += 1;
         gen.active_positions += masked.len();
+        gen.logits_rows_skipped += len - wanted.len();
         gen.trace.push(ForwardTrace {
             step: i,
             start: 0,
             end: len,
-            rows: masked.len(),
+            rows: wanted.len(),
             cached: 0,
             active: masked.len(),
             refreshed: 0,
+            rescored: 0,
+            lookahead: 0,
         });
         let mut rows = rows_of(&logits)?;
+        if !p.revision.sls {
+            rows = masked
+                .iter()
+                .map(|&k| std::mem::take(&mut rows[k]))
+                .collect();
+        }
         let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
             let p_transfer = if i + 1 < p.steps {
                 1.0 - ts[i + 1] / ts[i]
