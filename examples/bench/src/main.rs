@@ -413,11 +413,7 @@ fn run(a: Args) -> Result<()> {
         .context("the model's tokenizer is not a task-suite tokenizer")?;
     let per_task = if a.quick { 1 } else { a.prompts };
     let mut examples = if a.pareto {
-        let n = if a.quick {
-            2
-        } else {
-            a.pareto_questions
-        };
+        let n = if a.quick { 2 } else { a.pareto_questions };
         dllm_tasks::eval::questions(&[dllm_tasks::TaskKind::LongMath], Some(n))
     } else {
         dllm_tasks::eval::questions(&suite.tasks(), Some(per_task))
