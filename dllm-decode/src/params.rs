@@ -82,6 +82,14 @@ pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
 /// Staged token stabilization: the confidence at which a token becomes final.
 pub const DEFAULT_THETA_STABLE: f32 = 0.9;
 
+/// Largest accepted sampling temperature: LLaDA's Gumbel noise divides by `(-ln u)^t`, which
+/// leaves f64's range (and turns every candidate into a tie at 0 or infinity) around t = 18.
+pub const MAX_TEMPERATURE: f32 = 10.0;
+
+/// Largest accepted classifier-free guidance scale (guided logits are
+/// `uncond + (scale + 1) * (cond - uncond)`).
+pub const MAX_CFG_SCALE: f32 = 100.0;
+
 /// Revision: revise a Visible token when its re-score prefers another token by at least this
 /// much probability.
 pub const DEFAULT_REVISION_MARGIN: f32 = 0.0;
@@ -469,16 +477,24 @@ impl DecodeParams {
                 return Err(p("threshold", format!("{t} is not in (0, 1]")));
             }
         }
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+        if !(self.temperature >= 0.0 && self.temperature <= MAX_TEMPERATURE) {
             return Err(p(
                 "temperature",
-                format!("{} must be a finite value >= 0", self.temperature),
+                format!(
+                    "{:?} is not in [0, {MAX_TEMPERATURE}] (beyond it LLaDA's Gumbel noise \
+                     (-ln u)^temperature leaves the range of f64 and every token ties)",
+                    self.temperature
+                ),
             ));
         }
-        if !(self.cfg_scale >= 0.0 && self.cfg_scale.is_finite()) {
+        if !(self.cfg_scale >= 0.0 && self.cfg_scale <= MAX_CFG_SCALE) {
             return Err(p(
                 "cfg_scale",
-                format!("{} must be a finite value >= 0", self.cfg_scale),
+                format!(
+                    "{:?} is not in [0, {MAX_CFG_SCALE}] (guided logits are uncond + (scale + 1) \
+                     * (cond - uncond): large scales overflow f32)",
+                    self.cfg_scale
+                ),
             ));
         }
         if self.cfg_scale > 0.0 && self.strategy != Strategy::Vanilla {

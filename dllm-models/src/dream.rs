@@ -10,7 +10,7 @@ use std::path::Path;
 use crate::config_json::Fields;
 use crate::lm::{Arch, SpecialTokens};
 use crate::transformer::{ConfigNames, TransformerConfig};
-use crate::{Error, Result};
+use crate::Result;
 
 /// `config.json` field names as they appear in Dream checkpoints.
 pub const NAMES: ConfigNames = ConfigNames {
@@ -92,12 +92,7 @@ impl Config {
         f.require_str("model_type", &["dream"])?;
         f.require_str("hidden_act", &["silu"])?;
         f.require_bool("use_sliding_window", false)?;
-        if let Some(v) = f.get("rope_scaling") {
-            return Err(Error::invalid(
-                "rope_scaling",
-                format!("{v} is not supported (only null)"),
-            ));
-        }
+        f.require_no_rope_scaling()?;
         let heads = f.usize("num_attention_heads")?;
         let special = f.special_tokens()?;
         Ok(Config {

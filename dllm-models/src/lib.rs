@@ -7,6 +7,7 @@ pub mod config;
 pub mod config_json;
 pub mod dream;
 mod error;
+pub mod files;
 pub mod gguf;
 pub mod gguf_check;
 pub mod gguf_write;

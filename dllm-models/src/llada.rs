@@ -112,6 +112,7 @@ impl Config {
         f.require_bool("attention_layer_norm", false)?;
         f.require_bool("input_emb_norm", false)?;
         f.require_bool("multi_query_attention", false)?;
+        f.require_no_rope_scaling()?;
         let d_model = f.usize("d_model")?;
         let n_heads = f.usize("n_heads")?;
         let mlp_hidden_size = match f.opt_usize("mlp_hidden_size")? {
@@ -128,6 +129,9 @@ impl Config {
             },
         };
         let vocab_size = f.usize("vocab_size")?;
+        if vocab_size == 0 {
+            return Err(Error::invalid("vocab_size", "must be positive"));
+        }
         let special = f.special_tokens()?;
         Ok(Config {
             d_model,

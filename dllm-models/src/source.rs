@@ -40,6 +40,23 @@ impl ModelSource {
         if path.is_dir() {
             return Ok(ModelSource::Dir(path.to_path_buf()));
         }
+        // Something is there, but neither a directory nor a regular file: say what it is.
+        let odd = match crate::files::describe(path) {
+            Some(k) => Some(k.to_string()),
+            None if !path.exists() && std::fs::symlink_metadata(path).is_ok() => {
+                Some("a symlink to a missing file".into())
+            }
+            None => None,
+        };
+        if let Some(k) = odd {
+            return Err(Error::Source {
+                source_desc: spec.into(),
+                reason: format!(
+                    "is {k}, not a model directory or a .gguf file (pass a model directory, a \
+                     .gguf file or a hub id)"
+                ),
+            });
+        }
         if path.is_file() {
             let mut magic = [0u8; 4];
             let is_gguf = std::fs::File::open(path)

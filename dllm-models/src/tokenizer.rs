@@ -50,6 +50,8 @@ pub enum ChatTemplate {
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     template: ChatTemplate,
+    /// `inner` with special tokens encoded as text (built on first use).
+    as_text: std::sync::OnceLock<tokenizers::Tokenizer>,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -64,12 +66,9 @@ impl std::fmt::Debug for TextTokenizer {
 impl TextTokenizer {
     /// Load a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        if !path.is_file() {
-            return Err(Error::file(path, "no such tokenizer file"));
-        }
-        let inner = guarded(|| tokenizers::Tokenizer::from_file(path).map_err(|e| e.to_string()))
-            .map_err(|e| Error::file(path, format!("invalid tokenizer: {e}")))?;
-        Ok(Self::new(inner))
+        let bytes =
+            crate::files::read_limited(path, "tokenizer", crate::files::MAX_TOKENIZER_BYTES)?;
+        Self::from_bytes(&bytes).map_err(|e| Error::file(path, format!("invalid tokenizer: {e}")))
     }
 
     /// Parse a `tokenizer.json` held in memory.
@@ -98,7 +97,11 @@ impl TextTokenizer {
         } else {
             ChatTemplate::Plain
         };
-        Self { inner, template }
+        Self {
+            inner,
+            template,
+            as_text: std::sync::OnceLock::new(),
+        }
     }
 
     /// The detected chat template.
@@ -188,15 +191,43 @@ impl TextTokenizer {
         Ok(s)
     }
 
+    /// Encode text a user typed: special-token strings in it (`[MASK]`, `<eos>`, `<|eot_id|>`)
+    /// are text, never control tokens, as Hugging Face's `split_special_tokens` does for untrusted
+    /// input; `add_special` still applies the post-processor (BOS etc.).
+    pub fn encode_user_text(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let tok = self.as_text.get_or_init(|| {
+            let mut t = self.inner.clone();
+            t.set_encode_special_tokens(true);
+            t
+        });
+        let enc = guarded(|| tok.encode(text, add_special).map_err(|e| e.to_string()))
+            .map_err(Error::Tokenizer)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
     /// Token ids of a prompt: with `chat`, the user message through the chat template (with the
-    /// generation prompt); without, the raw text with the tokenizer's post-processor specials.
+    /// generation prompt); without, the raw text with the tokenizer's post-processor specials. The
+    /// prompt's own text is encoded with [`Self::encode_user_text`]: typing `[MASK]` or `<eos>`
+    /// gives their characters, never the control ids (only the template's own tokens are special).
     pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
         if !chat || self.template == ChatTemplate::Plain {
-            return self.encode(prompt, true);
+            return self.encode_user_text(prompt, true);
         }
-        let text = self.render_chat(&[Message::user(prompt)], true)?;
-        // The template already spells out BOS: do not let the post-processor add another.
-        self.encode(&text, false)
+        // The rendered template around the user's text, whose specials stay special. (The
+        // template already spells out BOS: the post-processor adds none.)
+        const SLOT: &str = "\u{0}user\u{0}";
+        let content = match self.template {
+            ChatTemplate::Llada => prompt.trim(),
+            _ => prompt,
+        };
+        let frame = self.render_chat(&[Message::user(SLOT)], true)?;
+        let (before, after) = frame
+            .split_once(SLOT)
+            .ok_or_else(|| Error::Tokenizer("the chat template lost the user message".into()))?;
+        let mut ids = self.encode(before, false)?;
+        ids.extend(self.encode_user_text(content, false)?);
+        ids.extend(self.encode(after, false)?);
+        Ok(ids)
     }
 
     /// The end-of-turn token of the template, if the vocabulary has it.

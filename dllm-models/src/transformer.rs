@@ -50,6 +50,8 @@ pub struct DiffusionTransformer {
     pending: Option<Pending>,
     epoch: u64,
     last_dual: Option<DualPathTiming>,
+    /// The threads of the last CPU dual path: (the window forward's, the refresh's).
+    last_dual_threads: Option<(std::thread::ThreadId, std::thread::ThreadId)>,
 }
 
 impl DiffusionTransformer {
@@ -86,6 +88,7 @@ impl DiffusionTransformer {
             pending: None,
             epoch: 0,
             last_dual: None,
+            last_dual_threads: None,
         })
     }
 
@@ -171,6 +174,13 @@ impl DiffusionTransformer {
         self.last_dual
     }
 
+    /// The threads of the last CPU [`DiffusionLm::forward_with_refresh`]: the window forward's
+    /// (the caller's) and the refresh's, which is its own (None before the first, and on the NPU,
+    /// where the DSP runs the forward and the caller the refresh).
+    pub fn last_dual_path_threads(&self) -> Option<(std::thread::ThreadId, std::thread::ThreadId)> {
+        self.last_dual_threads
+    }
+
     /// Full training forward (see [`TransformerWeights::forward_train`]).
     pub fn forward_train(&self, ids: &Tensor) -> Result<Tensor> {
         self.weights.forward_train(ids)
@@ -251,6 +261,7 @@ impl DiffusionTransformer {
             w.forward_window(&cached, free, len, canvas, window.clone(), rows)
         };
         let mut timing = None;
+        let mut threads = None;
         let (logits, pending, refreshed) = match refresh {
             None => {
                 let (l, p) = fwd(&mut free)?;
@@ -270,17 +281,18 @@ impl DiffusionTransformer {
                             |c, p, l| w.refresh(cached_ref, len, epoch, c, p, l),
                             |c, p| w.rescore(cached_ref, len, c, p),
                         );
-                        (r, (t0, Instant::now()))
+                        (r, (t0, Instant::now()), std::thread::current().id())
                     });
                     // Start the forward once the refresh is running, so the two really overlap.
                     let _ = is_running.recv();
                     let t0 = Instant::now();
                     let f = fwd(&mut free);
                     let forward = (t0, Instant::now());
-                    let (rf, refresh) = h.join().map_err(|_| {
+                    let (rf, refresh, refresh_thread) = h.join().map_err(|_| {
                         Error::InvalidArgument("the refresh thread panicked".into())
                     })?;
                     timing = Some(DualPathTiming { forward, refresh });
+                    threads = Some((std::thread::current().id(), refresh_thread));
                     let (l, p) = f?;
                     let mut rf = rf?;
                     rf.timing = timing;
@@ -291,6 +303,7 @@ impl DiffusionTransformer {
         self.pending = Some(pending);
         if timing.is_some() {
             self.last_dual = timing;
+            self.last_dual_threads = threads;
         }
         Ok((logits, refreshed))
     }

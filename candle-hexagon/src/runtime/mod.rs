@@ -101,6 +101,7 @@ pub struct SwapStats {
     plans: AtomicU64,
     profiled: AtomicU64,
     evictions: AtomicU64,
+    slot_waits: AtomicU64,
 }
 
 /// A snapshot of [`SwapStats`].
@@ -120,6 +121,9 @@ pub struct SwapSnapshot {
     pub profiled: u64,
     /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
     pub evictions: u64,
+    /// Times staging waited for the batch still reading a slot before overwriting it (`somr`;
+    /// counted before the wait begins).
+    pub slot_waits: u64,
 }
 
 impl SwapStats {
@@ -133,6 +137,7 @@ impl SwapStats {
             plans: l(&self.plans),
             profiled: l(&self.profiled),
             evictions: l(&self.evictions),
+            slot_waits: l(&self.slot_waits),
         }
     }
 
@@ -180,6 +185,15 @@ impl SwapStats {
 
     pub(crate) fn count_evictions(&self, n: u64) {
         Self::add(&self.evictions, n);
+    }
+
+    /// Wait for `reader` (the batch still reading a staging slot) before the slot is
+    /// overwritten; a wait on a batch not yet done is counted first.
+    pub(crate) fn wait_for_slot(&self, reader: &Completion) {
+        if !reader.is_done() {
+            Self::add(&self.slot_waits, 1);
+        }
+        reader.wait();
     }
 }
 
