@@ -5,7 +5,7 @@
 //! i16), `addp` (pairs to i16) and `sadalp` (pairs again, widened into the i32 accumulator). The
 //! codes it is fed are at most 127 in magnitude against activations in -127..=127, so a pair sum
 //! is at most 2 * 128 * 127 < 2^15 and the i16 stage never wraps; int8 weights need no bias.
-//! With dotprod it is one `sdot` against the activation bytes broadcast to every lane. `sdot` has
+//! With dotprod it is one `sdot` by element (the four activation bytes in lane 0). `sdot` has
 //! no stable intrinsic in Rust 1.96 (`vdotq_s32` is unstable), so it is written with `asm!` inside
 //! the `#[target_feature(enable = "dotprod")]` entry points this code is inlined into.
 //!
@@ -23,18 +23,21 @@ use super::Simd;
 #[derive(Clone, Copy)]
 pub(crate) struct Neon<const DOT: bool>;
 
-/// `acc[l] + sum_j w[4l + j] * x[4l + j]` (signed bytes): one `sdot`.
+/// `acc[l] + sum_j w[4l + j] * x[j]` for the four signed bytes at `x`: one `sdot` by element.
+/// The bytes travel as the bits of an `f32` so that the compiler loads them with `ldr s` (which
+/// takes an immediate offset) straight into the register the indexed `sdot` reads.
 ///
 /// # Safety
 /// The CPU runs FEAT_DotProd (the caller is compiled with `target_feature(enable = "dotprod")`).
 #[inline(always)]
-pub(crate) unsafe fn sdot(acc: int32x4_t, w: int8x16_t, x: int8x16_t) -> int32x4_t {
+unsafe fn sdot_bcast(acc: int32x4_t, w: int8x16_t, x: *const i8) -> int32x4_t {
+    let x4 = x.cast::<f32>().read_unaligned();
     let mut acc = acc;
     asm!(
-        "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+        "sdot {acc:v}.4s, {w:v}.16b, {x:v}.4b[0]",
         acc = inout(vreg) acc,
         w = in(vreg) w,
-        x = in(vreg) x,
+        x = in(vreg) x4,
         options(pure, nomem, nostack, preserves_flags)
     );
     acc
@@ -82,12 +85,7 @@ impl<const DOT: bool> Simd for Neon<DOT> {
     #[inline(always)]
     unsafe fn dot4(acc: int32x4_t, w: int32x4_t, x: *const i8) -> int32x4_t {
         // Codes of at most 127 read the same as signed bytes.
-        let (w, xb) = (vreinterpretq_s8_s32(w), bcast4(x));
-        if DOT {
-            sdot(acc, w, xb)
-        } else {
-            dot_widening(acc, w, xb)
-        }
+        Self::dot4_s8(acc, vreinterpretq_s8_s32(w), x)
     }
     type W = int8x16_t;
     #[inline(always)]
@@ -96,11 +94,10 @@ impl<const DOT: bool> Simd for Neon<DOT> {
     }
     #[inline(always)]
     unsafe fn dot4_s8(acc: int32x4_t, w: int8x16_t, x: *const i8) -> int32x4_t {
-        let xb = bcast4(x);
         if DOT {
-            sdot(acc, w, xb)
+            sdot_bcast(acc, w, x)
         } else {
-            dot_widening(acc, w, xb)
+            dot_widening(acc, w, bcast4(x))
         }
     }
     #[inline(always)]
