@@ -158,16 +158,38 @@ unsafe fn dots(
     acc
 }
 
-/// Rows `m`, `m + 1` from their 2x2 accumulators (weight rows 0-1 and 2-3), plus bias.
+/// Rows `m0..m0 + 2 MP` from their 2x2 accumulators (per pair: weight rows 0-1 and 2-3), plus
+/// bias.
 #[inline(always)]
-unsafe fn store_pair(sl: &Slab, acc: &[float32x4_t; 2], m: usize) {
-    let (a, b) = (vreinterpretq_f64_f32(acc[0]), vreinterpretq_f64_f32(acc[1]));
-    for (i, r) in [vzip1q_f64(a, b), vzip2q_f64(a, b)].into_iter().enumerate() {
-        let mut v = vreinterpretq_f32_f64(r);
-        if !sl.bias.is_null() {
-            v = vaddq_f32(v, vld1q_f32(sl.bias));
+unsafe fn store_pairs<const MP: usize>(sl: &Slab, acc: &[[float32x4_t; 2]; MP], m0: usize) {
+    for (pi, acc_p) in acc.iter().enumerate() {
+        let (a, b) = (
+            vreinterpretq_f64_f32(acc_p[0]),
+            vreinterpretq_f64_f32(acc_p[1]),
+        );
+        for (i, r) in [vzip1q_f64(a, b), vzip2q_f64(a, b)].into_iter().enumerate() {
+            let mut v = vreinterpretq_f32_f64(r);
+            if !sl.bias.is_null() {
+                v = vaddq_f32(v, vld1q_f32(sl.bias));
+            }
+            Neon::<true>::store(sl.out.add((m0 + 2 * pi + i) * sl.ldo), v, sl.nvalid);
         }
-        Neon::<true>::store(sl.out.add((m + i) * sl.ldo), v, sl.nvalid);
+    }
+}
+
+/// The end of a K-quant super-block: `acc += sacc * scale` per row (`sc`: the scales of rows
+/// `m0..`).
+#[inline(always)]
+unsafe fn end_superblock<const MP: usize>(
+    acc: &mut [[float32x4_t; 2]; MP],
+    sacc: &[[float32x4_t; 2]; MP],
+    sc: *const f32,
+) {
+    for (pi, acc_p) in acc.iter_mut().enumerate() {
+        let s = dup_pair_f32(sc.add(2 * pi));
+        for h in 0..2 {
+            acc_p[h] = vfmaq_f32(acc_p[h], sacc[pi][h], s);
+        }
     }
 }
 
@@ -199,9 +221,7 @@ unsafe fn k_b32<const MP: usize, const Q8: bool>(sl: &Slab, a: &Acts, m0: usize)
         t = t.add(tb);
         d = d.add(32);
     }
-    for (pi, acc_p) in acc.iter().enumerate() {
-        store_pair(sl, acc_p, m0 + 2 * pi);
-    }
+    store_pairs(sl, &acc, m0);
 }
 
 /// Q4_K against Q8_K activations (see `qgemm::k_q4k`).
@@ -239,16 +259,9 @@ unsafe fn k_q4k<const MP: usize>(sl: &Slab, a: &Acts, m0: usize) {
                 }
             }
         }
-        for (pi, acc_p) in acc.iter_mut().enumerate() {
-            let s = dup_pair_f32(sc.add(sb * m + m0 + 2 * pi));
-            for h in 0..2 {
-                acc_p[h] = vfmaq_f32(acc_p[h], sacc[pi][h], s);
-            }
-        }
+        end_superblock(&mut acc, &sacc, sc.add(sb * m + m0));
     }
-    for (pi, acc_p) in acc.iter().enumerate() {
-        store_pair(sl, acc_p, m0 + 2 * pi);
-    }
+    store_pairs(sl, &acc, m0);
 }
 
 /// Q6_K against Q8_K activations (see `qgemm::k_q6k`): values 0..16 and 16..32 of a sub-block
@@ -283,14 +296,7 @@ unsafe fn k_q6k<const MP: usize>(sl: &Slab, a: &Acts, m0: usize) {
                 }
             }
         }
-        for (pi, acc_p) in acc.iter_mut().enumerate() {
-            let s = dup_pair_f32(sc.add(sb * m + m0 + 2 * pi));
-            for h in 0..2 {
-                acc_p[h] = vfmaq_f32(acc_p[h], sacc[pi][h], s);
-            }
-        }
+        end_superblock(&mut acc, &sacc, sc.add(sb * m + m0));
     }
-    for (pi, acc_p) in acc.iter().enumerate() {
-        store_pair(sl, acc_p, m0 + 2 * pi);
-    }
+    store_pairs(sl, &acc, m0);
 }
