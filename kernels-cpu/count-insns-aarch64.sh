@@ -13,9 +13,13 @@
 #        (`.ci/install-test-deps`). Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -eq 1 ]; then
+  echo "usage: $0 [N K [ROWS...]]" >&2
+  exit 2
+fi
 N=${1:-512}
 K=${2:-768}
-shift 2 2>/dev/null || true
+[ $# -eq 0 ] || shift 2
 ROWS=("$@")
 [ ${#ROWS[@]} -gt 0 ] || ROWS=(1 8 64)
 TARGET_DIR=${CARGO_TARGET_DIR_AARCH64:-target/aarch64-insns}

@@ -144,13 +144,15 @@ fn cross_cargo(cargo: &str, rustc: &str, root: &Path, target_dir: &Path) -> Comm
     c
 }
 
-/// A built executable: package, its directory, target name and kind (`lib`, `test`, `bin`).
+/// A built executable: package, its directory, target name and kind (`lib`, `test`, `bin`,
+/// `example`), and whether it is a test harness.
 #[derive(Debug, Clone)]
 struct Exe {
     package: String,
     dir: PathBuf,
     name: String,
     kind: String,
+    test: bool,
     path: PathBuf,
 }
 
@@ -186,6 +188,7 @@ fn build(mut cmd: Command, what: &str) -> Vec<Exe> {
                 package: package_name(v["package_id"].as_str().unwrap_or_default()),
                 dir: manifest.parent().map(Path::to_path_buf).unwrap_or_default(),
                 name: v["target"]["name"].as_str().unwrap_or_default().to_owned(),
+                test: v["profile"]["test"].as_bool().unwrap_or(false),
                 kind: v["target"]["kind"][0]
                     .as_str()
                     .unwrap_or_default()
@@ -253,7 +256,9 @@ fn the_workspace_on_aarch64_under_qemu() {
         }
     };
 
-    // One build: the three crates' tests and generate.
+    // One build (one cargo invocation, so every dependency is compiled once, with one feature
+    // set): the three crates' tests, and generate, whose binary `cargo test` builds for its own
+    // tests (its test executables are built too and not run).
     let mut c = cross_cargo(&cargo, &rustc, &root, &target_dir);
     c.args([
         "test",
@@ -263,24 +268,23 @@ fn the_workspace_on_aarch64_under_qemu() {
         "--target",
         TARGET,
     ]);
-    c.args([
-        "-p",
-        "kernels-cpu",
-        "-p",
-        "dllm-models",
-        "-p",
-        "dllm-decode",
-    ]);
-    let tests = build(c, "cross-building the tests");
-    let mut c = cross_cargo(&cargo, &rustc, &root, &target_dir);
-    c.args(["build", "--release", "--locked", "--target", TARGET]);
-    c.args(["-p", "generate", "--bin", "generate"]);
-    let generate = build(c, "cross-building generate")
-        .into_iter()
-        .find(|e| e.name == "generate" && e.kind == "bin")
+    for p in ["kernels-cpu", "dllm-models", "dllm-decode", "generate"] {
+        c.args(["-p", p]);
+    }
+    let tests = build(c, "cross-building the tests and generate");
+    let generate = tests
+        .iter()
+        .find(|e| e.name == "generate" && e.kind == "bin" && !e.test)
+        .cloned()
         .expect("the generate executable");
     lap("build", &mut times);
-    let of = |pkg: &str| -> Vec<&Exe> { tests.iter().filter(|e| e.package == pkg).collect() };
+    // Test harnesses only (`cargo test` also builds examples).
+    let of = |pkg: &str| -> Vec<&Exe> {
+        tests
+            .iter()
+            .filter(|e| e.package == pkg && e.test)
+            .collect()
+    };
     let (kernel_tests, model_tests): (Vec<&Exe>, Vec<&Exe>) = (
         of("kernels-cpu"),
         [of("dllm-models"), of("dllm-decode")].concat(),
