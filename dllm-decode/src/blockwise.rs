@@ -15,6 +15,7 @@ use crate::error::{DecodeError, Result};
 use crate::generation::{ForwardTrace, Generation, StopReason};
 use crate::observer::{Control, StepEvent, StepObserver};
 use crate::params::{DecodeParams, Strategy};
+use crate::revision::{RefreshPlan, Reviser};
 use crate::rng::Rng;
 use crate::roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 use crate::states::{transition, TokenEvent, TokenState};
@@ -96,16 +97,6 @@ fn check_plan(
     Ok(())
 }
 
-/// The Visible positions the sparse refresh recomputes this step: cached, outside the window.
-fn refresh_set(states: &[TokenState], prompt_len: usize, plan: &WindowPlan) -> Vec<usize> {
-    if plan.fresh_cache {
-        return Vec::new();
-    }
-    (prompt_len..plan.start)
-        .filter(|&p| states[p] == TokenState::Visible)
-        .collect()
-}
-
 /// The state a decision puts a position in: through the state machine under staged stabilization,
 /// final at once otherwise.
 fn decided_state(selector: &dyn Selector, confidence: f64) -> Result<TokenState> {
@@ -120,6 +111,15 @@ fn decided_state(selector: &dyn Selector, confidence: f64) -> Result<TokenState>
     Ok(transition(TokenState::Invisible, event, t)?)
 }
 
+/// What the revision part of the loop runs with (built by the decoder for `mbsd` with staged
+/// stabilization and sparse cache refresh, or an oracle).
+pub(crate) struct RevisionSetup {
+    pub npu: std::sync::Arc<crate::latency::LatencyTable>,
+    pub cpu: std::sync::Arc<crate::latency::LatencyTable>,
+    /// Reference ids of the generated positions (the oracle), if any.
+    pub oracle: Option<Vec<u32>>,
+}
+
 /// Run block decoding from a prepared canvas (`prompt ++ [MASK] * gen_length`) with the given roles.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
@@ -129,6 +129,7 @@ pub(crate) fn run(
     p: &DecodeParams,
     policy: &mut dyn WindowPolicy,
     selector: &mut dyn Selector,
+    revision: Option<RevisionSetup>,
     observer: &mut dyn StepObserver,
 ) -> Result<Generation> {
     let info = model.info().clone();
@@ -147,8 +148,9 @@ pub(crate) fn run(
     let num_blocks = p.num_blocks();
     let len = canvas.len();
     let mut gen = Generation::start(prompt_len);
-    // Drafts: predictions for undecided positions beyond the current block.
-    let mut drafts: Vec<Option<Scored>> = vec![None; len];
+    // Drafts: predictions for undecided positions beyond the current block, with the index of
+    // the forward that made them.
+    let mut drafts: Vec<Option<(Scored, usize)>> = vec![None; len];
     let mut states: Vec<TokenState> = (0..len)
         .map(|k| {
             if k < prompt_len || canvas[k] != mask {
@@ -158,30 +160,75 @@ pub(crate) fn run(
             }
         })
         .collect();
+    // The input each position's cached K/V were computed from (`None`: not cached).
+    let mut kv_input: Vec<Option<u32>> = vec![None; len];
     let draft_context = policy.draft_context();
-    let revising = p.strategy == Strategy::Mbsd && selector.thresholds().is_some();
-    let scr = revising && p.revision.scr;
-    // Without selective logits skipping, every window row goes through the LM head.
-    let sls = p.strategy != Strategy::Mbsd || p.revision.sls;
+    let thresholds = selector.thresholds();
+    let revising = p.strategy == Strategy::Mbsd && thresholds.is_some();
+    let mut reviser = match (revision, thresholds) {
+        (Some(r), Some(t)) if revising && (p.revision.scr || r.oracle.is_some()) => {
+            let oracle = r.oracle.map(|ids| {
+                (0..len)
+                    .map(|k| k.checked_sub(prompt_len).and_then(|i| ids.get(i).copied()))
+                    .collect()
+            });
+            Some(Reviser {
+                thresholds: t,
+                margin: p.revision.margin as f64,
+                budget: p.revision.refresh_budget,
+                cpu_ms_per_position: r.cpu.per_position_ms(),
+                npu: r.npu,
+                oracle,
+                conf: vec![1.0; len],
+                pending_kv: Default::default(),
+            })
+        }
+        _ => None,
+    };
+    let sls = p.revision.sls;
     model.clear_cache()?;
     for b in 0..num_blocks {
         let block = prompt_len + b * p.block_length..prompt_len + (b + 1) * p.block_length;
         let masked_in =
             |c: &[u32]| -> Vec<usize> { block.clone().filter(|&i| c[i] == mask).collect() };
-        // The block becomes current: its drafts are accepted if they meet the criterion now.
+        // The block becomes current: the drafts of the forward that made it current (the last
+        // one) are offered with that forward's confidence; older drafts are dropped.
+        let latest = gen.forwards.checked_sub(1);
         let pending: Vec<(usize, f64)> = block
             .clone()
             .filter(|&i| canvas[i] == mask)
-            .filter_map(|i| drafts[i].map(|d| (i, d.confidence)))
+            .filter_map(|i| match drafts[i] {
+                Some((d, f)) if Some(f) == latest => Some((i, d.confidence)),
+                _ => None,
+            })
             .collect();
         let mut accepted = Vec::new();
+        let mut accepted_conf = Vec::new();
         if !pending.is_empty() {
             accepted = selector.accept_drafts(&pending);
             accepted.sort_unstable();
+            if accepted.windows(2).any(|w| w[0] == w[1]) {
+                return Err(DecodeError::Policy {
+                    policy: "selector".into(),
+                    reason: format!("accept_drafts returned a position twice: {accepted:?}"),
+                });
+            }
             for &pos in &accepted {
-                let d = drafts[pos].expect("accepted among drafts");
+                let Some((d, _)) = drafts[pos].filter(|_| pending.iter().any(|c| c.0 == pos))
+                else {
+                    return Err(DecodeError::Policy {
+                        policy: "selector".into(),
+                        reason: format!(
+                            "accept_drafts returned position {pos}, which is not among the offered drafts"
+                        ),
+                    });
+                };
                 canvas[pos] = d.token;
                 states[pos] = decided_state(selector, d.confidence)?;
+                accepted_conf.push(d.confidence);
+                if let Some(r) = reviser.as_mut() {
+                    r.conf[pos] = d.confidence;
+                }
             }
             gen.drafts += pending.len();
             gen.drafts_accepted += accepted.len();
@@ -200,6 +247,7 @@ pub(crate) fn run(
                 canvas: &canvas,
                 prompt_len,
                 unmasked: &accepted,
+                confidences: &accepted_conf,
                 revised: &[],
                 window: block.start..block.start,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
@@ -211,6 +259,7 @@ pub(crate) fn run(
                 return Ok(gen);
             }
             accepted.clear();
+            accepted_conf.clear();
         }
         selector.begin_block(masked_in(&canvas).len());
         let step_bound = p.steps_per_block().max(p.block_length) + 1;
@@ -225,11 +274,24 @@ pub(crate) fn run(
                 None => canvas.clone(),
                 Some(t) => (0..len)
                     .map(|k| match drafts[k] {
-                        Some(d) if canvas[k] == mask && d.confidence >= t => d.token,
+                        Some((d, _)) if canvas[k] == mask && d.confidence >= t => d.token,
                         _ => canvas[k],
                     })
                     .collect(),
             };
+            // Decided positions whose cached K/V came from another input. Under the refresh,
+            // those before the block are the CPU path's to recompute.
+            let mut stale: Vec<usize> = (prompt_len..len)
+                .filter(|&k| {
+                    canvas[k] != mask && kv_input[k].is_some() && kv_input[k] != Some(canvas[k])
+                })
+                .collect();
+            if let Some(r) = reviser.as_mut() {
+                for &k in stale.iter().filter(|&&k| k < block.start) {
+                    r.pending_kv.insert(k);
+                }
+                stale.retain(|&k| k >= block.start && !r.pending_kv.contains(&k));
+            }
             let view = DecodeView {
                 canvas: &canvas,
                 mask,
@@ -239,6 +301,7 @@ pub(crate) fn run(
                 num_blocks,
                 step_in_block: i,
                 cache_len: model.cache_len(),
+                stale: &stale,
                 info: &info,
             };
             let plan = policy.plan(&view)?;
@@ -257,18 +320,24 @@ pub(crate) fn run(
                 (plan.start..plan.end).collect()
             };
             gen.logits_rows_skipped += plan.end - plan.start - rows.len();
-            let refresh = if scr {
-                refresh_set(&states, prompt_len, &plan)
-            } else {
-                Vec::new()
+            let cached = if plan.fresh_cache { 0 } else { view.cache_len };
+            let refresh = match reviser.as_ref() {
+                Some(r) if !plan.fresh_cache => r.plan(
+                    &states,
+                    prompt_len,
+                    plan.end - plan.start,
+                    rows.len(),
+                    cached,
+                ),
+                _ => RefreshPlan::default(),
             };
             let (logits, refreshed) = if refresh.is_empty() {
                 (forward(model, p, &seen, prompt_len, &plan, &rows)?, None)
             } else {
-                if plan.fresh_cache || p.cfg_scale > 0.0 {
+                if p.cfg_scale > 0.0 {
                     return Err(DecodeError::Policy {
                         policy: policy.name().to_string(),
-                        reason: "a sparse refresh needs a cached window forward".into(),
+                        reason: "a sparse refresh cannot run with classifier-free guidance".into(),
                     });
                 }
                 let (l, r) = model.forward_with_refresh(
@@ -276,8 +345,8 @@ pub(crate) fn run(
                     plan.start..plan.end,
                     Rows::Positions(&rows),
                     RefreshRequest {
-                        positions: &refresh,
-                        logits: Some(&refresh),
+                        positions: &refresh.kv,
+                        logits: Some(&refresh.rescore),
                         score_masked: true,
                     },
                 )?;
@@ -288,20 +357,39 @@ pub(crate) fn run(
                 .filter(|&k| k >= prompt_len && canvas[k] == mask)
                 .count();
             gen.active_positions += active;
+            // Positions beyond the current block the window computes as drafts.
+            let lookahead = if plan.drafts && !plan.fresh_cache {
+                plan.end.saturating_sub(block.end.max(plan.start))
+            } else {
+                0
+            };
+            gen.lookahead_positions += lookahead;
             gen.trace.push(ForwardTrace {
                 step: gen.steps,
                 start: plan.start,
                 end: plan.end,
                 rows: rows.len(),
-                cached: if plan.fresh_cache { 0 } else { view.cache_len },
+                cached,
                 active,
-                refreshed: refresh.len(),
+                refreshed: refresh.kv.len(),
+                rescored: refresh.rescore.len(),
+                lookahead,
             });
+            if plan.fresh_cache {
+                kv_input.iter_mut().for_each(|k| *k = None);
+            }
             // Step boundary: merge the refreshed K/V first (they were computed against the cache
             // this forward read), then let the policy commit the window's fresh rows.
             if let Some(r) = &refreshed {
                 model.apply_refresh(r)?;
                 gen.refreshes += r.positions.len();
+                gen.rescored += r.scored.len();
+                for &k in &r.positions {
+                    kv_input[k] = Some(seen[k]);
+                }
+                if let Some(rv) = reviser.as_mut() {
+                    rv.merged(&r.positions);
+                }
                 if let Some(t) = &r.timing {
                     gen.refresh_ms += 1e3 * t.refresh_secs();
                     gen.merge_wait_ms += 1e3 * t.wait_secs();
@@ -312,7 +400,14 @@ pub(crate) fn run(
                 ..view
             };
             if let Some((a, e)) = policy.commit(&view, &plan) {
-                model.commit(a..e)?;
+                // Drafts shown as context never enter the cache: stop before the first of them.
+                let e = (a..e).find(|&k| seen[k] != canvas[k]).unwrap_or(e);
+                if e > a {
+                    model.commit(a..e)?;
+                    for k in a..e {
+                        kv_input[k] = Some(seen[k]);
+                    }
+                }
             }
             let mut all_rows = rows_of(&logits)?;
             let index: std::collections::HashMap<usize, usize> =
@@ -324,31 +419,22 @@ pub(crate) fn run(
             }
             let draft_scores = scored.split_off(cands.len());
             for (&pos, s) in draft_rows.iter().zip(&draft_scores) {
-                drafts[pos] = Some(*s);
+                drafts[pos] = Some((*s, gen.forwards - 1));
             }
             gen.draft_predictions += draft_rows.len();
-            // Revisions from the refresh's masked re-scoring.
+            // Revisions: the re-scores of the CPU path, or the oracle.
             let mut revised = Vec::new();
-            if let (Some(r), Some(t)) = (&refreshed, selector.thresholds()) {
-                let rl = r
-                    .logits
-                    .as_ref()
-                    .map(rows_of)
-                    .transpose()?
-                    .unwrap_or_default();
-                for (&pos, row) in r.positions.iter().zip(rl) {
-                    let mut row = row;
-                    let s = scorer.score(&mut row, &mut rng);
-                    if s.token != canvas[pos] {
-                        // A new identity: it stays Visible until a refresh confirms it with its
-                        // own K/V.
-                        canvas[pos] = s.token;
-                        revised.push(pos);
-                    } else {
-                        states[pos] =
-                            transition(states[pos], TokenEvent::Rescored(s.confidence), t)?;
-                    }
+            if let Some(rv) = reviser.as_mut() {
+                if let Some(r) = refreshed.as_ref().filter(|r| !r.scored.is_empty()) {
+                    let rl = r
+                        .logits
+                        .as_ref()
+                        .map(rows_of)
+                        .transpose()?
+                        .unwrap_or_default();
+                    revised = rv.apply(&r.scored, &rl, &mut canvas, &mut states)?;
                 }
+                revised.extend(rv.oracle_step(prompt_len, &mut canvas, &states));
                 gen.revised += revised.len();
             }
             let conf: Vec<(usize, f64)> = cands
@@ -371,6 +457,7 @@ pub(crate) fn run(
                 });
             }
             let mut unmasked = std::mem::take(&mut accepted);
+            let mut unmasked_conf = std::mem::take(&mut accepted_conf);
             for &pos in &chosen {
                 let k = cands.binary_search(&pos).map_err(|_| DecodeError::Policy {
                     policy: "selector".into(),
@@ -378,7 +465,11 @@ pub(crate) fn run(
                 })?;
                 canvas[pos] = scored[k].token;
                 states[pos] = decided_state(selector, scored[k].confidence)?;
+                if let Some(r) = reviser.as_mut() {
+                    r.conf[pos] = scored[k].confidence;
+                }
                 unmasked.push(pos);
+                unmasked_conf.push(scored[k].confidence);
             }
             gen.tokens_decoded += chosen.len();
             gen.steps += 1;
@@ -391,6 +482,7 @@ pub(crate) fn run(
                 canvas: &canvas,
                 prompt_len,
                 unmasked: &unmasked,
+                confidences: &unmasked_conf,
                 revised: &revised,
                 window: plan.start..plan.end,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),

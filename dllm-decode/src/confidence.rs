@@ -32,7 +32,7 @@ fn argmax(v: impl Iterator<Item = f64>) -> usize {
 }
 
 /// Softmax in f64 (entries at -inf get probability 0).
-fn softmax(row: &[f32]) -> Vec<f64> {
+pub(crate) fn softmax(row: &[f32]) -> Vec<f64> {
     let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let mut p: Vec<f64> = row.iter().map(|&x| ((x as f64) - m).exp()).collect();
     let s: f64 = p.iter().sum();

@@ -42,20 +42,39 @@ pub(crate) fn run(
         if masked.is_empty() {
             break;
         }
+        // Logits for the masked positions only (selective logits skipping), or for every
+        // position as the reference computes them.
+        let all: Vec<usize>;
+        let wanted: &[usize] = if p.revision.sls {
+            &masked
+        } else {
+            all = (0..len).collect();
+            &all
+        };
         let logits =
-            model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(&masked))?;
+            model.forward_full(&canvas_tensor(&canvas, model)?, Rows::Positions(wanted))?;
         gen.forwards += 1;
         gen.active_positions += masked.len();
+        gen.logits_rows_skipped += len - wanted.len();
         gen.trace.push(ForwardTrace {
             step: i,
             start: 0,
             end: len,
-            rows: masked.len(),
+            rows: wanted.len(),
             cached: 0,
             active: masked.len(),
             refreshed: 0,
+            rescored: 0,
+            lookahead: 0,
         });
         let mut rows = rows_of(&logits)?;
+        if !p.revision.sls {
+            rows = masked
+                .iter()
+                .map(|&k| std::mem::take(&mut rows[k]))
+                .collect();
+        }
+        let mut chosen_conf = Vec::new();
         let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
             let p_transfer = if i + 1 < p.steps {
                 1.0 - ts[i + 1] / ts[i]
@@ -69,8 +88,10 @@ pub(crate) fn run(
             let mut chosen = Vec::new();
             for (k, &pos) in masked.iter().enumerate() {
                 if draws[k] < p_transfer {
-                    canvas[pos] = sampler.score(&mut rows[k], &mut rng).token;
+                    let s = sampler.score(&mut rows[k], &mut rng);
+                    canvas[pos] = s.token;
                     chosen.push(pos);
+                    chosen_conf.push(s.confidence);
                 }
             }
             chosen
@@ -92,6 +113,7 @@ pub(crate) fn run(
             for &pos in &chosen {
                 let k = masked.binary_search(&pos).expect("chosen among masked");
                 canvas[pos] = scored[k].token;
+                chosen_conf.push(scored[k].confidence);
             }
             chosen
         };
@@ -105,6 +127,7 @@ pub(crate) fn run(
             canvas: &canvas,
             prompt_len,
             unmasked: &chosen,
+            confidences: &chosen_conf,
             revised: &[],
             window: 0..len,
             masked_left: masked.len() - chosen.len(),

@@ -27,8 +27,13 @@ pub struct ForwardTrace {
     pub cached: usize,
     /// Undecided generated positions in the window (its useful work).
     pub active: usize,
-    /// Positions refreshed beside this forward (dual path), 0 if none.
+    /// Positions whose K/V were recomputed beside this forward (dual path), 0 if none.
     pub refreshed: usize,
+    /// Positions re-scored (each masked alone) beside this forward (dual path), 0 if none.
+    pub rescored: usize,
+    /// Positions this forward computes beyond the current block because the adaptive lookahead
+    /// extended the window (their predictions are drafts).
+    pub lookahead: usize,
 }
 
 /// A finished (or stopped) generation.
@@ -57,8 +62,13 @@ pub struct Generation {
     pub drafts_rejected: usize,
     /// Visible tokens whose identity a refresh changed.
     pub revised: usize,
-    /// Positions refreshed (K/V recomputed and re-scored) on the second path, summed over steps.
+    /// Positions whose K/V the second path recomputed, summed over steps.
     pub refreshes: usize,
+    /// Visible positions the second path re-scored (each masked alone), summed over steps.
+    pub rescored: usize,
+    /// Positions the adaptive lookahead added to windows beyond the current block (drafts),
+    /// summed over forwards.
+    pub lookahead_positions: usize,
     /// Wall time of the refreshes, ms (on their own thread).
     pub refresh_ms: f64,
     /// Time the main path waited for a refresh after its own forward was done, ms.
@@ -89,6 +99,8 @@ impl Generation {
             drafts_rejected: 0,
             revised: 0,
             refreshes: 0,
+            rescored: 0,
+            lookahead_positions: 0,
             refresh_ms: 0.0,
             merge_wait_ms: 0.0,
             logits_rows_skipped: 0,

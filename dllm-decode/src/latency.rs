@@ -222,6 +222,19 @@ impl LatencyTable {
         interp(&pts, window, self.interpolation)
     }
 
+    /// Milliseconds per position of the table's smallest measured forward (its cost divided by
+    /// its window): the price of a sparse pass over a few positions, proportional to their number.
+    /// A linear fit through the measured windows would instead charge every small pass the fit's
+    /// intercept (751 ms for the SM8750 CPU profile, more than its 32-position forward's cost per
+    /// position times 5), an artefact of extrapolating below the smallest measurement.
+    pub fn per_position_ms(&self) -> f64 {
+        self.points
+            .iter()
+            .min_by_key(|p| (p.window, p.cached, std::cmp::Reverse(p.rows)))
+            .map(|p| p.ms / p.window as f64)
+            .unwrap_or(0.0)
+    }
+
     /// What adding `extra` positions (all requesting logits when `with_rows`) to a forward of
     /// `window` positions and `rows` rows costs, in milliseconds.
     pub fn marginal_ms(

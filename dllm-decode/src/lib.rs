@@ -9,6 +9,7 @@ pub mod generation;
 pub mod latency;
 pub mod observer;
 pub mod params;
+mod revision;
 pub mod rng;
 pub mod roles;
 pub mod select;
@@ -114,6 +115,8 @@ pub fn generate_text(
 pub struct Decoder<'a> {
     params: DecodeParams,
     latency: Option<Arc<LatencyTable>>,
+    cpu_latency: Option<Arc<LatencyTable>>,
+    oracle: Option<Vec<u32>>,
     window: Option<Box<dyn WindowPolicy + 'a>>,
     selector: Option<Box<dyn Selector + 'a>>,
 }
@@ -124,6 +127,8 @@ impl<'a> Decoder<'a> {
         Self {
             params,
             latency: None,
+            cpu_latency: None,
+            oracle: None,
             window: None,
             selector: None,
         }
@@ -133,6 +138,24 @@ impl<'a> Decoder<'a> {
     /// from the paper, [`latency::sm8750_npu`]).
     pub fn latency_table(mut self, table: Arc<LatencyTable>) -> Self {
         self.latency = Some(table);
+        self
+    }
+
+    /// The latency table of the CPU that runs the sparse refresh (default: the SM8750 CPU profile
+    /// derived from the paper, [`latency::sm8750_cpu`]): its cost per position prices the
+    /// refresh against the NPU forward it runs beside (`revision.refresh_budget`).
+    pub fn cpu_latency_table(mut self, table: Arc<LatencyTable>) -> Self {
+        self.cpu_latency = Some(table);
+        self
+    }
+
+    /// An evaluation instrument, not a decoder: with staged stabilization (`mbsd`), every Visible
+    /// token that differs from `reference` (the reference answer's ids for the
+    /// generated positions, `reference[i]` for position `prompt_len + i`) is replaced by the
+    /// reference token at each step boundary, in place of the re-scoring refresh. It bounds what
+    /// any revision could recover.
+    pub fn oracle_revision(mut self, reference: Vec<u32>) -> Self {
+        self.oracle = Some(reference);
         self
     }
 
@@ -163,17 +186,23 @@ impl<'a> Decoder<'a> {
         if uses_dream_algorithm(arch, &p) && self.window.is_none() && self.selector.is_none() {
             return dream::run(model, canvas, prompt.len(), &p, observer);
         }
+        check_roles(&p, self.window.is_some(), self.selector.is_some())?;
+        if self.oracle.is_some() && !(p.strategy == Strategy::Mbsd && p.revision.sts) {
+            return Err(DecodeError::param(
+                "strategy",
+                "the oracle revision replaces Visible tokens: it needs mbsd with staged stabilization",
+            ));
+        }
+        let npu = self
+            .latency
+            .unwrap_or_else(|| Arc::new(latency::sm8750_npu()));
         let mut window: Box<dyn WindowPolicy + 'a> = match self.window {
             Some(w) => w,
             None => match p.strategy {
                 Strategy::Vanilla => Box::new(window::VanillaWindow),
                 Strategy::PrefixCache => Box::new(window::PrefixCacheWindow),
                 Strategy::DualCache => Box::new(window::DualCacheWindow),
-                Strategy::Mbsd => Box::new(window::MbsdWindow::new(
-                    p.mbsd,
-                    self.latency
-                        .unwrap_or_else(|| Arc::new(latency::sm8750_npu())),
-                )),
+                Strategy::Mbsd => Box::new(window::MbsdWindow::new(p.mbsd, npu.clone())),
             },
         };
         let sts = p.strategy == Strategy::Mbsd && p.revision.sts;
@@ -189,8 +218,18 @@ impl<'a> Decoder<'a> {
                 Some(t) => Box::new(select::ThresholdSelector {
                     threshold: t as f64,
                 }),
-                None => Box::new(select::ScheduleSelector::new(p.steps_per_block())),
+                None => Box::new(
+                    select::ScheduleSelector::new(p.steps_per_block())
+                        .with_block_length(p.block_length),
+                ),
             },
+        };
+        let revision = blockwise::RevisionSetup {
+            npu,
+            cpu: self
+                .cpu_latency
+                .unwrap_or_else(|| Arc::new(latency::sm8750_cpu())),
+            oracle: self.oracle,
         };
         blockwise::run(
             model,
@@ -199,9 +238,39 @@ impl<'a> Decoder<'a> {
             &p,
             window.as_mut(),
             selector.as_mut(),
+            Some(revision),
             observer,
         )
     }
+}
+
+/// A user's own role replaces a built-in one: the options only the built-in role reads would be
+/// ignored, so setting them is an error.
+fn check_roles(p: &DecodeParams, custom_window: bool, custom_selector: bool) -> Result<()> {
+    let ignored = |name: &'static str, role: &str| {
+        Err(DecodeError::param(
+            name,
+            format!(
+                "a custom {role} replaces the built-in one that reads it, so it would be ignored"
+            ),
+        ))
+    };
+    if custom_selector {
+        if p.threshold.is_some() {
+            return ignored("threshold", "selector");
+        }
+        let d = RevisionParams::default();
+        if p.revision.theta_visible != d.theta_visible {
+            return ignored("revision.theta_visible", "selector");
+        }
+        if p.revision.theta_stable != d.theta_stable {
+            return ignored("revision.theta_stable", "selector");
+        }
+    }
+    if custom_window && p.mbsd != MbsdParams::default() {
+        return ignored("mbsd", "window policy");
+    }
+    Ok(())
 }
 
 /// Whether `generate` runs Dream's own `diffusion_generate` (a Dream model with the vanilla

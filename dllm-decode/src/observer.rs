@@ -28,6 +28,8 @@ pub struct StepEvent<'a> {
     pub prompt_len: usize,
     /// Positions unmasked in this step.
     pub unmasked: &'a [usize],
+    /// The confidence each of `unmasked` was decided at (the same order).
+    pub confidences: &'a [f64],
     /// Visible positions whose token a refresh changed in this step (staged stabilization).
     pub revised: &'a [usize],
     /// Canvas positions the forward of this step computed.

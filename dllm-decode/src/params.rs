@@ -72,23 +72,39 @@ pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
 /// Staged token stabilization: the confidence at which a token becomes final.
 pub const DEFAULT_THETA_STABLE: f32 = 0.9;
 
+/// Revision: revise a Visible token when its re-score prefers another token by at least this
+/// much probability.
+pub const DEFAULT_REVISION_MARGIN: f32 = 0.0;
+/// Revision: the CPU path may take this fraction of the step's NPU forward time (both from the
+/// latency tables).
+pub const DEFAULT_REFRESH_BUDGET: f64 = 1.0;
+
 /// Dual-path progressive revision switches (paper §3.3; used with [`Strategy::Mbsd`], all on by
-/// default there).
+/// default there; `sls` applies to every strategy).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RevisionParams {
     /// Staged token stabilization: decisions are Visible (context, revisable) at `theta_visible` and
     /// Stable (final) at `theta_stable`, instead of final at once.
     pub sts: bool,
-    /// Sparse cache refresh: Visible tokens in the cached prefix are re-scored and their K/V
-    /// recomputed on a second (CPU) path beside each window forward, merged at the step boundary.
+    /// Sparse cache refresh: Visible tokens in the cached prefix are re-scored (each masked
+    /// alone) on a second (CPU) path beside each window forward, lowest confidence first within
+    /// `refresh_budget`; a token the re-score prefers another token to by `margin` is revised and
+    /// its K/V recomputed; merged at step boundaries.
     pub scr: bool,
-    /// Selective logits skipping: no logits for positions whose decisions are final (off: every
-    /// window row goes through the LM head, as a naive NPU graph would).
+    /// Selective logits skipping, for every strategy: logits only for undecided positions (off:
+    /// every window row goes through the LM head, as the reference implementations and a naive NPU
+    /// graph do; the decisions are the same either way).
     pub sls: bool,
     /// Confidence at which a prediction becomes Visible.
     pub theta_visible: f32,
     /// Confidence at which a token becomes Stable.
     pub theta_stable: f32,
+    /// Revise a Visible token when its re-score gives another token at least this much more
+    /// probability than the current one (0..1).
+    pub margin: f32,
+    /// Fraction of the step's NPU forward time the CPU path may take (priced with the latency
+    /// tables; 0 re-scores nothing).
+    pub refresh_budget: f64,
 }
 
 impl Default for RevisionParams {
@@ -99,6 +115,8 @@ impl Default for RevisionParams {
             sls: true,
             theta_visible: DEFAULT_THETA_VISIBLE,
             theta_stable: DEFAULT_THETA_STABLE,
+            margin: DEFAULT_REVISION_MARGIN,
+            refresh_budget: DEFAULT_REFRESH_BUDGET,
         }
     }
 }
@@ -477,6 +495,18 @@ impl DecodeParams {
                 ),
             ));
         }
+        if !(r.margin.is_finite() && (0.0..=1.0).contains(&r.margin)) {
+            return Err(p(
+                "revision.margin",
+                format!("{} is not a probability difference in [0, 1]", r.margin),
+            ));
+        }
+        if !(r.refresh_budget.is_finite() && r.refresh_budget >= 0.0) {
+            return Err(p(
+                "revision.refresh_budget",
+                format!("{} must be a finite fraction >= 0", r.refresh_budget),
+            ));
+        }
         if self.strategy == Strategy::Mbsd && r.sts && self.threshold.is_some() {
             return Err(p(
                 "threshold",
@@ -495,14 +525,17 @@ impl DecodeParams {
             if r.scr != d.scr {
                 return why("revision.scr");
             }
-            if r.sls != d.sls {
-                return why("revision.sls");
-            }
             if r.theta_visible != d.theta_visible {
                 return why("revision.theta_visible");
             }
             if r.theta_stable != d.theta_stable {
                 return why("revision.theta_stable");
+            }
+            if r.margin != d.margin {
+                return why("revision.margin");
+            }
+            if r.refresh_budget != d.refresh_budget {
+                return why("revision.refresh_budget");
             }
         }
         if self.strategy != Strategy::Mbsd {

@@ -76,6 +76,11 @@ pub struct DecodeView<'a> {
     pub step_in_block: usize,
     /// Positions `[0, cache_len)` with cached K/V.
     pub cache_len: usize,
+    /// Decided positions whose cached K/V were computed from another input (the mask, or a token
+    /// since revised) and that a window should recompute, ascending. (Under sparse cache refresh,
+    /// stale positions before the current block are recomputed by the refresh instead and are not
+    /// listed.)
+    pub stale: &'a [usize],
     /// The model.
     pub info: &'a ModelInfo,
 }

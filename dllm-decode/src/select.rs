@@ -86,10 +86,17 @@ pub fn sample_without_replacement(
 
 /// LLaDA's schedule: step `i` of a block unmasks the `n[i]` most confident candidates
 /// ([`transfer_counts`] over the block's masked positions and `steps_per_block`).
+///
+/// Under multi-block decoding, the drafts offered when a block becomes current are that block's
+/// first step: the `n[0]` most confident are accepted (with [`ScheduleSelector::with_block_length`];
+/// without it, none), and the block continues with the rest of its schedule.
 #[derive(Debug, Clone)]
 pub struct ScheduleSelector {
     steps_per_block: usize,
+    block_length: Option<usize>,
     counts: Vec<usize>,
+    /// Drafts accepted as the current block's first step.
+    accepted: usize,
 }
 
 impl ScheduleSelector {
@@ -97,14 +104,27 @@ impl ScheduleSelector {
     pub fn new(steps_per_block: usize) -> Self {
         Self {
             steps_per_block: steps_per_block.max(1),
+            block_length: None,
             counts: Vec::new(),
+            accepted: 0,
         }
+    }
+
+    /// Blocks are `block_length` positions: drafts can then be accepted as a block's first step.
+    pub fn with_block_length(mut self, block_length: usize) -> Self {
+        self.block_length = Some(block_length);
+        self
     }
 }
 
 impl crate::roles::Selector for ScheduleSelector {
     fn begin_block(&mut self, masked: usize) {
-        self.counts = transfer_counts(masked, self.steps_per_block);
+        let accepted = std::mem::take(&mut self.accepted);
+        self.counts = transfer_counts(masked + accepted, self.steps_per_block);
+        if accepted > 0 {
+            // The accepted drafts were the block's first step.
+            self.counts.remove(0);
+        }
     }
 
     fn select(&mut self, candidates: &[(usize, f64)], step: usize) -> Vec<usize> {
@@ -112,6 +132,19 @@ impl crate::roles::Selector for ScheduleSelector {
         // always completes.
         let n = self.counts.get(step).copied().unwrap_or(candidates.len());
         top_n(candidates, n)
+    }
+
+    fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
+        let Some(b) = self.block_length else {
+            return Vec::new();
+        };
+        let first = transfer_counts(b, self.steps_per_block)
+            .first()
+            .copied()
+            .unwrap_or(0);
+        let chosen = top_n(drafts, first);
+        self.accepted = chosen.len();
+        chosen
     }
 }
 
@@ -204,6 +237,23 @@ mod tests {
             dream_count(8, 0, 4, &ts),
             (8.0 * (1.0 - ts[1])).floor() as usize
         );
+    }
+
+    #[test]
+    fn a_schedule_accepts_drafts_as_the_first_step_of_the_block() {
+        use crate::roles::Selector;
+        // 8 positions over 4 steps: 2 per step; the two best drafts are the first step.
+        let mut s = ScheduleSelector::new(4).with_block_length(8);
+        let acc = s.accept_drafts(&[(10, 0.2), (11, 0.9), (12, 0.5)]);
+        assert_eq!(acc, vec![11, 12]);
+        s.begin_block(6);
+        assert_eq!(s.counts, vec![2, 2, 2], "the rest of the schedule");
+        // Without drafts the block runs its whole schedule; without a block length none are
+        // accepted.
+        s.begin_block(8);
+        assert_eq!(s.counts, vec![2, 2, 2, 2]);
+        let mut plain = ScheduleSelector::new(4);
+        assert!(plain.accept_drafts(&[(10, 0.99)]).is_empty());
     }
 
     #[test]

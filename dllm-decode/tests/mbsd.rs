@@ -76,30 +76,44 @@ fn off() -> MbsdParams {
 }
 
 #[test]
-fn without_sliding_and_lookahead_it_is_the_dual_cache() {
+fn only_the_first_forward_is_a_whole_canvas_forward() {
     for name in ["tiny-llada", "tiny-dream"] {
         for threshold in [None, Some(0.9), Some(0.5)] {
-            let dual = generate(
-                &mut shipped(name),
-                PROMPT,
-                &params(Strategy::DualCache, threshold, MbsdParams::default()),
-                &mut (),
-            )
-            .unwrap();
-            let mbsd = generate(
-                &mut shipped(name),
-                PROMPT,
-                &params(Strategy::Mbsd, threshold, off()),
-                &mut (),
-            )
-            .unwrap();
-            assert_eq!(mbsd.canvas, dual.canvas, "{name} threshold {threshold:?}");
-            assert_eq!(
-                mbsd.forwards, dual.forwards,
-                "{name} threshold {threshold:?}"
-            );
-            assert_eq!(mbsd.steps, dual.steps);
-            assert_eq!((mbsd.drafts, mbsd.draft_predictions), (0, 0));
+            for mbsd in [off(), MbsdParams::default()] {
+                let (g, spy) = checked(shipped(name), &params(Strategy::Mbsd, threshold, mbsd));
+                let len = g.canvas.len();
+                assert_eq!(
+                    spy.windows[0],
+                    0..len,
+                    "{name}: the first forward caches everything"
+                );
+                let plen = PROMPT.len();
+                for w in &spy.windows[1..] {
+                    assert!(
+                        w.start >= plen && w.len() < len,
+                        "{name} threshold {threshold:?}: forward {w:?} after the first one"
+                    );
+                }
+                // The dual cache runs a whole-canvas forward at every block start.
+                let dual = generate(
+                    &mut shipped(name),
+                    PROMPT,
+                    &params(Strategy::DualCache, threshold, MbsdParams::default()),
+                    &mut (),
+                )
+                .unwrap();
+                let full = |t: &[dllm_decode::ForwardTrace]| {
+                    t.iter().filter(|f| f.start == 0 && f.end == len).count()
+                };
+                assert_eq!(full(&dual.trace), 3, "{name}");
+                assert_eq!(full(&g.trace), 1, "{name}");
+                if mbsd == off() {
+                    assert_eq!(
+                        (g.drafts, g.draft_predictions, g.lookahead_positions),
+                        (0, 0, 0)
+                    );
+                }
+            }
         }
     }
 }
@@ -158,8 +172,8 @@ impl DiffusionLm for Spy {
 }
 
 /// Decode with `p`, checking after every step that decisions stay in the current block and blocks
-/// complete left to right, and after the run that every commit except the block-start re-caching
-/// covers only decided positions of the current block or before.
+/// complete left to right, and after the run that every commit holds positions as the forward saw
+/// them undecided (the mask) or with their final token: never a draft.
 fn checked(model: DiffusionTransformer, p: &DecodeParams) -> (Generation, Spy) {
     let mut spy = Spy {
         inner: model,
@@ -197,13 +211,11 @@ fn checked(model: DiffusionTransformer, p: &DecodeParams) -> (Generation, Spy) {
     };
     let g = Decoder::new(*p).run(&mut spy, PROMPT, &mut obs).unwrap();
     let len = g.canvas.len();
+    assert!(spy.commits.iter().all(|(r, _)| r.end <= len));
     for (r, seen) in &spy.commits {
-        if r.start == 0 && r.end == len {
-            continue; // the block-start re-caching of the dual cache
-        }
         assert!(
-            r.clone().all(|q| seen[q] != mask && g.canvas[q] == seen[q]),
-            "commit {r:?} holds positions the forward saw undecided or with another token"
+            r.clone().all(|q| seen[q] == mask || g.canvas[q] == seen[q]),
+            "commit {r:?} holds a position the forward saw with another token than its final one"
         );
     }
     (g, spy)
@@ -242,19 +254,18 @@ fn drafts_never_enter_the_cache_and_blocks_commit_left_to_right() {
             let seen: Vec<Range<usize>> = g.trace.iter().map(|t| t.start..t.end).collect();
             assert_eq!(seen, spy.windows);
             let plen = PROMPT.len();
-            let inner: Vec<&Range<usize>> = spy.windows.iter().filter(|w| w.start > 0).collect();
-            if sliding && !lookahead && !inner.is_empty() {
-                // Windows keep the block's size, and some start past their block's start.
-                assert!(
-                    inner.iter().all(|w| w.len() == 8 || w.end == plen + 24),
-                    "{inner:?}"
-                );
+            let block_ends = [plen + 8, plen + 16, plen + 24];
+            for (w, t) in spy.windows.iter().zip(&g.trace).skip(1) {
+                // A window ends at its block's end unless lookahead extended it (drafts).
+                assert!(block_ends.contains(&(w.end - t.lookahead)), "{w:?} {t:?}");
+                if !lookahead {
+                    assert_eq!(t.lookahead, 0);
+                }
             }
-            if !sliding && !lookahead {
-                assert!(inner
-                    .iter()
-                    .all(|w| (w.start - plen).is_multiple_of(8) && w.len() == 8));
-            }
+            assert_eq!(
+                g.trace.iter().map(|t| t.lookahead).sum::<usize>(),
+                g.lookahead_positions
+            );
         }
     }
 }
@@ -333,10 +344,15 @@ fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
         allowance: 0.0,
         ..Default::default()
     };
-    // A 16-position bucket: an 8-position block window grows to 16 for free, never beyond.
+    // A 16-position bucket: a window ending at its block's end grows to 16 for free, never beyond.
     let w = windows(flat_table(16, 100.0), look);
     let plen = PROMPT.len();
-    let grown: Vec<&Range<usize>> = w.iter().filter(|r| r.start > 0 && r.len() > 8).collect();
+    let block_ends = [plen + 8, plen + 16, plen + 24];
+    let grown: Vec<&Range<usize>> = w
+        .iter()
+        .skip(1)
+        .filter(|r| !block_ends.contains(&r.end))
+        .collect();
     assert!(!grown.is_empty(), "{w:?}");
     assert!(grown.iter().all(|r| r.len() <= 16), "{w:?}");
     assert!(w.iter().all(|r| r.end <= plen + 24));
@@ -345,7 +361,7 @@ fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
     linear.interpolation = Interpolation::Linear;
     let w = windows(linear, look);
     assert!(
-        w.iter().filter(|r| r.start > 0).all(|r| r.len() == 8),
+        w.iter().skip(1).all(|r| block_ends.contains(&r.end)),
         "{w:?}"
     );
     // A zero memory budget stops lookahead too.
@@ -357,7 +373,7 @@ fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
         },
     );
     assert!(
-        w.iter().filter(|r| r.start > 0).all(|r| r.len() == 8),
+        w.iter().skip(1).all(|r| block_ends.contains(&r.end)),
         "{w:?}"
     );
 }

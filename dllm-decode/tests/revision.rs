@@ -30,6 +30,14 @@ struct Scripted {
     pending: Option<Range<usize>>,
     /// (what happened, epoch at that moment)
     log: Vec<(String, u64)>,
+    /// Every position re-scored (masked alone), in order.
+    rescored: std::cell::RefCell<Vec<usize>>,
+    /// Draft rule instead of the fixed script: positions beyond the current block are predicted at
+    /// 0.95 by forwards 2, 6, 10, ... and 0.5 by the others, except the last block's, always at 0.95
+    /// (current-block positions: 0.95 when even, 0.5 when odd); every (forward, position,
+    /// confidence) of such a draft row is logged.
+    fickle: Option<Vec<(usize, usize, f64)>>,
+    forwards: usize,
     requested: Vec<(Vec<u32>, Vec<usize>)>,
 }
 
@@ -71,6 +79,9 @@ impl Scripted {
             epoch: 0,
             pending: None,
             log: vec![],
+            rescored: Default::default(),
+            fickle: None,
+            forwards: 0,
             requested: vec![],
         }
     }
@@ -108,6 +119,35 @@ impl DiffusionLm for Scripted {
         self.log.push((format!("forward {w:?}"), self.epoch));
         self.requested.push((ids.clone(), pos.clone()));
         self.pending = Some(w);
+        let k = self.forwards;
+        self.forwards += 1;
+        if let Some(log) = self.fickle.as_mut() {
+            // The current block: the one holding the first masked generated position.
+            let first = (PROMPT.len()..ids.len())
+                .find(|&q| ids[q] == MASK)
+                .unwrap_or(0);
+            let block_end = PROMPT.len() + ((first - PROMPT.len()) / 8 + 1) * 8;
+            let out: Vec<Vec<f32>> = pos
+                .iter()
+                .map(|&p| {
+                    let conf = if p >= block_end {
+                        let c = if k % 4 == 2 || p >= PROMPT.len() + 16 {
+                            0.95
+                        } else {
+                            0.5
+                        };
+                        log.push((k, p, c));
+                        c
+                    } else if p % 2 == 0 {
+                        0.95
+                    } else {
+                        0.5
+                    };
+                    row(p % 5, conf)
+                })
+                .collect();
+            return Ok(self.logits(&out));
+        }
         let out: Vec<Vec<f32>> = pos
             .iter()
             .map(|&p| {
@@ -141,6 +181,23 @@ impl DiffusionLm for Scripted {
     fn epoch(&self) -> u64 {
         self.epoch
     }
+    fn rescore(&self, c: &Tensor, positions: &[usize]) -> dllm_models::Result<Tensor> {
+        self.rescored.borrow_mut().extend_from_slice(positions);
+        // Each position masked alone, as the trait's own definition does it.
+        let ids: Vec<u32> = c.get(0)?.to_vec1()?;
+        let rows: Vec<Vec<f32>> = positions
+            .iter()
+            .map(|&p| {
+                assert_ne!(
+                    ids[p], MASK,
+                    "a re-scored position holds its token in the canvas"
+                );
+                let t = if p % 3 == 0 { (p + 1) % 5 } else { p % 5 };
+                row(t, 0.95)
+            })
+            .collect();
+        Ok(self.logits(&rows))
+    }
     fn compute_refresh(
         &self,
         c: &Tensor,
@@ -148,6 +205,7 @@ impl DiffusionLm for Scripted {
         logits: Option<&[usize]>,
     ) -> dllm_models::Result<Refresh> {
         let ids: Vec<u32> = c.get(0)?.to_vec1()?;
+        let logits_at = logits.map(<[usize]>::to_vec).unwrap_or_default();
         let n = positions.len();
         let kv = Tensor::zeros((1, n, 1, 8), DType::F32, &self.device)?;
         let logits = logits.map(|want| {
@@ -167,6 +225,7 @@ impl DiffusionLm for Scripted {
             keys: vec![kv.clone()],
             values: vec![kv],
             logits,
+            scored: logits_at,
             timing: None,
         })
     }
@@ -184,8 +243,11 @@ impl DiffusionLm for Scripted {
         rows: Rows<'_>,
         req: RefreshRequest<'_>,
     ) -> dllm_models::Result<(Tensor, Refresh)> {
-        let mask = self.info.special.mask;
-        let mut r = req.run_with(c, mask, |c, l| self.compute_refresh(c, req.positions, l))?;
+        let mut r = req.run_with(
+            c,
+            |c, p, l| self.compute_refresh(c, p, l),
+            |c, p| self.rescore(c, p),
+        )?;
         let t = std::time::Instant::now();
         r.timing = Some(DualPathTiming {
             forward: (t, t),
@@ -231,20 +293,13 @@ fn visible_tokens_are_refreshed_revised_and_stabilised() {
         assert_eq!(p % 3, 0, "position {p} should not have been revised");
         assert_eq!(g.canvas[p] as usize, (p + 1) % 5, "revised identity of {p}");
     }
-    // Even positions are Stable at once: never refreshed, never revised.
-    for (what, _) in &m.log {
-        if let Some(rest) = what.strip_prefix("merge ") {
-            let pos: Vec<usize> = rest
-                .trim_matches(|c| c == '[' || c == ']')
-                .split(", ")
-                .map(|x| x.parse().unwrap())
-                .collect();
-            assert!(
-                pos.iter().all(|p| p % 2 == 1),
-                "a Stable position was refreshed: {pos:?}"
-            );
-        }
-    }
+    // Even positions are Stable at once: never re-scored, never revised.
+    let rescored = m.rescored.borrow();
+    assert!(!rescored.is_empty());
+    assert!(
+        rescored.iter().all(|p| p % 2 == 1),
+        "a Stable position was re-scored: {rescored:?}"
+    );
     // Visible tokens left at a block's end are counted.
     assert!(g.unstable_at_block_end > 0);
     assert_eq!(g.generated().iter().filter(|&&t| t == MASK).count(), 0);
@@ -374,8 +429,7 @@ fn deterministic_over_runs_and_thread_counts_with_a_concurrent_refresh() {
         pool.install(|| generate(&mut shipped(), prompt, &p, &mut ()).unwrap())
     };
     let first = run(1);
-    assert!(first.refreshes > 0, "{first:?}");
-    assert!(first.refresh_ms > 0.0);
+    assert!(first.refreshes + first.rescored > 0, "{first:?}");
     for k in 0..20 {
         let t = 1 + k % 3;
         let g = run(t);
@@ -385,4 +439,165 @@ fn deterministic_over_runs_and_thread_counts_with_a_concurrent_refresh() {
             (first.forwards, first.revised, first.refreshes)
         );
     }
+}
+
+/// A model whose masked prediction at `p` copies the token at `p + 1` (token 0, wrong, when that
+/// position is masked too): a worked line's result restated on the next line.
+struct Neighbour(Scripted);
+
+impl DiffusionLm for Neighbour {
+    fn info(&self) -> &ModelInfo {
+        &self.0.info
+    }
+    fn device(&self) -> &Device {
+        &self.0.device
+    }
+    fn forward(&mut self, c: &Tensor, w: Range<usize>, r: Rows<'_>) -> dllm_models::Result<Tensor> {
+        self.0.forward(c, w, r)
+    }
+    fn commit(&mut self, r: Range<usize>) -> dllm_models::Result<()> {
+        self.0.commit(r)
+    }
+    fn cache_len(&self) -> usize {
+        self.0.cache_len
+    }
+    fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
+        self.0.truncate_cache(len)
+    }
+    fn epoch(&self) -> u64 {
+        self.0.epoch
+    }
+    fn compute_refresh(
+        &self,
+        c: &Tensor,
+        positions: &[usize],
+        logits: Option<&[usize]>,
+    ) -> dllm_models::Result<Refresh> {
+        let ids: Vec<u32> = c.get(0)?.to_vec1()?;
+        let rows: Vec<Vec<f32>> = logits
+            .unwrap_or(&[])
+            .iter()
+            .map(|&p| {
+                let next = ids[p + 1];
+                row(if next == MASK { 0 } else { next as usize }, 0.95)
+            })
+            .collect();
+        Ok(Refresh {
+            epoch: self.0.epoch,
+            positions: positions.to_vec(),
+            keys: vec![],
+            values: vec![],
+            logits: logits.map(|_| self.0.logits(&rows)),
+            scored: logits.map(<[usize]>::to_vec).unwrap_or_default(),
+            timing: None,
+        })
+    }
+    fn apply_refresh(&mut self, r: &Refresh) -> dllm_models::Result<()> {
+        self.0.apply_refresh(r)
+    }
+}
+
+#[test]
+fn a_re_score_masks_each_position_alone_where_joint_masking_is_wrong() {
+    let m = Neighbour(Scripted::new());
+    // Positions 4 and 5 hold 3, 3 and position 6 holds 3: each is the copy of its neighbour.
+    let ids: Vec<u32> = vec![1, 2, 3, 4, 3, 3, 3, 0];
+    let c = Tensor::from_vec(ids.clone(), (1, ids.len()), &Device::Cpu).unwrap();
+    let argmax = |t: &Tensor| -> Vec<usize> {
+        t.get(0)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .enumerate()
+                    .fold((0, f32::MIN), |a, (i, &x)| if x > a.1 { (i, x) } else { a })
+                    .0
+            })
+            .collect()
+    };
+    // Each masked alone: both see their neighbour and keep token 3.
+    let alone = m.rescore(&c, &[4, 5]).unwrap();
+    assert_eq!(argmax(&alone), vec![3, 3]);
+    // Masked jointly (the old refresh): position 4 no longer sees position 5 and predicts 0.
+    let mut joint = ids.clone();
+    joint[4] = MASK;
+    joint[5] = MASK;
+    let jt = Tensor::from_vec(joint, (1, ids.len()), &Device::Cpu).unwrap();
+    let j = m.compute_refresh(&jt, &[4, 5], Some(&[4, 5])).unwrap();
+    assert_eq!(argmax(&j.logits.unwrap()), vec![0, 3]);
+}
+
+/// Records every offer of drafts and answers with the threshold rule.
+struct Recording {
+    offers: std::rc::Rc<std::cell::RefCell<Vec<(Vec<(usize, f64)>, Vec<usize>)>>>,
+}
+
+impl dllm_decode::Selector for Recording {
+    fn select(&mut self, c: &[(usize, f64)], _: usize) -> Vec<usize> {
+        dllm_decode::select::above_threshold(c, 0.9)
+    }
+    fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
+        let acc: Vec<usize> = drafts.iter().filter(|d| d.1 >= 0.9).map(|d| d.0).collect();
+        self.offers
+            .borrow_mut()
+            .push((drafts.to_vec(), acc.clone()));
+        acc
+    }
+}
+
+#[test]
+fn drafts_are_judged_on_the_confidence_of_the_forward_that_makes_their_block_current() {
+    let p = DecodeParams {
+        revision: RevisionParams {
+            sts: false,
+            scr: false,
+            ..Default::default()
+        },
+        mbsd: MbsdParams::default(),
+        ..mbsd(RevisionParams::default())
+    };
+    let mut m = Scripted::new();
+    m.fickle = Some(Vec::new());
+    let offers = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let g = dllm_decode::Decoder::new(p)
+        .selector(Recording {
+            offers: offers.clone(),
+        })
+        .run(&mut m, PROMPT, &mut ())
+        .unwrap();
+    let log = m.fickle.take().unwrap();
+    let offers = offers.borrow();
+    assert!(!offers.is_empty() && g.lookahead_positions > 0, "{g:?}");
+    let mut stale_confident_rejected = 0;
+    for (offered, accepted) in offers.iter() {
+        for &(pos, conf) in offered {
+            // The offered confidence is the one of the last forward that predicted the draft (a
+            // position is a draft only before its block is current).
+            let last = log
+                .iter()
+                .filter(|l| l.1 == pos)
+                .max_by_key(|l| l.0)
+                .unwrap();
+            assert!(
+                (conf - last.2).abs() < 0.05,
+                "position {pos}: {conf} vs {}",
+                last.2
+            );
+            let earlier_confident = log.iter().any(|l| l.1 == pos && l.0 < last.0 && l.2 >= 0.9);
+            if conf < 0.9 {
+                assert!(
+                    !accepted.contains(&pos),
+                    "a draft below the criterion was accepted"
+                );
+                stale_confident_rejected += usize::from(earlier_confident);
+            }
+        }
+    }
+    assert!(g.drafts_accepted > 0, "{g:?}");
+    assert!(
+        stale_confident_rejected > 0,
+        "no draft was confident earlier and below the criterion at the end: {log:?}"
+    );
 }

@@ -159,48 +159,45 @@ impl DualPathTiming {
     }
 }
 
-/// What a sparse refresh should recompute: cached `positions`, and the subset of them whose logits
-/// to return.
+/// What a sparse refresh should recompute: cached `positions` (their K/V), and logits for the
+/// `logits` positions.
 #[derive(Debug, Clone, Copy)]
 pub struct RefreshRequest<'a> {
-    /// Cached canvas positions whose K/V to recompute from their current ids.
+    /// Cached canvas positions whose K/V to recompute from their current ids (may be empty when
+    /// the request only re-scores).
     pub positions: &'a [usize],
-    /// Positions (a subset of `positions`) whose logits to return.
+    /// Positions whose logits to return.
     pub logits: Option<&'a [usize]>,
-    /// Compute the logits with the `logits` positions masked (the model's mask id), i.e. re-score
-    /// those tokens as a masked-diffusion model scores a prediction, instead of from the tokens
-    /// themselves. The K/V are still computed from the current ids (a second sparse pass).
+    /// Re-score the `logits` positions as a masked-diffusion model scores a prediction: each
+    /// position masked **alone**, every other position as the canvas holds it
+    /// ([`DiffusionLm::rescore`]); they need not be among `positions`. Without it the logits come
+    /// from the K/V pass over the tokens themselves (and must be a subset of `positions`).
     pub score_masked: bool,
 }
 
 impl RefreshRequest<'_> {
-    /// Run this request through `refresh(canvas, logits)` (a `compute_refresh` against one cache
-    /// state): one pass, or with `score_masked` a scoring pass over the canvas with the scored
-    /// positions masked followed by the K/V pass over the real canvas.
+    /// Run this request against one cache state: `kv(canvas, positions, logits)` is a
+    /// `compute_refresh`, `rescore(canvas, positions)` a [`DiffusionLm::rescore`]. With
+    /// `score_masked` the logits come from `rescore` and the K/V pass runs without logits.
     pub fn run_with(
         &self,
         canvas: &Tensor,
-        mask: u32,
-        refresh: impl Fn(&Tensor, Option<&[usize]>) -> Result<Refresh>,
+        kv: impl Fn(&Tensor, &[usize], Option<&[usize]>) -> Result<Refresh>,
+        rescore: impl Fn(&Tensor, &[usize]) -> Result<Tensor>,
     ) -> Result<Refresh> {
         match (self.score_masked, self.logits) {
             (true, Some(want)) if !want.is_empty() => {
-                let (b, l) = canvas.dims2()?;
-                let mut ids: Vec<u32> = canvas.flatten_all()?.to_vec1()?;
-                for bi in 0..b {
-                    for &p in want {
-                        if p < l {
-                            ids[bi * l + p] = mask;
-                        }
-                    }
-                }
-                let masked = Tensor::from_vec(ids, (b, l), canvas.device())?;
-                let scored = refresh(&masked, Some(want))?;
-                let mut kv = refresh(canvas, None)?;
-                kv.logits = scored.logits;
-                Ok(kv)
+                let logits = rescore(canvas, want)?;
+                let mut r = kv(canvas, self.positions, None)?;
+                r.logits = Some(logits);
+                r.scored = want.to_vec();
+                Ok(r)
             }
-            _ => refresh(canvas, self.logits),
+            _ => {
+                let mut r = kv(canvas, self.positions, self.logits)?;
+                r.scored = self.logits.map(<[usize]>::to_vec).unwrap_or_default();
+                Ok(r)
+            }
         }
     }
 }
@@ -219,6 +216,8 @@ pub struct Refresh {
     pub values: Vec<Tensor>,
     /// Logits `(batch, requested, vocab)` for the requested positions, when asked for.
     pub logits: Option<Tensor>,
+    /// The positions of the logits rows, in order (empty without logits).
+    pub scored: Vec<usize>,
     /// When computed beside a forward ([`DiffusionLm::forward_with_refresh`]): both intervals.
     pub timing: Option<DualPathTiming>,
 }
@@ -266,6 +265,42 @@ pub trait DiffusionLm: Send {
     /// still be at the refresh's epoch: otherwise `Error::StaleRefresh`).
     fn apply_refresh(&mut self, refresh: &Refresh) -> Result<()>;
 
+    /// Logits `(batch, positions, vocab)` of each of `positions` (cached, unique) predicted with
+    /// that position alone masked and every other position as `canvas` holds it, against the
+    /// current cache: the re-score of a decided token. Scoring several positions with all of them
+    /// masked at once would predict each without its neighbours; each is scored on its own.
+    ///
+    /// The default runs one masked [`compute_refresh`](Self::compute_refresh) per position; the
+    /// model of this crate scores them all in one pass with a per-position attention mask.
+    fn rescore(&self, canvas: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        let (b, l) = canvas.dims2()?;
+        let mask = self.info().special.mask;
+        let ids: Vec<u32> = canvas.flatten_all()?.to_vec1()?;
+        let mut rows = Vec::with_capacity(positions.len());
+        for &p in positions {
+            let mut m = ids.clone();
+            for bi in 0..b {
+                if p < l {
+                    m[bi * l + p] = mask;
+                }
+            }
+            let masked = Tensor::from_vec(m, (b, l), canvas.device())?;
+            let r = self.compute_refresh(&masked, &[p], Some(&[p]))?;
+            rows.push(r.logits.ok_or_else(|| {
+                crate::Error::InvalidArgument("compute_refresh returned no logits".into())
+            })?);
+        }
+        if rows.is_empty() {
+            let v = self.info().vocab_size;
+            return Ok(Tensor::zeros(
+                (b, 0, v),
+                candle_core::DType::F32,
+                canvas.device(),
+            )?);
+        }
+        Ok(Tensor::cat(&rows, 1)?)
+    }
+
     /// A window forward and a sparse refresh of cached positions, computed against the same cache
     /// state; the refresh is returned, not merged (merge it with [`apply_refresh`](Self::apply_refresh)
     /// at the step boundary). Implementations may run the two at the same time on two threads (the
@@ -277,11 +312,12 @@ pub trait DiffusionLm: Send {
         rows: Rows<'_>,
         refresh: RefreshRequest<'_>,
     ) -> Result<(Tensor, Refresh)> {
-        let mask = self.info().special.mask;
         let t0 = Instant::now();
-        let mut r = refresh.run_with(canvas, mask, |c, l| {
-            self.compute_refresh(c, refresh.positions, l)
-        })?;
+        let mut r = refresh.run_with(
+            canvas,
+            |c, p, l| self.compute_refresh(c, p, l),
+            |c, p| self.rescore(c, p),
+        )?;
         let t1 = Instant::now();
         let out = self.forward(canvas, window, rows)?;
         r.timing = Some(DualPathTiming {

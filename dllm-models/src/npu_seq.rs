@@ -80,10 +80,11 @@ pub(crate) fn forward(
         None => None,
         Some(r) => {
             let t = Instant::now();
-            let mask = w.info.special.mask;
-            let res = r.run_with(canvas, mask, |c, l| {
-                refresh_on_cpu(w, kv, epoch, c, r.positions, l)
-            })?;
+            let res = r.run_with(
+                canvas,
+                |c, p, l| refresh_on_cpu(w, kv, epoch, c, p, l),
+                |c, p| rescore_on_cpu(w, kv, c, p),
+            )?;
             Some((res, (t, Instant::now())))
         }
     };
@@ -110,6 +111,29 @@ pub(crate) fn refresh_on_cpu(
     positions: &[usize],
     logits: Option<&[usize]>,
 ) -> Result<Refresh> {
+    let bufs = if positions.is_empty() && logits.is_none_or(<[usize]>::is_empty) {
+        Vec::new() // nothing to recompute: `refresh` returns an empty refresh without reading
+    } else {
+        host_rows(kv, positions)?
+    };
+    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
+    w.refresh::<f16>(&cached, kv.len(), epoch, canvas, positions, logits)
+}
+
+/// [`crate::DiffusionLm::rescore`] on the CPU against the device cache's rows `[0, len)`.
+pub(crate) fn rescore_on_cpu(
+    w: &TransformerWeights,
+    kv: &DeviceKv,
+    canvas: &Tensor,
+    positions: &[usize],
+) -> Result<Tensor> {
+    let bufs = host_rows(kv, positions)?;
+    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
+    w.rescore::<f16>(&cached, kv.len(), canvas, positions)
+}
+
+/// Position-major host copies of every layer's cached rows (the CPU path's working set).
+fn host_rows(kv: &DeviceKv, positions: &[usize]) -> Result<Vec<(Vec<f16>, Vec<f16>)>> {
     let len = kv.len();
     if len == 0 {
         return Err(Error::InvalidArgument(format!(
@@ -117,7 +141,6 @@ pub(crate) fn refresh_on_cpu(
             positions.first().copied().unwrap_or(0)
         )));
     }
-    // Position-major host copies of every layer's cached rows (the CPU path's working set).
     let mut bufs: Vec<(Vec<f16>, Vec<f16>)> = Vec::with_capacity(kv.layers());
     for layer in 0..kv.layers() {
         let (k, v) = kv.read_rows(layer, 0..len)?;
@@ -129,8 +152,7 @@ pub(crate) fn refresh_on_cpu(
         };
         bufs.push((pm(k)?, pm(v)?));
     }
-    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
-    w.refresh::<f16>(&cached, len, epoch, canvas, positions, logits)
+    Ok(bufs)
 }
 
 /// Merge a refresh into the device cache.

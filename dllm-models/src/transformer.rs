@@ -245,10 +245,11 @@ impl DiffusionTransformer {
                     let h = s.spawn(move || {
                         let t0 = Instant::now();
                         let _ = started.send(());
-                        let mask = w.info.special.mask;
-                        let r = r.run_with(canvas, mask, |c, l| {
-                            w.refresh(cached_ref, len, epoch, c, r.positions, l)
-                        });
+                        let r = r.run_with(
+                            canvas,
+                            |c, p, l| w.refresh(cached_ref, len, epoch, c, p, l),
+                            |c, p| w.rescore(cached_ref, len, c, p),
+                        );
                         (r, (t0, Instant::now()))
                     });
                     // Start the forward once the refresh is running, so the two really overlap.
@@ -449,12 +450,51 @@ impl DiffusionLm for DiffusionTransformer {
         }
     }
 
+    fn rescore(&self, canvas: &Tensor, positions: &[usize]) -> Result<Tensor> {
+        self.check_canvas(canvas)?;
+        let w = &*self.weights;
+        if w.hex.is_some() {
+            let kv = self
+                .npu_kv
+                .as_ref()
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "re-score position {} is not cached (the cache is empty)",
+                        positions.first().copied().unwrap_or(0)
+                    ))
+                })?;
+            return npu_seq::rescore_on_cpu(w, kv, canvas, positions);
+        }
+        let len = self.cache.len();
+        macro_rules! go {
+            ($t:ty) => {{
+                let cached = self.cache.cached::<$t>().ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "re-score position {} is not cached (the cache is empty)",
+                        positions.first().copied().unwrap_or(0)
+                    ))
+                })?;
+                w.rescore::<$t>(&cached, len, canvas, positions)
+            }};
+        }
+        match self.cache.dtype() {
+            DType::F32 => go!(f32),
+            DType::F16 => go!(f16),
+            _ => go!(bf16),
+        }
+    }
+
     fn apply_refresh(&mut self, r: &Refresh) -> Result<()> {
         if r.epoch != self.epoch {
             return Err(Error::StaleRefresh {
                 computed: r.epoch,
                 current: self.epoch,
             });
+        }
+        if r.positions.is_empty() {
+            // A refresh that only re-scored: nothing to merge.
+            return Ok(());
         }
         let layers = self.weights.cfg.num_layers;
         if r.keys.len() != layers || r.values.len() != layers {

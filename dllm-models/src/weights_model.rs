@@ -24,6 +24,8 @@ use crate::layers::{
 use crate::lm::{ModelInfo, Refresh, Rows};
 #[cfg(feature = "hexagon")]
 use crate::npu_seq::{place_blocks, shared_block, shared_head};
+
+mod rescore;
 use crate::weights::{Role, WeightSource};
 use crate::{Error, Result};
 #[cfg(feature = "hexagon")]
@@ -507,10 +509,17 @@ impl TransformerWeights {
         let mut pos: Vec<usize> = positions.to_vec();
         pos.sort_unstable();
         pos.dedup();
-        if pos.is_empty() {
-            return Err(Error::InvalidArgument(
-                "refresh of an empty position set".into(),
-            ));
+        if pos.is_empty() && logits.is_none_or(<[usize]>::is_empty) {
+            // Nothing to recompute (a request that only re-scores).
+            return Ok(Refresh {
+                positions: Vec::new(),
+                keys: Vec::new(),
+                values: Vec::new(),
+                logits: None,
+                scored: Vec::new(),
+                epoch,
+                timing: None,
+            });
         }
         if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
             return Err(Error::InvalidArgument(format!(
@@ -587,6 +596,7 @@ impl TransformerWeights {
             keys,
             values,
             logits,
+            scored: want,
             epoch,
             timing: None,
         })

@@ -247,44 +247,111 @@ fn commits_in_place_and_moved() {
     assert!(close(&l, &want.narrow(1, 32, 8).unwrap()));
 }
 
-#[test]
-fn masked_scoring_refresh_scores_masked_positions_and_keeps_real_kv() {
-    let w = weights(tiny_llada(), DType::F32);
-    let mut ids: Vec<u32> = (0..64u32).map(|i| (i * 5 + 2) % 200).collect();
-    let mut m = primed(&w, &mut ids);
-    let c = canvas(&ids);
-    let pos = [5usize, 20, 41];
-    let (_, r) = m
-        .forward_with_refresh(
-            &c,
-            48..64,
-            Rows::None,
-            RefreshRequest {
-                positions: &pos,
-                logits: Some(&pos),
-                score_masked: true,
-            },
-        )
-        .unwrap();
+/// The logits of `pos`, each scored by its own masked refresh (the definition of a re-score).
+fn one_at_a_time(m: &DiffusionTransformer, ids: &[u32], pos: &[usize]) -> Vec<f32> {
     let mask = m.info().special.mask;
-    let mut masked = ids.clone();
-    pos.iter().for_each(|&p| masked[p] = mask);
-    let want_logits = m
-        .compute_refresh(&canvas(&masked), &pos, Some(&pos))
-        .unwrap();
-    let want_kv = m.compute_refresh(&c, &pos, None).unwrap();
-    assert_eq!(
-        bits(r.logits.as_ref().unwrap()),
-        bits(want_logits.logits.as_ref().unwrap())
-    );
-    for l in 0..r.keys.len() {
-        assert_eq!(bits(&r.keys[l]), bits(&want_kv.keys[l]));
-        assert_eq!(bits(&r.values[l]), bits(&want_kv.values[l]));
+    let mut out = Vec::new();
+    for &p in pos {
+        let mut masked = ids.to_vec();
+        masked[p] = mask;
+        let r = m
+            .compute_refresh(&canvas(&masked), &[p], Some(&[p]))
+            .unwrap();
+        out.extend(
+            r.logits
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+        );
     }
-    // And it differs from scoring the tokens unmasked.
-    let plain = m.compute_refresh(&c, &pos, Some(&pos)).unwrap();
-    assert_ne!(
-        bits(r.logits.as_ref().unwrap()),
-        bits(plain.logits.as_ref().unwrap())
-    );
+    out
+}
+
+#[test]
+fn masked_scoring_refresh_scores_each_position_alone_and_keeps_real_kv() {
+    for cfg in [tiny_llada(), tiny_dream()] {
+        let name = format!("{:?}", cfg.arch);
+        let w = weights(cfg, DType::F32);
+        let mut ids: Vec<u32> = (0..64u32).map(|i| (i * 5 + 2) % 200).collect();
+        let mut m = primed(&w, &mut ids);
+        let c = canvas(&ids);
+        // 20 and 21 are neighbours: scored jointly, each would be predicted without the other.
+        let (pos, kv_pos) = ([5usize, 20, 21, 41], [7usize, 30]);
+        let (_, r) = m
+            .forward_with_refresh(
+                &c,
+                48..64,
+                Rows::None,
+                RefreshRequest {
+                    positions: &kv_pos,
+                    logits: Some(&pos),
+                    score_masked: true,
+                },
+            )
+            .unwrap();
+        assert_eq!(r.scored, pos);
+        let got: Vec<f32> = r
+            .logits
+            .as_ref()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let want = one_at_a_time(&m, &ids, &pos);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            err < 1e-4,
+            "{name}: one pass vs one refresh per position: max error {err}"
+        );
+        // The K/V come from the real tokens of the K/V positions.
+        let want_kv = m.compute_refresh(&c, &kv_pos, None).unwrap();
+        assert_eq!(r.positions, kv_pos);
+        for l in 0..r.keys.len() {
+            assert_eq!(bits(&r.keys[l]), bits(&want_kv.keys[l]), "{name}");
+            assert_eq!(bits(&r.values[l]), bits(&want_kv.values[l]), "{name}");
+        }
+        // Masking all scored positions jointly predicts something else.
+        let mask = m.info().special.mask;
+        let mut joint = ids.clone();
+        pos.iter().for_each(|&p| joint[p] = mask);
+        let j = m
+            .compute_refresh(&canvas(&joint), &pos, Some(&pos))
+            .unwrap();
+        let jv: Vec<f32> = j.logits.unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let diff = jv
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff > 1e-3, "{name}: joint masking should differ ({diff})");
+        // A request that only re-scores recomputes no K/V and merges as a no-op.
+        let e0 = m.epoch();
+        let (_, r) = m
+            .forward_with_refresh(
+                &c,
+                48..64,
+                Rows::None,
+                RefreshRequest {
+                    positions: &[],
+                    logits: Some(&pos),
+                    score_masked: true,
+                },
+            )
+            .unwrap();
+        assert!(r.positions.is_empty() && r.keys.is_empty());
+        m.apply_refresh(&r).unwrap();
+        assert_eq!(m.epoch(), e0);
+        // Repeated or uncached positions are errors naming them.
+        let e = m.rescore(&c, &[5, 5]).unwrap_err().to_string();
+        assert!(e.contains("repeat"), "{e}");
+        let e = m.rescore(&c, &[60]).unwrap_err().to_string();
+        assert!(e.contains("60"), "{e}");
+    }
 }

@@ -96,6 +96,81 @@ pub struct Answered {
     /// which it was committed; `None` for positions no step unmasked (EOS filled in after an
     /// early stop).
     pub commit_step: Vec<Option<usize>>,
+    /// For each generated position, the confidence it was committed at (`None` where
+    /// `commit_step` is `None`).
+    pub commit_confidence: Vec<Option<f64>>,
+    /// For each generated position, whether the generated token equals the reference answer's
+    /// token there (the reference padded with EOS, compared position by position).
+    pub token_right: Vec<bool>,
+}
+
+/// Token-level calibration: committed tokens whose confidence fell in `[lo, hi)` (the last band
+/// includes 1), and how many equal the reference token at their position.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct Band {
+    /// Lower bound.
+    pub lo: f64,
+    /// Upper bound (exclusive, except 1 for the last band).
+    pub hi: f64,
+    /// Committed tokens in the band.
+    pub tokens: usize,
+    /// Of them, equal to the reference.
+    pub right: usize,
+}
+
+impl Band {
+    /// Accuracy of the band's tokens (`None` when empty).
+    pub fn accuracy(&self) -> Option<f64> {
+        (self.tokens > 0).then(|| self.right as f64 / self.tokens as f64)
+    }
+}
+
+/// The confidence bands of [`calibration`].
+pub const BANDS: [(f64, f64); 4] = [(0.0, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 1.0)];
+
+/// Accuracy of committed tokens per confidence band ([`BANDS`]) over `answers`: how far a
+/// decoder can trust a confidence. Position-wise comparison is exact for answers whose lines keep
+/// the reference's token lengths (long-math's are fixed); elsewhere an early wrong token shifts
+/// the rest of its line, which then counts as wrong too.
+pub fn calibration(answers: &[Answered]) -> Vec<Band> {
+    let mut bands: Vec<Band> = BANDS
+        .iter()
+        .map(|&(lo, hi)| Band {
+            lo,
+            hi,
+            tokens: 0,
+            right: 0,
+        })
+        .collect();
+    for a in answers {
+        for (c, &right) in a.commit_confidence.iter().zip(&a.token_right) {
+            let Some(c) = *c else { continue };
+            let i = BANDS
+                .iter()
+                .position(|&(lo, hi)| c >= lo && (c < hi || hi >= 1.0))
+                .unwrap_or(0);
+            bands[i].tokens += 1;
+            bands[i].right += usize::from(right);
+        }
+    }
+    bands
+}
+
+/// A markdown table of [`calibration`] bands.
+pub fn calibration_table(bands: &[Band]) -> String {
+    let mut s = String::from("| confidence | committed tokens | accuracy |\n|---|---:|---:|\n");
+    for b in bands {
+        let close = if b.hi >= 1.0 { "]" } else { ")" };
+        s += &format!(
+            "| [{:.1}, {:.1}{close} | {} | {} |\n",
+            b.lo,
+            b.hi,
+            b.tokens,
+            b.accuracy()
+                .map_or("-".to_string(), |a| format!("{:.1}%", 100.0 * a))
+        );
+    }
+    s
 }
 
 /// The held-out questions of `kinds`, the first `limit` of each.
@@ -119,13 +194,15 @@ pub fn answer(
 ) -> Result<Answered> {
     let prompt = encode_prompt(tok, &ex.prompt)?;
     let mut commit_step = vec![None; params.gen_length];
+    let mut commit_confidence = vec![None; params.gen_length];
     let mut record = |e: &StepEvent<'_>| {
-        for &p in e.unmasked {
-            if let Some(slot) = p
+        for (k, &p) in e.unmasked.iter().enumerate() {
+            if let Some(i) = p
                 .checked_sub(e.prompt_len)
-                .and_then(|i| commit_step.get_mut(i))
+                .filter(|&i| i < commit_step.len())
             {
-                *slot = Some(e.step);
+                commit_step[i] = Some(e.step);
+                commit_confidence[i] = e.confidences.get(k).copied();
             }
         }
         Control::Continue
@@ -135,6 +212,17 @@ pub fn answer(
     let response = decode_response(tok, g.generated())?;
     let v = check(ex, &response);
     let steps = check_steps(ex, &response);
+    let mut reference = crate::tokenizer::encode_response(tok, &ex.response)?;
+    reference.resize(
+        params.gen_length.max(reference.len()),
+        crate::tokenizer::EOS_ID,
+    );
+    let token_right: Vec<bool> = g
+        .generated()
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| a == b)
+        .collect();
     Ok(Answered {
         task: ex.kind,
         prompt: ex.prompt.clone(),
@@ -146,6 +234,8 @@ pub fn answer(
         tokens: g.tokens_decoded,
         steps,
         commit_step,
+        commit_confidence,
+        token_right,
     })
 }
 
@@ -239,4 +329,34 @@ pub fn table(scores: &[TaskScore]) -> String {
     };
     s += &row("all", "", &all);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_bands_count_committed_tokens_by_confidence() {
+        let a = Answered {
+            task: TaskKind::LongMath,
+            prompt: String::new(),
+            reference: String::new(),
+            response: String::new(),
+            exact: false,
+            final_answer: false,
+            forwards: 1,
+            tokens: 5,
+            steps: None,
+            commit_step: vec![Some(0); 6],
+            commit_confidence: vec![Some(0.2), Some(0.5), Some(0.69), Some(0.7), Some(1.0), None],
+            token_right: vec![false, true, false, true, true, true],
+        };
+        let b = calibration(&[a]);
+        let got: Vec<(usize, usize)> = b.iter().map(|b| (b.tokens, b.right)).collect();
+        // The uncommitted last position counts nowhere; 1.0 falls in the last band.
+        assert_eq!(got, vec![(1, 0), (2, 1), (1, 1), (1, 1)]);
+        assert_eq!(b[1].accuracy(), Some(0.5));
+        let t = calibration_table(&b);
+        assert!(t.contains("| [0.9, 1.0] | 1 | 100.0% |"), "{t}");
+    }
 }

@@ -12,6 +12,7 @@
 //! **projected** from the paper's Table 2 by replaying each run's forwards ([`projection`]).
 
 mod energy;
+mod pareto;
 mod plot;
 mod projection;
 mod report;
@@ -72,6 +73,22 @@ struct Args {
     /// Skip the sensitivity sweeps.
     #[arg(long)]
     no_sweeps: bool,
+    /// Instead of the tables, draw the speed/quality picture: every decoding configuration on
+    /// --pareto-questions held-out long-math questions (CPU, decisions as on the NPU), accuracy
+    /// against projected SM8750 latency and CPU wall time, with the frontier (pareto.md,
+    /// pareto.svg, pareto.json).
+    #[arg(long)]
+    pareto: bool,
+    /// Held-out long-math questions per configuration of --pareto.
+    #[arg(long, default_value_t = 100)]
+    pareto_questions: usize,
+    /// --pareto: only the configurations whose label contains one of these (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Add the oracle-revision rows: Visible tokens before the window that differ from the
+    /// reference answer are replaced by it (what any revision could recover at most).
+    #[arg(long)]
+    oracle_revision: bool,
 }
 
 fn default_model() -> PathBuf {
@@ -111,7 +128,11 @@ fn load_for(source: &ModelSource, dev: Dev, workers: usize, window: Option<u64>)
 }
 
 /// The ablation rows of the paper's Table 6, each adding one switch to the row above.
-fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
+fn ablation(base: &DecodeParams, thetas: (f32, f32), oracle: bool) -> Vec<RowSpec> {
+    // Each row computes what its algorithm computes: logits for every window row until `+ SLS`.
+    let mut base = *base;
+    base.revision.sls = false;
+    let base = &base;
     let with = |strategy: Strategy| DecodeParams { strategy, ..*base };
     let mbsd = |sts: bool, sls: bool, scr: bool| {
         let mut p = with(Strategy::Mbsd);
@@ -126,6 +147,7 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
         dev,
         project_to: dev.target(),
         params,
+        oracle: false,
     };
     vec![
         row("CPU", Dev::Cpu, with(Strategy::Vanilla)),
@@ -146,6 +168,16 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32)) -> Vec<RowSpec> {
         row("+ SLS", Dev::Npu("somr"), mbsd(true, true, false)),
         row("+ SCR", Dev::Npu("somr"), mbsd(true, true, true)),
     ]
+    .into_iter()
+    .chain(oracle.then(|| RowSpec {
+        oracle: true,
+        ..row(
+            "+ SCR, oracle revision",
+            Dev::Npu("somr"),
+            mbsd(true, true, true),
+        )
+    }))
+    .collect()
 }
 
 /// Figure 13a: the lookahead trigger; Figure 13b: the visibility / stability thresholds. Both on
@@ -167,6 +199,7 @@ fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>
                 dev: Dev::Cpu,
                 project_to: projection::Target::Npu,
                 params: p,
+                oracle: false,
             }
         })
         .collect();
@@ -195,6 +228,7 @@ fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>
                 dev: Dev::Cpu,
                 project_to: projection::Target::Npu,
                 params: p,
+                oracle: false,
             }
         })
         .collect();
@@ -234,6 +268,7 @@ fn window_sweep(
                     dev: Dev::Npu("somr"),
                     project_to: projection::Target::Npu,
                     params: full,
+                    oracle: false,
                 },
             ))
         })
@@ -323,7 +358,16 @@ fn run(a: Args) -> Result<()> {
     let suite = dllm_tasks::tokenizer::suite_of(&tok)
         .context("the model's tokenizer is not a task-suite tokenizer")?;
     let per_task = if a.quick { 1 } else { a.prompts.max(1) };
-    let mut examples = dllm_tasks::eval::questions(&suite.tasks(), Some(per_task));
+    let mut examples = if a.pareto {
+        let n = if a.quick {
+            2
+        } else {
+            a.pareto_questions.max(1)
+        };
+        dllm_tasks::eval::questions(&[dllm_tasks::TaskKind::LongMath], Some(n))
+    } else {
+        dllm_tasks::eval::questions(&suite.tasks(), Some(per_task))
+    };
     if a.quick {
         examples.truncate(2);
     }
@@ -358,9 +402,12 @@ fn run(a: Args) -> Result<()> {
         loaded: vec![(Dev::Cpu, None, cpu)],
     };
 
+    if a.pareto {
+        return run_pareto(&a, &mut runner, &base, t_all);
+    }
     eprintln!("Table 6 / Table 5 rows:");
     let mut table = Vec::new();
-    for spec in ablation(&base, thetas) {
+    for spec in ablation(&base, thetas, a.oracle_revision) {
         table.push(runner.run(&spec, None)?);
     }
     let mut sweep_a = Vec::new();
@@ -399,6 +446,57 @@ fn run(a: Args) -> Result<()> {
     plot::write_all(&a.out, &table)?;
     eprintln!("wrote {}", a.out.display());
     print!("{}", std::fs::read_to_string(a.out.join("table6.md"))?);
+    Ok(())
+}
+
+/// `--pareto`: every configuration of [`pareto::specs`] over the long-math questions.
+fn run_pareto(
+    a: &Args,
+    runner: &mut Runner<'_>,
+    base: &DecodeParams,
+    t_all: Instant,
+) -> Result<()> {
+    let specs: Vec<RowSpec> = pareto::specs(base, a.quick)
+        .into_iter()
+        .filter(|s| a.oracle_revision || !s.oracle)
+        .filter(|s| a.only.is_empty() || a.only.iter().any(|o| s.label.contains(o.as_str())))
+        .collect();
+    if specs.is_empty() {
+        bail!("--only {:?} matches no configuration", a.only);
+    }
+    eprintln!("speed/quality picture, {} configurations:", specs.len());
+    let mut rows = Vec::new();
+    for s in &specs {
+        rows.push(runner.run(s, None)?);
+    }
+    let header =
+        format!(
+        "Model: `{}`; {} held-out long-math questions per configuration; gen length {}, block {}, \
+         greedy; CPU wall times with {} on {}. Bench wall time {:.0} s.",
+        runner.loaded[0].2.model.source,
+        runner.examples.len(),
+        base.gen_length,
+        base.block_length,
+        a.threads
+            .map_or("one thread per core".to_string(), |t| format!("{t} thread(s)")),
+        report::machine(),
+        t_all.elapsed().as_secs_f64()
+    );
+    pareto::write_all(&a.out, &rows, &header)?;
+    eprintln!("wrote {}", a.out.display());
+    print!("{}", std::fs::read_to_string(a.out.join("pareto.md"))?);
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.failed.is_some())
+        .map(|r| r.spec.label.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "{} configuration(s) failed: {}",
+            failed.len(),
+            failed.join(", ")
+        );
+    }
     Ok(())
 }
 

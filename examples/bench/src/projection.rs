@@ -9,9 +9,13 @@
 //!   token's attention to a few hundred cached keys is under 1% of its projection and MLP work);
 //! - rows whose logits are skipped save the LM head's share of a token's work, [`HEAD_SHARE`]
 //!   (126464 x 4096 against 32 blocks of 4 x 4096^2 + 3 x 4096 x 12288 multiply-adds);
-//! - a sparse refresh of `r` positions runs on the CPU beside the NPU forward (two passes when it
-//!   re-scores masked): only what exceeds the forward adds to the critical path; on a CPU-only
-//!   run it adds in full.
+//! - a sparse refresh runs on the CPU beside the NPU forward: it re-scores some positions (each
+//!   masked alone, one pass) and recomputes the K/V of others; each position costs the CPU
+//!   profile's cost per position at its smallest measured forward ([`LatencyTable::per_position_ms`]:
+//!   4239.6 ms / 32 = 132.5 ms for LLaDA-8B Q4_0 on the SM8750 CPU), with no fixed part: a linear
+//!   fit through the profile's three points would charge every refresh its 751 ms intercept, an
+//!   artefact of extrapolating below the smallest measurement. Only what exceeds the forward adds to
+//!   the critical path; on a CPU-only run it adds in full.
 
 use dllm_decode::latency::{sm8750_cpu, sm8750_npu, LatencyTable};
 use dllm_decode::ForwardTrace;
@@ -41,8 +45,6 @@ pub enum Target {
 pub struct PhoneModel {
     npu: LatencyTable,
     cpu: LatencyTable,
-    /// Passes a refresh takes (2 when it re-scores with the positions masked, then recomputes K/V).
-    pub refresh_passes: f64,
 }
 
 impl Default for PhoneModel {
@@ -50,7 +52,6 @@ impl Default for PhoneModel {
         Self {
             npu: sm8750_npu(),
             cpu: sm8750_cpu(),
-            refresh_passes: 2.0,
         }
     }
 }
@@ -67,12 +68,9 @@ impl PhoneModel {
         full * (1.0 - HEAD_SHARE * skipped)
     }
 
-    /// Milliseconds of a CPU refresh of `positions` positions.
+    /// Milliseconds of a CPU refresh that re-scores or recomputes `positions` positions.
     pub fn refresh_ms(&self, positions: usize) -> f64 {
-        if positions == 0 {
-            return 0.0;
-        }
-        self.refresh_passes * self.cpu.cost_ms(positions, positions, 0)
+        positions as f64 * self.cpu.per_position_ms()
     }
 
     /// Projected seconds of a generation's forwards on `target`.
@@ -81,7 +79,7 @@ impl PhoneModel {
             .iter()
             .map(|f| {
                 let fwd = self.forward_ms(target, f.end - f.start, f.rows);
-                let refresh = self.refresh_ms(f.refreshed);
+                let refresh = self.refresh_ms(f.refreshed + f.rescored);
                 match target {
                     Target::Npu => fwd.max(refresh),
                     Target::Cpu => fwd + refresh,
@@ -106,6 +104,8 @@ pub fn vanilla_trace(prompt: usize, gen: usize) -> Vec<ForwardTrace> {
             cached: 0,
             active: gen - step,
             refreshed: 0,
+            rescored: 0,
+            lookahead: 0,
         })
         .collect()
 }
@@ -151,10 +151,17 @@ mod tests {
             cached: 100,
             active: 32,
             refreshed,
+            rescored: 0,
+            lookahead: 0,
         };
         // On the NPU a refresh hides behind the forward until it is longer than it.
         let small = m.refresh_ms(1);
-        assert!(small > 0.0);
+        assert!((small - 4239.6 / 32.0).abs() < 1e-9, "{small}");
+        assert_eq!(m.refresh_ms(3), 3.0 * small, "no fixed part");
+        assert!(
+            m.refresh_ms(4) > all,
+            "four positions outlast a 32-position NPU forward"
+        );
         assert_eq!(m.project(Target::Npu, &[f(1)]), all.max(small) / 1e3);
         assert!(
             (m.project(Target::Cpu, &[f(1)]) - (m.forward_ms(Target::Cpu, 32, 32) + small) / 1e3)

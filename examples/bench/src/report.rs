@@ -36,7 +36,8 @@ pub struct Context {
     pub phone: PhoneModel,
 }
 
-fn machine() -> String {
+/// The machine: CPU model and available cores.
+pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

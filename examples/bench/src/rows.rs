@@ -44,6 +44,9 @@ pub struct RowSpec {
     pub project_to: Target,
     /// Decoding parameters.
     pub params: DecodeParams,
+    /// Revise with the reference answer instead of re-scoring (the oracle row,
+    /// [`dllm_decode::Decoder::oracle_revision`]).
+    pub oracle: bool,
 }
 
 impl RowSpec {
@@ -61,11 +64,15 @@ impl RowSpec {
             "sliding": mbsd && p.mbsd.sliding,
             "lookahead": mbsd && p.mbsd.lookahead,
             "lookahead_trigger": p.mbsd.trigger,
+            "threshold": p.threshold,
             "sts": mbsd && p.revision.sts,
-            "sls": mbsd && p.revision.sls,
+            "sls": p.revision.sls,
             "scr": mbsd && p.revision.scr,
+            "oracle_revision": self.oracle,
             "theta_visible": p.revision.theta_visible,
             "theta_stable": p.revision.theta_stable,
+            "revision_margin": p.revision.margin,
+            "refresh_budget": p.revision.refresh_budget,
         })
     }
 }
@@ -278,8 +285,16 @@ fn answer(
         }
         dllm_decode::Control::Continue
     };
+    let mut decoder = Decoder::new(*p);
+    if spec.oracle {
+        // The reference answer, then EOS to the end (cut at gen_length if longer).
+        let mut reference = dllm_tasks::encode_response(tok, &ex.response)?;
+        reference.resize(p.gen_length.max(reference.len() + 1), dllm_tasks::EOS_ID);
+        reference.truncate(p.gen_length);
+        decoder = decoder.oracle_revision(reference);
+    }
     let t0 = Instant::now();
-    let g = Decoder::new(*p)
+    let g = decoder
         .run(&mut model.model, &prompt, &mut record)
         .with_context(|| format!("{}: {}", spec.label, ex.kind))?;
     let wall = t0.elapsed();

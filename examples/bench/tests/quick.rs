@@ -124,11 +124,18 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     // STS leaves a random model's low-confidence tokens visible but unstable at block ends.
     assert_eq!(num(row("+ MBSD"), "unstable_at_block_end"), 0.0);
     assert!(num(row("+ STS"), "unstable_at_block_end") > 0.0);
-    // SLS skips logits rows the STS row computed.
-    assert!(num(row("+ SLS"), "logits_rows_skipped") > num(row("+ STS"), "logits_rows_skipped"));
-    // SCR refreshes visible prefix tokens on the second path.
-    assert_eq!(num(row("+ SLS"), "refreshes"), 0.0);
-    assert!(num(row("+ SCR"), "refreshes") > 0.0);
+    // Each row computes what its algorithm computes: logits for every window row until `+ SLS`.
+    for l in &labels[..7] {
+        assert_eq!(num(row(l), "logits_rows_skipped"), 0.0, "{l}");
+        assert_eq!(row(l)["switches"]["sls"], false, "{l}");
+    }
+    assert!(num(row("+ SLS"), "logits_rows_skipped") > 0.0);
+    // MBSD's window looks ahead late in a block (the positions are counted).
+    assert!(num(row("+ MBSD"), "lookahead_positions") > 0.0);
+    assert_eq!(num(row("+ SOMR"), "lookahead_positions"), 0.0);
+    // SCR re-scores visible tokens on the second path.
+    assert_eq!(num(row("+ SLS"), "rescored"), 0.0);
+    assert!(num(row("+ SCR"), "rescored") > 0.0);
     // The sweeps ran their points.
     assert_eq!(
         r["sweeps"]["lookahead_trigger"].as_array().unwrap().len(),
@@ -136,5 +143,71 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     );
     assert_eq!(r["sweeps"]["thresholds"].as_array().unwrap().len(), 2);
     assert!(!r["sweeps"]["npu_window"].as_array().unwrap().is_empty());
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn pareto_writes_the_picture_with_its_frontier_and_the_oracle() {
+    let base = std::env::temp_dir().join(format!("bench-pareto-{}", std::process::id()));
+    let model = base.join("model");
+    let out = base.join("out");
+    random_long_model(&model);
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["--pareto", "--quick", "--oracle-revision", "--threads", "1"])
+        .args([
+            "--model",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .args(["--gen-length", "64", "--block-length", "32"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let md = std::fs::read_to_string(out.join("pareto.md")).unwrap();
+    assert!(
+        md.contains("| mbsd (defaults) |") && md.contains("projected"),
+        "{md}"
+    );
+    let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("frontier"));
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("pareto.json")).unwrap()).unwrap();
+    let pts = j["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 5, "{j}");
+    let oracle: Vec<&Value> = pts
+        .iter()
+        .filter(|p| p["switches"]["oracle_revision"] == true)
+        .collect();
+    assert_eq!(oracle.len(), 1);
+    assert_eq!(
+        oracle[0]["frontier_projected"], false,
+        "an oracle is never on the frontier"
+    );
+    assert!(pts.iter().any(|p| p["frontier_projected"] == true));
+    for p in pts {
+        assert!(num(p, "projected_s_per_answer") > 0.0 && num(p, "cpu_wall_ms_per_answer") > 0.0);
+    }
+    // A filter that matches nothing is an error, not an empty picture.
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args([
+            "--pareto",
+            "--quick",
+            "--only",
+            "no such row",
+            "--threads",
+            "1",
+        ])
+        .args([
+            "--model",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--only"));
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -101,9 +101,22 @@ pub struct DecodeArgs {
     /// mbsd: no sparse cache refresh of visible prefix tokens beside the window forward.
     #[arg(long)]
     pub no_scr: bool,
-    /// mbsd: no selective logits skipping (every window row goes through the LM head).
+    /// No selective logits skipping (every window row goes through the LM head, as the reference
+    /// implementations do; the output is the same).
     #[arg(long)]
     pub no_sls: bool,
+    /// mbsd: revise a visible token when its re-score prefers another token by at least this
+    /// much probability.
+    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_REVISION_MARGIN)]
+    pub revision_margin: f32,
+    /// mbsd: the refresh's CPU time may be this fraction of the step's NPU forward time (both
+    /// priced by the latency tables).
+    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_REFRESH_BUDGET)]
+    pub refresh_budget: f64,
+    /// mbsd: the CPU latency table pricing the refresh (written by latency-profile) [default: the
+    /// SM8750 CPU profile derived from the paper's Table 2, not measured].
+    #[arg(long)]
+    pub cpu_latency_table: Option<PathBuf>,
     /// mbsd: confidence at which a prediction becomes visible context.
     #[arg(long, default_value_t = dllm_decode::params::DEFAULT_THETA_VISIBLE)]
     pub theta_visible: f32,
@@ -145,6 +158,8 @@ impl DecodeArgs {
                 sls: !self.no_sls,
                 theta_visible: self.theta_visible,
                 theta_stable: self.theta_stable,
+                margin: self.revision_margin,
+                refresh_budget: self.refresh_budget,
             },
             ..Default::default()
         };
@@ -158,6 +173,13 @@ impl DecodeArgs {
         if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
             bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
         }
+        if self.cpu_latency_table.is_some()
+            && !(p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts && p.revision.scr)
+        {
+            bail!(
+                "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
+            );
+        }
         p.validate().map_err(cli_error)?;
         Ok(p)
     }
@@ -170,11 +192,26 @@ impl DecodeArgs {
             .transpose()
     }
 
-    /// A decoder for `params` with the latency table of these flags.
+    /// The CPU latency table of `--cpu-latency-table`, if given.
+    pub fn cpu_latency_table(&self) -> Result<Option<Arc<LatencyTable>>> {
+        self.cpu_latency_table
+            .as_ref()
+            .map(|p| {
+                Ok(Arc::new(
+                    LatencyTable::load(p).context("--cpu-latency-table")?,
+                ))
+            })
+            .transpose()
+    }
+
+    /// A decoder for `params` with the latency tables of these flags.
     pub fn decoder(&self, params: DecodeParams) -> Result<Decoder<'static>> {
         let mut d = Decoder::new(params);
         if let Some(t) = self.latency_table()? {
             d = d.latency_table(t);
+        }
+        if let Some(t) = self.cpu_latency_table()? {
+            d = d.cpu_latency_table(t);
         }
         Ok(d)
     }
@@ -247,7 +284,9 @@ pub fn counters(g: &Generation) -> serde_json::Map<String, serde_json::Value> {
         "drafts": g.drafts,
         "drafts_accepted": g.drafts_accepted,
         "drafts_rejected": g.drafts_rejected,
+        "lookahead_positions": g.lookahead_positions,
         "revised": g.revised,
+        "rescored": g.rescored,
         "refreshes": g.refreshes,
         "refresh_ms": g.refresh_ms,
         "merge_wait_ms": g.merge_wait_ms,
@@ -301,6 +340,8 @@ const FLAGS: &[(&str, &str)] = &[
     ("revision.sts", "--no-sts"),
     ("revision.scr", "--no-scr"),
     ("revision.sls", "--no-sls"),
+    ("revision.margin", "--revision-margin"),
+    ("revision.refresh_budget", "--refresh-budget"),
     ("mbsd.draft_context", "--draft-context"),
     ("mbsd.budget_mib", "--lookahead-budget"),
     ("mbsd.allowance", "--lookahead-allowance"),

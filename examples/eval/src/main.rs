@@ -17,7 +17,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use dllm_decode::{DecodeParams, DreamParams, Requested};
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
-use dllm_tasks::eval::{evaluate, questions, table};
+use dllm_tasks::eval::{calibration, calibration_table, evaluate, questions, table};
 use dllm_tasks::{Suite, TaskKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -82,6 +82,10 @@ struct Args {
     /// arithmetic accuracy of the worked lines; see `dllm_tasks::probe`).
     #[arg(long)]
     probe: bool,
+    /// Also print the calibration of the committed tokens: their accuracy (against the reference
+    /// answer, position by position) per confidence band, per task.
+    #[arg(long)]
+    calibration: bool,
 }
 
 /// Names a model is made of: `--dump` never replaces one.
@@ -273,6 +277,8 @@ fn run(a: Args) -> Result<()> {
                 "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
                 "step_accuracy": s.step_accuracy(),
                 "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
+                "calibration": a.calibration.then(|| calibration(
+                    &answers.iter().filter(|x| x.task == s.task).cloned().collect::<Vec<_>>())),
             })).collect::<Vec<_>>(),
             // Every answer, in question order, with the step that committed each generated
             // position (null: filled with EOS after an early stop, never decoded).
@@ -306,6 +312,20 @@ fn run(a: Args) -> Result<()> {
             qs.len()
         );
         print!("{}", table(&scores));
+        if a.calibration {
+            for s in &scores {
+                let mine: Vec<_> = answers
+                    .iter()
+                    .filter(|x| x.task == s.task)
+                    .cloned()
+                    .collect();
+                println!(
+                    "\n{}: committed tokens per confidence band\n",
+                    s.task.name()
+                );
+                print!("{}", calibration_table(&calibration(&mine)));
+            }
+        }
     }
     Ok(())
 }
