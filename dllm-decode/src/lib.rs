@@ -14,6 +14,7 @@ pub mod rng;
 pub mod roles;
 pub mod select;
 pub mod states;
+pub mod stream;
 pub mod window;
 
 use std::sync::Arc;
@@ -26,7 +27,8 @@ pub use dllm_models;
 pub use error::{DecodeError, Result};
 pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
-pub use observer::{Control, StepEvent, StepObserver};
+pub use observer::{final_prefix, Control, StepEvent, StepObserver};
+pub use stream::FinalTextStream;
 pub use params::{
     DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
 };

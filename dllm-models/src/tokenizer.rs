@@ -191,10 +191,19 @@ impl TextTokenizer {
     /// Token ids of a prompt: with `chat`, the user message through the chat template (with the
     /// generation prompt); without, the raw text with the tokenizer's post-processor specials.
     pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
-        if !chat || self.template == ChatTemplate::Plain {
+        if !chat {
             return self.encode(prompt, true);
         }
-        let text = self.render_chat(&[Message::user(prompt)], true)?;
+        self.encode_chat(&[Message::user(prompt)])
+    }
+
+    /// Token ids of a conversation through the chat template, ending with the assistant's
+    /// generation prompt (without a template: the messages' text with the post-processor specials).
+    pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        let text = self.render_chat(messages, true)?;
+        if self.template == ChatTemplate::Plain {
+            return self.encode(&text, true);
+        }
         // The template already spells out BOS: do not let the post-processor add another.
         self.encode(&text, false)
     }

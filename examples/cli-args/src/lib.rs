@@ -126,8 +126,40 @@ pub struct DecodeArgs {
 }
 
 impl DecodeArgs {
+    /// The defaults of every decoding flag (what a tool runs with when given none of them).
+    pub fn defaults() -> Self {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            decode: DecodeArgs,
+        }
+        <Only as clap::Parser>::try_parse_from(["defaults"])
+            .expect("every decoding flag has a default")
+            .decode
+    }
+
     /// The decoding parameters: these flags over the checkpoint's recommendations.
     pub fn params(&self, checkpoint: &DecodeDefaults) -> Result<DecodeParams> {
+        let p = self.resolve(checkpoint).map_err(cli_error)?;
+        if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
+            bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
+        }
+        if self.cpu_latency_table.is_some()
+            && !(p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts && p.revision.scr)
+        {
+            bail!(
+                "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
+            );
+        }
+        Ok(p)
+    }
+
+    /// The decoding parameters, resolved and validated, with the library's error (naming the
+    /// [`DecodeParams`] field) for callers that spell fields their own way (the server's JSON).
+    pub fn resolve(
+        &self,
+        checkpoint: &DecodeDefaults,
+    ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         let base = DecodeParams {
             strategy: self.strategy.parse()?,
             remasking: self.remasking.parse()?,
@@ -170,17 +202,7 @@ impl DecodeArgs {
             threshold: self.threshold,
         };
         let p = base.resolve(asked, checkpoint);
-        if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
-            bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
-        }
-        if self.cpu_latency_table.is_some()
-            && !(p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts && p.revision.scr)
-        {
-            bail!(
-                "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
-            );
-        }
-        p.validate().map_err(cli_error)?;
+        p.validate()?;
         Ok(p)
     }
 

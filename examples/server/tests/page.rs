@@ -1,0 +1,266 @@
+//! The page at `/`, driven in Debian's headless Chromium as a person would use it: type a prompt,
+//! press Generate, watch the canvas. Chromium is controlled over the DevTools protocol on a pipe
+//! (`--remote-debugging-pipe`: commands on fd 3, replies on fd 4; no network port, no websocket).
+//! Checks: the final text is the API's answer, every canvas position is coloured by its state with
+//! the legend's colour (masked, invisible and stable all seen, four distinct colours), and the
+//! forwards and tokens/s are shown.
+//!
+//! Without `chromium` the test is skipped locally and fails under `CI=true`. With
+//! `LLADA_SERVER_SCREENSHOT=<file.png>` it also writes a screenshot taken mid-denoise (the README's).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+use base64::Engine as _;
+use common::{Server, TOM};
+use serde_json::{json, Value};
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into `fds`, which we then own.
+    let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
+    assert_eq!(rc, 0, "pipe2: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// A headless Chromium under DevTools control, killed when dropped.
+struct Browser {
+    child: Child,
+    to: std::fs::File,
+    from: BufReader<std::fs::File>,
+    next_id: u64,
+    _profile: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Browser {
+    fn launch() -> Option<Browser> {
+        if Command::new("chromium")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| !s.success())
+            .unwrap_or(true)
+        {
+            return None;
+        }
+        let profile = std::env::temp_dir().join(format!("llada-page-test-{}", std::process::id()));
+        std::fs::create_dir_all(&profile).expect("profile dir");
+        let (cmd_r, cmd_w) = pipe();
+        let (resp_r, resp_w) = pipe();
+        let (a, b) = (cmd_r.as_raw_fd(), resp_w.as_raw_fd());
+        let mut cmd = Command::new("chromium");
+        cmd.args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--remote-debugging-pipe",
+            "--window-size=1100,820",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+        // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec. The pipe ends
+        // are first copied above 10 so that putting them on 3 and 4 cannot clobber each other;
+        // dup2 leaves the copies on 3 and 4 open across exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let a2 = libc::fcntl(a, libc::F_DUPFD, 10);
+                let b2 = libc::fcntl(b, libc::F_DUPFD, 10);
+                if a2 < 0 || b2 < 0 || libc::dup2(a2, 3) < 0 || libc::dup2(b2, 4) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start chromium");
+        drop((cmd_r, resp_w));
+        Some(Browser {
+            child,
+            to: std::fs::File::from(cmd_w),
+            from: BufReader::new(std::fs::File::from(resp_r)),
+            next_id: 1,
+            _profile: TempDir(profile),
+        })
+    }
+
+    /// Send a command (to a page session when given) and wait for its reply.
+    fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        let mut bytes = msg.to_string().into_bytes();
+        bytes.push(0);
+        self.to.write_all(&bytes).expect("write to chromium");
+        loop {
+            let mut buf = Vec::new();
+            let n = self.from.read_until(0, &mut buf).expect("read from chromium");
+            assert!(n > 0, "chromium closed the DevTools pipe during {method}");
+            buf.pop();
+            let v: Value = serde_json::from_slice(&buf).expect("DevTools JSON");
+            if v["id"] == id {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Evaluate `expr` in the page (awaiting a promise) and return its value.
+    fn eval(&mut self, session: &str, expr: &str) -> Value {
+        let r = self.call(
+            Some(session),
+            "Runtime.evaluate",
+            json!({"expression": expr, "awaitPromise": true, "returnByValue": true}),
+        );
+        assert!(r.get("exceptionDetails").is_none(), "page error: {r}");
+        r["result"]["value"].clone()
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Ask it to close (its helper processes go with it), then make sure.
+        let _ = self
+            .to
+            .write_all(b"{\"id\": 999999, \"method\": \"Browser.close\"}\0");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Fill in the form, press Generate, record every state class and its colour on the canvas while
+/// it denoises, wait for the end; with `shot`, resolve early once the canvas shows three states.
+const RUN: &str = r#"
+(async (prompt, strategy, delay, shot) => {
+  const $ = (id) => document.getElementById(id);
+  await new Promise((r) => { const t = () => ($("model").textContent !== "the model" ? r() : setTimeout(t, 20)); t(); });
+  $("prompt").value = prompt;
+  $("strategy").value = strategy;
+  $("delay").value = String(delay);
+  const seen = {};
+  const record = () => {
+    for (const el of $("canvas").children) {
+      const st = [...el.classList].find((c) => c.startsWith("s-"));
+      if (!st) continue;
+      (seen[st] = seen[st] || new Set()).add(getComputedStyle(el).backgroundColor);
+    }
+  };
+  const obs = new MutationObserver(record);
+  obs.observe($("canvas"), { subtree: true, childList: true, attributes: true, characterData: true });
+  $("go").click();
+  await new Promise((resolve) => {
+    const t = () => {
+      const s = $("status").dataset.state;
+      const states = new Set([...$("canvas").children].map((e) => e.className));
+      if (s === "done" || s === "error" || (shot && states.size >= 3)) resolve(); else setTimeout(t, 10);
+    };
+    t();
+  });
+  record();
+  obs.disconnect();
+  const legend = {};
+  for (const sw of document.querySelectorAll(".legend .sw")) {
+    const st = [...sw.classList].find((c) => c.startsWith("s-"));
+    legend[st] = getComputedStyle(sw).backgroundColor;
+  }
+  const out = {};
+  for (const k in seen) out[k] = [...seen[k]];
+  return {
+    status: $("status").dataset.state, statusText: $("status").textContent,
+    final: $("final").textContent, forwards: $("forwards").textContent,
+    tps: $("tps").textContent, seen: out, legend,
+  };
+})"#;
+
+#[test]
+fn the_page_shows_the_canvas_denoise_coloured_by_state() {
+    let Some(mut b) = Browser::launch() else {
+        return common::missing_tool("chromium", "apt-get install chromium");
+    };
+    let s = Server::start(&[]);
+    let answer = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": TOM, "strategy": "vanilla"}).to_string(),
+        )
+        .json()["choices"][0]["text"]
+        .as_str()
+        .expect("text")
+        .to_string();
+
+    let target = b.call(
+        None,
+        "Target.createTarget",
+        json!({"url": format!("http://{}/", s.addr)}),
+    );
+    let attached = b.call(
+        None,
+        "Target.attachToTarget",
+        json!({"targetId": target["targetId"], "flatten": true}),
+    );
+    let session = attached["sessionId"].as_str().expect("session").to_string();
+    b.eval(
+        &session,
+        "new Promise((r) => document.readyState === 'complete' ? r(true) : addEventListener('load', () => r(true)))",
+    );
+    let prompt = serde_json::to_string(TOM).unwrap();
+    let r = b.eval(&session, &format!("{RUN}({prompt}, 'vanilla', 0, false)"));
+    assert_eq!(r["status"], "done", "{r}");
+    assert_eq!(r["final"], answer.as_str(), "{r}");
+    assert!(r["forwards"].as_str().unwrap().parse::<u64>().unwrap() > 0, "{r}");
+    assert!(r["tps"].as_str().unwrap().parse::<f64>().unwrap() > 0.0, "{r}");
+    let legend = r["legend"].as_object().expect("legend");
+    let colours: std::collections::BTreeSet<&str> =
+        legend.values().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(legend.len(), 4, "{r}");
+    assert_eq!(colours.len(), 4, "the four states need four colours: {r}");
+    let seen = r["seen"].as_object().expect("seen");
+    for st in ["s-masked", "s-invisible", "s-stable"] {
+        assert!(seen.contains_key(st), "{st} never shown: {r}");
+    }
+    for (st, cs) in seen {
+        assert_eq!(
+            cs.as_array().unwrap(),
+            &vec![legend[st].clone()],
+            "{st} is drawn in other colours than its legend's: {r}"
+        );
+    }
+
+    if let Ok(path) = std::env::var("LLADA_SERVER_SCREENSHOT") {
+        b.eval(&session, "window.scrollTo(0, 0)");
+        let r = b.eval(&session, &format!("{RUN}({prompt}, 'mbsd', 250, true)"));
+        assert_eq!(r["status"], "running", "{r}");
+        let shot = b.call(
+            Some(&session),
+            "Page.captureScreenshot",
+            json!({"format": "png"}),
+        );
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().expect("data"))
+            .expect("base64");
+        std::fs::write(&path, png).expect("write the screenshot");
+        eprintln!("wrote {path}");
+    }
+}
