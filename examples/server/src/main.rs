@@ -26,7 +26,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use clap::Parser;
-use dllm_models::{load, LoadOptions, ModelSource};
+use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
 use llada_cli::{DecodeArgs, DeviceArgs};
 use tokio::sync::Semaphore;
 

@@ -520,7 +520,12 @@ fn canvas_json(
         pieces
             .entry(id)
             .or_insert_with(|| match tok {
-                Some(t) => t.decode(&[id], false).unwrap_or_else(|_| format!("<{id}>")),
+                // A piece that decodes to nothing (a lone space the decoder strips) shows as ␣.
+                Some(t) => match t.decode(&[id], false) {
+                    Ok(p) if p.is_empty() => "\u{2423}".to_string(),
+                    Ok(p) => p,
+                    Err(_) => format!("<{id}>"),
+                },
                 None => format!("<{id}>"),
             })
             .clone()

@@ -119,7 +119,10 @@ fn mutate_bytes(b: &mut Vec<u8>, rng: &mut Rng) {
         match rng.below(5) {
             0 => b[i] ^= 1 << rng.below(8),
             1 => b.truncate(i),
-            2 => b.insert(i, b"{}[]\",:0-e\\\x00\xff"[rng.below(14)]),
+            2 => {
+                let alphabet = b"{}[]\",:0-e\\\x00\xff";
+                b.insert(i, alphabet[rng.below(alphabet.len())]);
+            }
             3 => {
                 b.remove(i);
             }

@@ -155,7 +155,17 @@ impl Drop for Browser {
 const RUN: &str = r#"
 (async (prompt, strategy, delay, shot) => {
   const $ = (id) => document.getElementById(id);
-  await new Promise((r) => { const t = () => ($("model").textContent !== "the model" ? r() : setTimeout(t, 20)); t(); });
+  // Bounded waits: a page that never gets there fails the test instead of hanging it.
+  const until = (cond, what) => new Promise((resolve, reject) => {
+    let tries = 0;
+    const t = () => {
+      if (cond()) resolve();
+      else if (++tries > 6000) reject(new Error("timed out waiting for " + what));
+      else setTimeout(t, 20);
+    };
+    t();
+  });
+  await until(() => $("model").textContent !== "the model", "/health");
   $("prompt").value = prompt;
   $("strategy").value = strategy;
   $("delay").value = String(delay);
@@ -170,14 +180,11 @@ const RUN: &str = r#"
   const obs = new MutationObserver(record);
   obs.observe($("canvas"), { subtree: true, childList: true, attributes: true, characterData: true });
   $("go").click();
-  await new Promise((resolve) => {
-    const t = () => {
-      const s = $("status").dataset.state;
-      const states = new Set([...$("canvas").children].map((e) => e.className));
-      if (s === "done" || s === "error" || (shot && states.size >= 3)) resolve(); else setTimeout(t, 10);
-    };
-    t();
-  });
+  await until(() => {
+    const s = $("status").dataset.state;
+    const states = new Set([...$("canvas").children].map((e) => e.className));
+    return s === "done" || s === "error" || (shot && states.size >= 3);
+  }, "the generation");
   record();
   obs.disconnect();
   const legend = {};
