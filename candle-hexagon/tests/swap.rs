@@ -204,19 +204,32 @@ fn a_slot_is_never_overwritten_while_a_batch_reads_it() {
     assert!(plan.stages >= 3, "{plan}");
 
     // Hold the DSP: the forward submits the stages whose slots are free, then waits for the
-    // stage reading the slot it needs next instead of overwriting it.
+    // stage reading the slot it needs next instead of overwriting it. No clock: the test waits
+    // for the runtime's own event (`slot_waits`, counted before the forward blocks), or for the
+    // forward to get past the point where it should have waited (more batches, or done).
     let mut kv2 = t.new_kv(1, 64).unwrap();
     dev.pause_queue();
     let before = dev.counters();
-    let (finished_while_held, held, got) = std::thread::scope(|s| {
+    let waits_before = dev.swap_counters().slot_waits;
+    let (finished_while_held, held, waited, got) = std::thread::scope(|s| {
         let h = s.spawn(|| t.forward(&mut kv2, &x(8, 50), 0, None));
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        loop {
+            let waited = dev.swap_counters().slot_waits > waits_before;
+            if waited || h.is_finished() || dev.counters().since(&before).dsp_batches > 2 {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        // The forward is blocked on slot 0's reader (or past it, which fails below): the
+        // counters are stable while the DSP is held.
         let held = dev.counters().since(&before);
+        let waited = dev.swap_counters().slot_waits - waits_before;
         let finished = h.is_finished();
         dev.resume_queue();
-        (finished, held, h.join().unwrap())
+        (finished, held, waited, h.join().unwrap())
     });
     assert!(!finished_while_held, "the forward waits for its slot");
+    assert_eq!(waited, 1, "it waited once, for slot 0's reader");
     assert_eq!(
         held.dsp_batches, 2,
         "two stages queued (slots 0 and 1), the third waits for slot 0's reader"

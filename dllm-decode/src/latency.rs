@@ -146,8 +146,14 @@ fn uniq(v: impl Iterator<Item = usize>) -> Vec<usize> {
 impl LatencyTable {
     /// Read and validate a table (errors name the file and what is wrong).
     pub fn load(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+        // A regular file within the JSON size limit: never a device read without end or a FIFO
+        // that blocks (errors name the file and what it is).
+        let text = dllm_models::files::read_text(
+            path,
+            "latency table",
+            dllm_models::files::MAX_JSON_BYTES,
+        )
+        .map_err(|e| bad(e.to_string()))?;
         let t: LatencyTable =
             serde_json::from_str(&text).map_err(|e| bad(format!("{}: {e}", path.display())))?;
         t.validate()

@@ -19,11 +19,15 @@ pub mod window;
 
 use std::sync::Arc;
 
-use dllm_models::{Arch, DiffusionLm};
+use dllm_models::{Arch, DiffusionLm, LoadedModel, TextTokenizer};
 
 /// The model crate, whose types (`DiffusionLm`, `LoadedModel`, `DecodeDefaults`) appear in this
 /// crate's signatures.
 pub use dllm_models;
+/// candle, as the model crate uses it (its `Tensor`, `Device`, `DType`).
+pub use dllm_models::candle_core;
+/// candle-nn, as the model crate uses it (the `VarBuilder` of `llada::Model::new(&cfg, vb)`).
+pub use dllm_models::candle_nn;
 pub use error::{DecodeError, Result};
 pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
@@ -75,6 +79,28 @@ pub fn prepare_canvas(
 }
 
 /// Generate `p.gen_length` tokens after `prompt` with the built-in roles of `p.strategy`.
+///
+/// Weights are shared and the KV cache is per sequence: `new_sequence()` gives another sequence
+/// over the same weights (no copy), and two sequences decode on two threads at once:
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let params = loaded.decode_params();
+/// let tok = loaded.tokenizer.as_ref().ok_or("no tokenizer.json")?;
+/// let (mut a, mut b) = (loaded.model.new_sequence()?, loaded.model.new_sequence()?);
+/// let (ta, tb) = std::thread::scope(|s| {
+///     let ta = s.spawn(|| generate_text(&mut a, tok, "Tom has 23 apples. He buys 5 more. How many apples does Tom have now?", false, &params));
+///     let tb = s.spawn(|| generate_text(&mut b, tok, "Mia has 33 eggs. She buys 3 more. How many eggs does Mia have now?", false, &params));
+///     (ta.join().unwrap(), tb.join().unwrap())
+/// });
+/// assert_eq!((ta?.as_str(), tb?.as_str()), ("23 + 5 = 28. Answer: 28", "33 + 3 = 36. Answer: 36"));
+/// # Ok(())
+/// # }
+/// ```
 pub fn generate(
     model: &mut dyn DiffusionLm,
     prompt: &[u32],
@@ -84,36 +110,160 @@ pub fn generate(
     Decoder::new(*p).run(model, prompt, observer)
 }
 
-/// Decode a text prompt with a loaded model: encode it (as written, or in the model's chat template
-/// with `chat`), generate with `params`, and return the text up to the first EOS/EoT. Use
-/// [`DecodeParams::for_model`] for the checkpoint's recommended lengths and schedule.
+/// Decode a text prompt with any model and a tokenizer: encode it (as written, or in the model's
+/// chat template with `chat`), generate with `params`, and return the text up to the first
+/// EOS/EoT (the model's, or the tokenizer's end-of-turn token). For a [`LoadedModel`] the same is
+/// `loaded.generate_text(prompt, chat, &params)` ([`LoadedModelExt`]).
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let params = loaded.decode_params();
+/// let tok = loaded.tokenizer.as_ref().ok_or("no tokenizer.json")?;
+/// let prompt = "Tom has 23 apples. He buys 5 more. How many apples does Tom have now?";
+/// assert_eq!(generate_text(&mut loaded.model, tok, prompt, false, &params)?, "23 + 5 = 28. Answer: 28");
+/// # Ok(())
+/// # }
+/// ```
 pub fn generate_text(
-    loaded: &mut dllm_models::LoadedModel,
+    model: &mut dyn DiffusionLm,
+    tokenizer: &TextTokenizer,
     prompt: &str,
     chat: bool,
     params: &DecodeParams,
 ) -> Result<String> {
-    let tok = loaded.tokenizer.as_ref().ok_or_else(|| {
-        DecodeError::InvalidPrompt(format!(
-            "{} has no tokenizer: encode the prompt yourself and call `generate`",
-            loaded.source
-        ))
-    })?;
-    if chat && !tok.has_chat_template() {
-        return Err(DecodeError::InvalidPrompt(format!(
-            "the tokenizer of {} has no chat template",
-            loaded.source
-        )));
+    Ok(generate_text_with(model, tokenizer, prompt, chat, params, &mut ())?.0)
+}
+
+/// [`generate_text`] reporting every step to `observer` (a progress bar, streaming, a stop
+/// condition), and returning the [`Generation`] (counters, the canvas) beside the text.
+///
+/// A closure is an observer; give its argument's type (`&StepEvent<'_>`), which Rust does not
+/// infer for a `&mut dyn StepObserver`:
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let params = loaded.decode_params();
+/// let tok = loaded.tokenizer.as_ref().ok_or("no tokenizer.json")?;
+/// let mut decided = Vec::new(); // positions in the order they were decided
+/// let mut watch = |e: &StepEvent<'_>| {
+///     decided.extend_from_slice(e.unmasked);
+///     Control::Continue // Control::Stop ends the generation early
+/// };
+/// let prompt = "Tom has 23 apples. He buys 5 more. How many apples does Tom have now?";
+/// let (text, g) = generate_text_with(&mut loaded.model, tok, prompt, false, &params, &mut watch)?;
+/// assert_eq!(text, "23 + 5 = 28. Answer: 28");
+/// assert_eq!(decided.len(), g.tokens_decoded);
+/// # Ok(())
+/// # }
+/// ```
+pub fn generate_text_with(
+    model: &mut dyn DiffusionLm,
+    tokenizer: &TextTokenizer,
+    prompt: &str,
+    chat: bool,
+    params: &DecodeParams,
+    observer: &mut dyn StepObserver,
+) -> Result<(String, Generation)> {
+    if chat && !tokenizer.has_chat_template() {
+        return Err(DecodeError::InvalidPrompt(
+            "the tokenizer has no chat template (`chat` asks for one)".into(),
+        ));
     }
-    let ids = tok.encode_prompt(prompt, chat)?;
-    let g = generate(&mut loaded.model, &ids, params, &mut ())?;
-    let stop = loaded.model.info().special.stop_ids();
-    Ok(tok.decode(g.answer(&stop), true)?)
+    let ids = tokenizer.encode_prompt(prompt, chat)?;
+    let g = generate(model, &ids, params, observer)?;
+    let mut stop = model.info().special.stop_ids();
+    stop.extend(tokenizer.eot_id());
+    let text = tokenizer.decode(g.answer(&stop), true)?;
+    Ok((text, g))
+}
+
+/// What a [`LoadedModel`] (a model with its tokenizer and its checkpoint's decoding
+/// recommendations) adds for decoding; in [`prelude`].
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let params = DecodeParams { strategy: Strategy::Mbsd, ..loaded.decode_params() };
+/// let text = loaded.generate_text("Mia has 33 eggs. She buys 3 more. How many eggs does Mia have now?", false, &params)?;
+/// assert_eq!(text, "33 + 3 = 36. Answer: 36");
+/// # Ok(())
+/// # }
+/// ```
+pub trait LoadedModelExt {
+    /// The checkpoint's recommended lengths and schedule over the defaults
+    /// ([`DecodeParams::for_model`]).
+    fn decode_params(&self) -> DecodeParams;
+
+    /// [`generate_text`] with the model's own tokenizer (an error naming the source when it has
+    /// none).
+    fn generate_text(&mut self, prompt: &str, chat: bool, params: &DecodeParams) -> Result<String>;
+}
+
+impl LoadedModelExt for LoadedModel {
+    fn decode_params(&self) -> DecodeParams {
+        DecodeParams::for_model(self)
+    }
+
+    fn generate_text(&mut self, prompt: &str, chat: bool, params: &DecodeParams) -> Result<String> {
+        let tok = self.tokenizer.as_ref().ok_or_else(|| {
+            DecodeError::InvalidPrompt(format!(
+                "{} has no tokenizer: encode the prompt yourself and call `generate`",
+                self.source
+            ))
+        })?;
+        if chat && !tok.has_chat_template() {
+            return Err(DecodeError::InvalidPrompt(format!(
+                "the tokenizer of {} has no chat template",
+                self.source
+            )));
+        }
+        generate_text(&mut self.model, tok, prompt, chat, params)
+    }
+}
+
+/// The names an app uses most: `use dllm_decode::prelude::*;` brings `dllm_models::prelude`
+/// (the loader, `llada` / `dream`, `DiffusionLm`, candle's `Tensor`, `Device`, `DType`,
+/// `VarBuilder`), the decoding entry points, the parameters, the observer types, the two roles a
+/// user can implement, and [`LoadedModelExt`] (`loaded.decode_params()`).
+pub mod prelude {
+    pub use crate::{
+        generate, generate_text, generate_text_with, Control, DecodeParams, DecodeView, Decoder,
+        Generation, LoadedModelExt, Selector, StepEvent, StepObserver, StopReason, Strategy,
+        WindowPlan, WindowPolicy,
+    };
+    pub use dllm_models::prelude::*;
 }
 
 /// A decoder: parameters plus the roles of the block loop. The built-in roles follow
 /// `params.strategy` and `params.threshold`; a user's own [`WindowPolicy`] or [`Selector`] replaces
-/// them (see [`roles`] for an example).
+/// them (each trait's docs hold an example).
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let tok = loaded.tokenizer.clone().ok_or("no tokenizer.json")?;
+/// let prompt = tok.encode_prompt("Tom has 23 apples. He buys 5 more. How many apples does Tom have now?", false)?;
+/// let params = DecodeParams { strategy: Strategy::DualCache, ..loaded.decode_params() };
+/// let g = Decoder::new(params).run(&mut loaded.model, &prompt, &mut ())?;
+/// let stop = loaded.model.info().special.stop_ids();
+/// assert_eq!(tok.decode(g.answer(&stop), true)?, "23 + 5 = 28. Answer: 28");
+/// # Ok(())
+/// # }
+/// ```
 pub struct Decoder<'a> {
     params: DecodeParams,
     latency: Option<Arc<LatencyTable>>,

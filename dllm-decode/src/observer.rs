@@ -65,7 +65,31 @@ pub fn final_prefix(states: &[TokenState], prompt_len: usize) -> usize {
         .count()
 }
 
-/// Receives every step.
+/// Receives every step. `()` observes nothing; a closure `FnMut(&StepEvent<'_>) -> Control` is an
+/// observer (write its argument's type: Rust does not infer it for a `&mut dyn StepObserver`).
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let params = loaded.decode_params(); // 3 blocks of 8
+/// let tok = loaded.tokenizer.as_ref().ok_or("no tokenizer.json")?;
+/// let prompt = tok.encode_prompt("Tom has 23 apples. He buys 5 more. How many apples does Tom have now?", false)?;
+/// // Stream: print what each step decided, and stop after the first block.
+/// let mut first_block = |e: &StepEvent<'_>| {
+///     for &p in e.unmasked {
+///         print!("[{}]={} ", p, e.canvas[p]);
+///     }
+///     if e.block == 0 && e.masked_left == 16 { Control::Stop } else { Control::Continue }
+/// };
+/// let g = generate(&mut loaded.model, &prompt, &params, &mut first_block)?;
+/// assert_eq!(g.stop, StopReason::Observer);
+/// assert_eq!(g.generated().iter().filter(|&&t| t == 5).count(), 16); // two blocks left masked
+/// # Ok(())
+/// # }
+/// ```
 pub trait StepObserver {
     /// Called after each denoising step.
     fn on_step(&mut self, event: &StepEvent<'_>) -> Control;

@@ -6,7 +6,8 @@ use crate::error::{DecodeError, Result};
 pub const DEFAULT_GEN_LENGTH: usize = 128;
 /// Default block length (LLaDA's `generate.py`; the paper's block size).
 pub const DEFAULT_BLOCK_LENGTH: usize = 32;
-/// Default total denoising steps (one token per step at the default length).
+/// Total denoising steps at [`DEFAULT_GEN_LENGTH`] (one token per step; [`DecodeParams::resolve`]
+/// gives `gen_length` steps when neither the user nor the checkpoint chooses).
 pub const DEFAULT_STEPS: usize = 128;
 /// Fast-dLLM's parallel-decoding confidence threshold.
 pub const DEFAULT_THRESHOLD: f32 = 0.9;
@@ -37,7 +38,16 @@ pub struct Requested {
     pub threshold: Option<f32>,
 }
 
-/// How the canvas is recomputed between steps.
+/// How the canvas is recomputed between steps. Parsed from its command-line spelling:
+///
+/// ```
+/// use dllm_decode::Strategy;
+///
+/// let s: Strategy = "mbsd".parse()?;
+/// assert_eq!((s, s.name()), (Strategy::Mbsd, "mbsd"));
+/// assert!("fastest".parse::<Strategy>().unwrap_err().to_string().contains("strategy"));
+/// # Ok::<(), dllm_decode::DecodeError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     /// The model family's reference algorithm: every step forwards the whole canvas (LLaDA's
@@ -71,6 +81,14 @@ impl Strategy {
 pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
 /// Staged token stabilization: the confidence at which a token becomes final.
 pub const DEFAULT_THETA_STABLE: f32 = 0.9;
+
+/// Largest accepted sampling temperature: LLaDA's Gumbel noise divides by `(-ln u)^t`, which
+/// leaves f64's range (and turns every candidate into a tie at 0 or infinity) around t = 18.
+pub const MAX_TEMPERATURE: f32 = 10.0;
+
+/// Largest accepted classifier-free guidance scale (guided logits are
+/// `uncond + (scale + 1) * (cond - uncond)`).
+pub const MAX_CFG_SCALE: f32 = 100.0;
 
 /// Revision: revise a Visible token when its re-score prefers another token by at least this
 /// much probability.
@@ -253,7 +271,9 @@ impl Default for DreamParams {
     }
 }
 
-/// Everything a decoder needs besides the model and the prompt.
+/// Everything a decoder needs besides the model and the prompt. The lengths depend on the model:
+/// [`DecodeParams::for_model`] takes a checkpoint's; `DecodeParams::default()` leaves them unset
+/// (an error if decoded with, see [its docs](#impl-Default-for-DecodeParams)).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecodeParams {
     /// Generated positions after the prompt.
@@ -290,12 +310,29 @@ pub struct DecodeParams {
     pub revision: RevisionParams,
 }
 
+/// Every parameter at its default **except the lengths**, which belong to the model:
+/// `gen_length`, `block_length` and `steps` are 0, "not chosen", and decoding with them is an
+/// error naming `gen_length` (never a silent run at lengths the checkpoint was not made for).
+/// Take a checkpoint's recommendation with [`DecodeParams::for_model`] (or
+/// `loaded.decode_params()`, [`crate::LoadedModelExt`]), or set the three:
+///
+/// ```
+/// use dllm_decode::{DecodeParams, Strategy};
+///
+/// let unset = DecodeParams::default();
+/// let e = unset.validate().unwrap_err().to_string();
+/// assert!(e.contains("gen_length") && e.contains("decode_params"), "{e}");
+///
+/// let p = DecodeParams { gen_length: 24, block_length: 8, steps: 24, strategy: Strategy::DualCache, ..Default::default() };
+/// p.validate()?;
+/// # Ok::<(), dllm_decode::DecodeError>(())
+/// ```
 impl Default for DecodeParams {
     fn default() -> Self {
         Self {
-            gen_length: DEFAULT_GEN_LENGTH,
-            block_length: DEFAULT_BLOCK_LENGTH,
-            steps: DEFAULT_STEPS,
+            gen_length: 0,
+            block_length: 0,
+            steps: 0,
             strategy: Strategy::Vanilla,
             threshold: None,
             remasking: Remasking::LowConfidence,
@@ -361,7 +398,22 @@ impl DecodeParams {
     }
 
     /// The checkpoint's recommended lengths and schedule (`generation_config.json`) over the
-    /// defaults: what `generate` runs when given no flags. Other fields keep their defaults.
+    /// defaults: what `generate` runs when given no flags (lengths the checkpoint does not name
+    /// follow [`DecodeParams::resolve`]). Other fields keep their defaults. Also
+    /// `loaded.decode_params()` ([`crate::LoadedModelExt`]).
+    ///
+    /// ```
+    /// use dllm_decode::DecodeParams;
+    /// use dllm_models::{load, LoadOptions, ModelSource};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+    /// let loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+    /// let p = DecodeParams::for_model(&loaded); // tiny-llada's generation_config.json
+    /// assert_eq!((p.gen_length, p.block_length, p.steps), (24, 8, 24));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn for_model(loaded: &dllm_models::LoadedModel) -> DecodeParams {
         DecodeParams::default().resolve(Requested::default(), &loaded.defaults)
     }
@@ -379,11 +431,15 @@ impl DecodeParams {
     /// Check every parameter; the error names the first bad one.
     pub fn validate(&self) -> Result<()> {
         let p = |name: &'static str, reason: String| DecodeError::param(name, reason);
+        let unset = "is 0, not chosen: DecodeParams::default() leaves gen_length, block_length \
+                     and steps to the model (take a checkpoint's recommendation with \
+                     `loaded.decode_params()` / `DecodeParams::for_model(&loaded)`, or set all \
+                     three)";
         if self.gen_length == 0 {
-            return Err(p("gen_length", "must be positive".into()));
+            return Err(p("gen_length", unset.into()));
         }
         if self.block_length == 0 {
-            return Err(p("block_length", "must be positive".into()));
+            return Err(p("block_length", unset.into()));
         }
         if !self.gen_length.is_multiple_of(self.block_length) {
             return Err(p(
@@ -395,7 +451,7 @@ impl DecodeParams {
             ));
         }
         if self.steps == 0 {
-            return Err(p("steps", "must be positive".into()));
+            return Err(p("steps", unset.into()));
         }
         if self.steps > self.gen_length {
             return Err(p(
@@ -421,16 +477,24 @@ impl DecodeParams {
                 return Err(p("threshold", format!("{t} is not in (0, 1]")));
             }
         }
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+        if !(self.temperature >= 0.0 && self.temperature <= MAX_TEMPERATURE) {
             return Err(p(
                 "temperature",
-                format!("{} must be a finite value >= 0", self.temperature),
+                format!(
+                    "{:?} is not in [0, {MAX_TEMPERATURE}] (beyond it LLaDA's Gumbel noise \
+                     (-ln u)^temperature leaves the range of f64 and every token ties)",
+                    self.temperature
+                ),
             ));
         }
-        if !(self.cfg_scale >= 0.0 && self.cfg_scale.is_finite()) {
+        if !(self.cfg_scale >= 0.0 && self.cfg_scale <= MAX_CFG_SCALE) {
             return Err(p(
                 "cfg_scale",
-                format!("{} must be a finite value >= 0", self.cfg_scale),
+                format!(
+                    "{:?} is not in [0, {MAX_CFG_SCALE}] (guided logits are uncond + (scale + 1) \
+                     * (cond - uncond): large scales overflow f32)",
+                    self.cfg_scale
+                ),
             ));
         }
         if self.cfg_scale > 0.0 && self.strategy != Strategy::Vanilla {
@@ -585,11 +649,12 @@ mod tests {
             threshold: t,
         };
         // (asked, checkpoint) -> (gen, block, steps, threshold)
-        let table: &[(
+        type Row<'a> = (
             Requested,
-            &DecodeDefaults,
+            &'a DecodeDefaults,
             (usize, usize, usize, Option<f32>),
-        )] = &[
+        );
+        let table: &[Row<'_>] = &[
             (ask(None, None, None, None), &ck, (24, 8, 24, Some(0.9))),
             (ask(None, None, None, None), &none, (128, 32, 128, None)),
             // An explicit length without steps: one token per step, not the checkpoint's 24.

@@ -8,47 +8,8 @@
 //! cover the current block's masked positions and start inside the cache) and reports a bad one as
 //! an error naming the policy.
 //!
-//! ```
-//! use dllm_decode::roles::{DecodeView, WindowPlan, WindowPolicy};
-//!
-//! /// Forward the current block plus the next 8 positions (as drafts) against a dual cache.
-//! struct BlockPlusEight;
-//!
-//! impl WindowPolicy for BlockPlusEight {
-//!     fn plan(&mut self, v: &DecodeView<'_>) -> dllm_decode::Result<WindowPlan> {
-//!         if v.step_in_block == 0 {
-//!             // A full forward that rebuilds the cache, as Fast-dLLM's dual cache does.
-//!             return Ok(WindowPlan { start: 0, end: v.canvas.len(), fresh_cache: true, drafts: false });
-//!         }
-//!         let end = (v.block.end + 8).min(v.canvas.len());
-//!         Ok(WindowPlan { start: v.block.start, end, fresh_cache: false, drafts: true })
-//!     }
-//!     fn commit(&mut self, v: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
-//!         plan.fresh_cache.then_some((0, v.canvas.len()))
-//!     }
-//!     fn name(&self) -> &str {
-//!         "block+8"
-//!     }
-//! }
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use candle_core::{DType, Device};
-//! use dllm_decode::{DecodeParams, Decoder, Strategy};
-//! use dllm_models::{synthetic, weights::HfWeights, DiffusionTransformer, OpMode};
-//!
-//! let cfg = synthetic::tiny_llada(); // a random 2-layer LLaDA, for the example
-//! let w = HfWeights::from_tensors(synthetic::random_weights(&cfg, 0)?, cfg.arch, DType::F32, &Device::Cpu);
-//! let mut model = DiffusionTransformer::new(cfg, &w, OpMode::Fused)?;
-//! let params = DecodeParams {
-//!     gen_length: 16, block_length: 8, steps: 16, threshold: Some(0.9),
-//!     strategy: Strategy::DualCache, ..Default::default()
-//! };
-//! let g = Decoder::new(params).window_policy(BlockPlusEight).run(&mut model, &[2, 10, 11, 4], &mut ())?;
-//! assert_eq!(g.generated().len(), 16);
-//! assert!(g.draft_predictions > 0); // the 8 positions after the first block were scored as drafts
-//! # Ok(())
-//! # }
-//! ```
+//! Each trait's docs hold an example that runs: a window policy on [`WindowPolicy`], a selector
+//! on [`Selector`].
 
 use std::ops::Range;
 
@@ -120,6 +81,48 @@ pub struct WindowPlan {
 }
 
 /// Which positions a forward computes, and which of its K/V the cache keeps.
+///
+/// ```
+/// use dllm_decode::roles::{DecodeView, WindowPlan, WindowPolicy};
+///
+/// /// Forward the current block plus the next 8 positions (as drafts) against a dual cache.
+/// struct BlockPlusEight;
+///
+/// impl WindowPolicy for BlockPlusEight {
+///     fn plan(&mut self, v: &DecodeView<'_>) -> dllm_decode::Result<WindowPlan> {
+///         if v.step_in_block == 0 {
+///             // A full forward that rebuilds the cache, as Fast-dLLM's dual cache does.
+///             return Ok(WindowPlan { start: 0, end: v.canvas.len(), fresh_cache: true, drafts: false });
+///         }
+///         let end = (v.block.end + 8).min(v.canvas.len());
+///         Ok(WindowPlan { start: v.block.start, end, fresh_cache: false, drafts: true })
+///     }
+///     fn commit(&mut self, v: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
+///         plan.fresh_cache.then_some((0, v.canvas.len()))
+///     }
+///     fn name(&self) -> &str {
+///         "block+8"
+///     }
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use candle_core::{DType, Device};
+/// use dllm_decode::{DecodeParams, Decoder, Strategy};
+/// use dllm_models::{synthetic, weights::HfWeights, DiffusionTransformer, OpMode};
+///
+/// let cfg = synthetic::tiny_llada(); // a random 2-layer LLaDA, for the example
+/// let w = HfWeights::from_tensors(synthetic::random_weights(&cfg, 0)?, cfg.arch, DType::F32, &Device::Cpu);
+/// let mut model = DiffusionTransformer::new(cfg, &w, OpMode::Fused)?;
+/// let params = DecodeParams {
+///     gen_length: 16, block_length: 8, steps: 16, threshold: Some(0.9),
+///     strategy: Strategy::DualCache, ..Default::default()
+/// };
+/// let g = Decoder::new(params).window_policy(BlockPlusEight).run(&mut model, &[2, 10, 11, 4], &mut ())?;
+/// assert_eq!(g.generated().len(), 16);
+/// assert!(g.draft_predictions > 0); // the 8 positions after the first block were scored as drafts
+/// # Ok(())
+/// # }
+/// ```
 pub trait WindowPolicy {
     /// The next forward.
     fn plan(&mut self, view: &DecodeView<'_>) -> Result<WindowPlan>;
@@ -140,7 +143,39 @@ pub trait WindowPolicy {
     }
 }
 
-/// Which undecided positions of the current block a step decides.
+/// Which undecided positions of the current block a step decides: `select` gets the step's
+/// candidates as `(position, confidence)` (the current block's undecided canvas positions in
+/// ascending order, confidence per [`crate::Remasking`]) and returns the positions to decide now,
+/// each one of the candidates (anything else is an error naming the selector). A step may decide
+/// nothing, but a block that makes no progress past its step budget is an error too.
+///
+/// ```
+/// use dllm_decode::prelude::*;
+///
+/// /// Decide the two most confident positions per step.
+/// struct TopTwo;
+///
+/// impl Selector for TopTwo {
+///     fn select(&mut self, candidates: &[(usize, f64)], _step_in_block: usize) -> Vec<usize> {
+///         let mut c = candidates.to_vec();
+///         c.sort_by(|a, b| b.1.total_cmp(&a.1));
+///         c.iter().take(2).map(|&(position, _)| position).collect()
+///     }
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// let params = loaded.decode_params(); // 24 positions in blocks of 8
+/// let tok = loaded.tokenizer.as_ref().ok_or("no tokenizer.json")?;
+/// let prompt = tok.encode_prompt("Tom has 23 apples. He buys 5 more. How many apples does Tom have now?", false)?;
+/// let g = Decoder::new(params).selector(TopTwo).run(&mut loaded.model, &prompt, &mut ())?;
+/// assert_eq!(g.steps, 12); // two positions a step
+/// let stop = loaded.model.info().special.stop_ids();
+/// assert_eq!(tok.decode(g.answer(&stop), true)?, "23 + 5 = 28. Answer: 28");
+/// # Ok(())
+/// # }
+/// ```
 pub trait Selector {
     /// A block becomes current with `masked` undecided positions.
     fn begin_block(&mut self, masked: usize) {

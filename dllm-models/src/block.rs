@@ -14,6 +14,8 @@ pub(crate) enum Qkv {
     /// One layer each.
     Split { q: Linear, k: Linear, v: Linear },
     /// One layer whose outputs are `nq` query, `nkv` key and `nkv` value features.
+    // Built only by the NPU sequence paths (`npu_seq.rs`, the `hexagon` feature).
+    #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     Fused { qkv: Linear, nq: usize, nkv: usize },
 }
 
@@ -23,6 +25,8 @@ pub(crate) enum GateUp {
     /// One layer each.
     Split { gate: Linear, up: Linear },
     /// One layer whose outputs are `ffn` gate then `ffn` up features.
+    // Built only by the NPU sequence paths (`npu_seq.rs`, the `hexagon` feature).
+    #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     Fused { gate_up: Linear, ffn: usize },
 }
 

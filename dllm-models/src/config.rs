@@ -229,9 +229,12 @@ impl TransformerConfig {
             ));
         }
         for (id, name) in [
-            (self.special.mask, "mask_token_id"),
-            (self.special.eos, "eos_token_id"),
+            (Some(self.special.mask), "mask_token_id"),
+            (Some(self.special.eos), "eos_token_id"),
+            (self.special.pad, "pad_token_id"),
+            (self.special.bos, "bos_token_id"),
         ] {
+            let Some(id) = id else { continue };
             if id as usize >= self.vocab_size {
                 return Err(Error::invalid(
                     name,

@@ -18,7 +18,7 @@ pub struct Fields {
 impl Fields {
     /// Read and parse `path`, which must hold a JSON object.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
+        let text = crate::files::read_text(path, "JSON", crate::files::MAX_JSON_BYTES)?;
         Self::parse_str(&text).map_err(|e| match e {
             Error::InvalidArgument(r) => Error::file(path, r),
             e => e,
@@ -44,6 +44,18 @@ impl Fields {
             bos: self.opt_token_id("bos_token_id")?,
             pad: self.opt_token_id("pad_token_id")?,
         })
+    }
+
+    /// `rope_scaling` absent or `null`: both models rotate with plain RoPE at `rope_theta`, and a
+    /// scaled RoPE would silently compute something else (the same rule for LLaDA and Dream).
+    pub fn require_no_rope_scaling(&self) -> Result<()> {
+        match self.get("rope_scaling") {
+            None => Ok(()),
+            Some(v) => Err(Error::invalid(
+                "rope_scaling",
+                format!("{v} is not supported (only null)"),
+            )),
+        }
     }
 
     /// A parsed JSON value, which must be an object.

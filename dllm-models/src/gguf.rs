@@ -103,7 +103,7 @@ impl GgufWeights {
     /// Open `path`, validate its header ([`crate::gguf_check`]), read its metadata into a config,
     /// and keep the file for tensor reads.
     pub fn open(path: &Path, dtype: DType, device: &Device) -> Result<(TransformerConfig, Self)> {
-        let file = File::open(path).map_err(|e| Error::file(path, e))?;
+        let (file, _) = crate::files::open_regular(path, "GGUF")?;
         // Every size in the header is checked (and the tensor ranges against the file) before
         // candle's reader parses it.
         let header = crate::gguf_check::walk(&file)
@@ -260,6 +260,30 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             pad: m.token("tokenizer.ggml.padding_token_id")?,
         },
     };
+    // Both models rotate the whole head (NeoX RoPE over head_dim): a partial rotary dimension
+    // or a scaled RoPE would be computed differently, so they are errors, as `rope_scaling` is
+    // in config.json.
+    if let Some(d) = m.int(&k("rope.dimension_count"))? {
+        let head_dim = cfg.head_dim() as u64;
+        if cfg.num_heads > 0 && d != head_dim {
+            return Err(Error::invalid(
+                &k("rope.dimension_count"),
+                format!(
+                    "{d}: only RoPE over the whole head ({head_dim} = embedding_length / head_count) is supported"
+                ),
+            ));
+        }
+    }
+    match content.metadata.get(&k("rope.scaling.type")) {
+        None => {}
+        Some(Value::String(s)) if s == "none" => {}
+        Some(v) => {
+            return Err(Error::invalid(
+                &k("rope.scaling.type"),
+                format!("{v:?} is not supported (only none)"),
+            ))
+        }
+    }
     let names = match arch {
         Arch::Llada => ConfigNames {
             hidden: "llada.embedding_length",

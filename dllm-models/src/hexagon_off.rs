@@ -106,6 +106,15 @@ pub(crate) mod npu_seq {
         match *kv {}
     }
 
+    pub(crate) fn rescore_on_cpu(
+        _: &TransformerWeights,
+        kv: &DeviceKv,
+        _: &Tensor,
+        _: &[usize],
+    ) -> Result<Tensor> {
+        match *kv {}
+    }
+
     pub(crate) fn apply(kv: &mut DeviceKv, _: &Refresh) -> Result<()> {
         match *kv {}
     }

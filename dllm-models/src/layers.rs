@@ -26,7 +26,10 @@ use crate::Result;
 /// Where the fused inference ops run.
 #[derive(Debug, Clone, Default)]
 pub enum Backend {
-    /// candle's CPU kernels.
+    /// The CPU: the linear layers are `kernels-cpu` GEMMs over weights packed once at load
+    /// ([`CpuLinear`]; candle's matmul instead under [`CpuLinears::Candle`], and candle's
+    /// `QMatMul` for GGUF types without a kernel), attention over the KV cache is `kernels-cpu`'s,
+    /// and RMSNorm, RoPE and SwiGLU are candle-nn's fused CPU ops.
     #[default]
     Cpu,
     /// The Hexagon NPU (emulated DSP or FastRPC), with CPU fallback per op.

@@ -7,6 +7,7 @@ pub mod config;
 pub mod config_json;
 pub mod dream;
 mod error;
+pub mod files;
 pub mod gguf;
 pub mod gguf_check;
 pub mod gguf_write;
@@ -35,6 +36,11 @@ mod weights_model;
 
 /// candle, whose types appear in this crate's signatures.
 pub use candle_core;
+/// candle-nn, whose `VarBuilder` the candle-style constructors take (`llada::Model::new(&cfg, vb)`):
+/// an app that builds its `VarBuilder` through this re-export cannot end up with a second
+/// candle-nn version.
+pub use candle_nn;
+pub use candle_style::safetensors_var_builder;
 pub use error::{Error, Result};
 #[cfg(feature = "hub")]
 pub use hub::HubRepo;
@@ -54,3 +60,28 @@ pub use transformer::{
     CpuLinearBytes, DiffusionTransformer, TransformerConfig, TransformerWeights,
 };
 pub use weights::HfWeights;
+
+/// The names an app uses most: `use dllm_models::prelude::*;` brings the loader, the models (both
+/// ways of building them), the [`DiffusionLm`] trait (for `info()` and the windowed forwards) and
+/// the candle types their signatures use.
+///
+/// ```
+/// use dllm_models::prelude::*;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// let loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// assert_eq!(loaded.model.info().num_layers, 4);
+/// let ids = Tensor::new(&[[2u32, 10, 11, 5]], &Device::Cpu)?;
+/// assert_eq!(loaded.model.new_sequence()?.forward_full(&ids, Rows::All)?.dims()[1], 4);
+/// # Ok(())
+/// # }
+/// ```
+pub mod prelude {
+    pub use crate::candle_core::{DType, Device, Tensor};
+    pub use crate::candle_nn::VarBuilder;
+    pub use crate::{
+        dream, llada, load, DiffusionLm, DiffusionTransformer, LoadOptions, LoadedModel,
+        ModelSource, Rows, TextTokenizer,
+    };
+}

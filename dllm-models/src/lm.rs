@@ -225,6 +225,8 @@ pub struct Refresh {
 /// A masked-diffusion language model with a windowed forward and an explicit KV cache.
 ///
 /// See the [module docs](self) for the exact semantics.
+// `llada::Model` / `dream::Model` (candle_style.rs) forward every method, provided ones included,
+// to `DiffusionTransformer`: a method added here needs its line there.
 pub trait DiffusionLm: Send {
     /// The cache's epoch: a counter bumped by every change of the KV cache (`commit`,
     /// `apply_refresh`, `truncate_cache`); forwards do not change it. A [`Refresh`] records the epoch

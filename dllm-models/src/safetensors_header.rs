@@ -52,8 +52,7 @@ pub fn dtype_size(dtype: &str) -> Option<u64> {
 
 /// Read and validate the header of the safetensors file at `path`.
 pub fn read_file(path: &Path) -> Result<Vec<TensorMeta>> {
-    let mut f = std::fs::File::open(path).map_err(|e| Error::file(path, e))?;
-    let file_len = f.metadata().map_err(|e| Error::file(path, e))?.len();
+    let (mut f, file_len) = crate::files::open_regular(path, "safetensors")?;
     let mut n = [0u8; 8];
     f.read_exact(&mut n).map_err(|_| {
         Error::file(

@@ -40,6 +40,23 @@ impl ModelSource {
         if path.is_dir() {
             return Ok(ModelSource::Dir(path.to_path_buf()));
         }
+        // Something is there, but neither a directory nor a regular file: say what it is.
+        let odd = match crate::files::describe(path) {
+            Some(k) => Some(k.to_string()),
+            None if !path.exists() && std::fs::symlink_metadata(path).is_ok() => {
+                Some("a symlink to a missing file".into())
+            }
+            None => None,
+        };
+        if let Some(k) = odd {
+            return Err(Error::Source {
+                source_desc: spec.into(),
+                reason: format!(
+                    "is {k}, not a model directory or a .gguf file (pass a model directory, a \
+                     .gguf file or a hub id)"
+                ),
+            });
+        }
         if path.is_file() {
             let mut magic = [0u8; 4];
             let is_gguf = std::fs::File::open(path)
@@ -180,7 +197,24 @@ pub struct LoadedModel {
     pub warnings: Vec<String>,
 }
 
-/// Load a model from any source.
+/// Load a model from any source: the model, its tokenizer (when one is found), and the decoding
+/// recommendations of its `generation_config.json`. Every file is checked before use; errors name
+/// the file and the field or tensor.
+///
+/// ```
+/// use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+/// // A directory, a .gguf file, or a hub id such as "GSAI-ML/LLaDA-8B-Instruct".
+/// let loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+/// assert_eq!(loaded.model.info().special.mask, 5);
+/// assert_eq!(loaded.defaults.gen_length, Some(24));
+/// let e = ModelSource::parse("./no-such-dir").unwrap_err();
+/// assert!(e.to_string().contains("./no-such-dir"), "{e}");
+/// # Ok(())
+/// # }
+/// ```
 pub fn load(source: &ModelSource, opts: &LoadOptions) -> Result<LoadedModel> {
     match source {
         ModelSource::Dir(dir) => load_dir(dir, opts),
@@ -444,7 +478,7 @@ fn finish(
 /// The special tokens of a model once its config's are completed: EoT from the tokenizer (or
 /// LLaDA-8B's own id when there is none), BOS from `generation_config.json`; each checked to be a
 /// vocabulary row other than the mask. [`load`] and the candle-style constructors
-/// ([`crate::llada::new`], [`crate::dream::new`]) share this rule.
+/// ([`crate::llada::Model::new`], [`crate::dream::Model::new`]) share this rule.
 pub(crate) fn complete_special(
     info: &ModelInfo,
     tokenizer: Option<&TextTokenizer>,

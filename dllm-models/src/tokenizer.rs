@@ -50,6 +50,8 @@ pub enum ChatTemplate {
 pub struct TextTokenizer {
     inner: tokenizers::Tokenizer,
     template: ChatTemplate,
+    /// `inner` with special tokens encoded as text (built on first use).
+    as_text: std::sync::OnceLock<tokenizers::Tokenizer>,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -64,12 +66,9 @@ impl std::fmt::Debug for TextTokenizer {
 impl TextTokenizer {
     /// Load a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        if !path.is_file() {
-            return Err(Error::file(path, "no such tokenizer file"));
-        }
-        let inner = guarded(|| tokenizers::Tokenizer::from_file(path).map_err(|e| e.to_string()))
-            .map_err(|e| Error::file(path, format!("invalid tokenizer: {e}")))?;
-        Ok(Self::new(inner))
+        let bytes =
+            crate::files::read_limited(path, "tokenizer", crate::files::MAX_TOKENIZER_BYTES)?;
+        Self::from_bytes(&bytes).map_err(|e| Error::file(path, format!("invalid tokenizer: {e}")))
     }
 
     /// Parse a `tokenizer.json` held in memory.
@@ -98,7 +97,11 @@ impl TextTokenizer {
         } else {
             ChatTemplate::Plain
         };
-        Self { inner, template }
+        Self {
+            inner,
+            template,
+            as_text: std::sync::OnceLock::new(),
+        }
     }
 
     /// The detected chat template.
@@ -188,24 +191,70 @@ impl TextTokenizer {
         Ok(s)
     }
 
+    /// Encode text a user typed: special-token strings in it (`[MASK]`, `<eos>`, `<|eot_id|>`)
+    /// are text, never control tokens, as Hugging Face's `split_special_tokens` does for untrusted
+    /// input; `add_special` still applies the post-processor (BOS etc.).
+    pub fn encode_user_text(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let tok = self.as_text.get_or_init(|| {
+            let mut t = self.inner.clone();
+            t.set_encode_special_tokens(true);
+            t
+        });
+        let enc = guarded(|| tok.encode(text, add_special).map_err(|e| e.to_string()))
+            .map_err(Error::Tokenizer)?;
+        Ok(enc.get_ids().to_vec())
+    }
+
     /// Token ids of a prompt: with `chat`, the user message through the chat template (with the
-    /// generation prompt); without, the raw text with the tokenizer's post-processor specials.
+    /// generation prompt); without, the raw text with the tokenizer's post-processor specials. The
+    /// prompt's own text is encoded with [`Self::encode_user_text`]: typing `[MASK]` or `<eos>`
+    /// gives their characters, never the control ids (only the template's own tokens are special).
     pub fn encode_prompt(&self, prompt: &str, chat: bool) -> Result<Vec<u32>> {
-        if !chat {
-            return self.encode(prompt, true);
+        if !chat || self.template == ChatTemplate::Plain {
+            return self.encode_user_text(prompt, true);
         }
         self.encode_chat(&[Message::user(prompt)])
     }
 
     /// Token ids of a conversation through the chat template, ending with the assistant's
-    /// generation prompt (without a template: the messages' text with the post-processor specials).
+    /// generation prompt (without a template: the messages' text, joined by newlines, with the
+    /// post-processor specials). The messages' text is encoded with [`Self::encode_user_text`]
+    /// (typed specials are text); only the template's own tokens are special.
     pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        let text = self.render_chat(messages, true)?;
         if self.template == ChatTemplate::Plain {
-            return self.encode(&text, true);
+            return self.encode_user_text(&self.render_chat(messages, true)?, true);
         }
-        // The template already spells out BOS: do not let the post-processor add another.
-        self.encode(&text, false)
+        // The template rendered around placeholders (so no message text can be taken for part
+        // of the frame), then each piece of frame encoded with its specials and each message's
+        // text as text. (The template already spells out BOS: the post-processor adds none.)
+        let slots: Vec<String> = (0..messages.len())
+            .map(|i| format!("\u{0}message {i}\u{0}"))
+            .collect();
+        let framed: Vec<Message> = messages
+            .iter()
+            .zip(&slots)
+            .map(|(m, slot)| Message {
+                role: m.role.clone(),
+                content: slot.clone(),
+            })
+            .collect();
+        let frame = self.render_chat(&framed, true)?;
+        let mut rest = frame.as_str();
+        let mut ids = Vec::new();
+        for (m, slot) in messages.iter().zip(&slots) {
+            let (before, after) = rest
+                .split_once(slot.as_str())
+                .ok_or_else(|| Error::Tokenizer("the chat template lost a message".into()))?;
+            let content = match self.template {
+                ChatTemplate::Llada => m.content.trim(),
+                _ => m.content.as_str(),
+            };
+            ids.extend(self.encode(before, false)?);
+            ids.extend(self.encode_user_text(content, false)?);
+            rest = after;
+        }
+        ids.extend(self.encode(rest, false)?);
+        Ok(ids)
     }
 
     /// The end-of-turn token of the template, if the vocabulary has it.

@@ -50,6 +50,8 @@ pub struct DiffusionTransformer {
     pending: Option<Pending>,
     epoch: u64,
     last_dual: Option<DualPathTiming>,
+    /// The threads of the last CPU dual path: (the window forward's, the refresh's).
+    last_dual_threads: Option<(std::thread::ThreadId, std::thread::ThreadId)>,
 }
 
 impl DiffusionTransformer {
@@ -86,10 +88,31 @@ impl DiffusionTransformer {
             pending: None,
             epoch: 0,
             last_dual: None,
+            last_dual_threads: None,
         })
     }
 
     /// Another sequence over the same weights (no copy of the weights; its own empty cache).
+    /// Sequences are independent: two run on two threads at once.
+    ///
+    /// ```
+    /// use dllm_models::candle_core::{Device, Tensor};
+    /// use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource, Rows};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+    /// let loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
+    /// let (mut a, mut b) = (loaded.model.new_sequence()?, loaded.model.new_sequence()?);
+    /// let canvas = Tensor::new(&[[2u32, 10, 11, 5, 5]], &Device::Cpu)?;
+    /// let (la, lb) = std::thread::scope(|s| {
+    ///     let ha = s.spawn(|| a.forward_full(&canvas, Rows::All));
+    ///     let hb = s.spawn(|| b.forward_full(&canvas, Rows::All));
+    ///     (ha.join().unwrap(), hb.join().unwrap())
+    /// });
+    /// assert_eq!(la?.to_vec3::<f32>()?, lb?.to_vec3::<f32>()?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new_sequence(&self) -> Result<Self> {
         Self::from_weights(self.weights.clone())
     }
@@ -149,6 +172,13 @@ impl DiffusionTransformer {
     /// The timing of the last [`DiffusionLm::forward_with_refresh`] (None before the first).
     pub fn last_dual_path(&self) -> Option<DualPathTiming> {
         self.last_dual
+    }
+
+    /// The threads of the last CPU [`DiffusionLm::forward_with_refresh`]: the window forward's
+    /// (the caller's) and the refresh's, which is its own (None before the first, and on the NPU,
+    /// where the DSP runs the forward and the caller the refresh).
+    pub fn last_dual_path_threads(&self) -> Option<(std::thread::ThreadId, std::thread::ThreadId)> {
+        self.last_dual_threads
     }
 
     /// Full training forward (see [`TransformerWeights::forward_train`]).
@@ -231,6 +261,7 @@ impl DiffusionTransformer {
             w.forward_window(&cached, free, len, canvas, window.clone(), rows)
         };
         let mut timing = None;
+        let mut threads = None;
         let (logits, pending, refreshed) = match refresh {
             None => {
                 let (l, p) = fwd(&mut free)?;
@@ -250,17 +281,18 @@ impl DiffusionTransformer {
                             |c, p, l| w.refresh(cached_ref, len, epoch, c, p, l),
                             |c, p| w.rescore(cached_ref, len, c, p),
                         );
-                        (r, (t0, Instant::now()))
+                        (r, (t0, Instant::now()), std::thread::current().id())
                     });
                     // Start the forward once the refresh is running, so the two really overlap.
                     let _ = is_running.recv();
                     let t0 = Instant::now();
                     let f = fwd(&mut free);
                     let forward = (t0, Instant::now());
-                    let (rf, refresh) = h.join().map_err(|_| {
+                    let (rf, refresh, refresh_thread) = h.join().map_err(|_| {
                         Error::InvalidArgument("the refresh thread panicked".into())
                     })?;
                     timing = Some(DualPathTiming { forward, refresh });
+                    threads = Some((std::thread::current().id(), refresh_thread));
                     let (l, p) = f?;
                     let mut rf = rf?;
                     rf.timing = timing;
@@ -271,6 +303,7 @@ impl DiffusionTransformer {
         self.pending = Some(pending);
         if timing.is_some() {
             self.last_dual = timing;
+            self.last_dual_threads = threads;
         }
         Ok((logits, refreshed))
     }

@@ -314,6 +314,12 @@ impl HfWeights {
         }
     }
 
+    /// Name the source in errors (`desc`, e.g. "the VarBuilder").
+    pub(crate) fn described(mut self, desc: &str) -> Self {
+        self.desc = desc.into();
+        self
+    }
+
     /// The config field that ties the LM head, per architecture.
     fn tie_field(&self) -> &'static str {
         match self.arch {
@@ -380,7 +386,10 @@ impl WeightSource for HfWeights {
         } else {
             candle_nn::Init::Const(1.0)
         };
-        Ok(Param::Dense(self.vb.get_with_hints(shape, &name, init)?))
+        let t = self.vb.get_with_hints(shape, &name, init);
+        Ok(Param::Dense(t.map_err(|e| {
+            crate::candle_style::var_builder_error(e, &name, &self.desc)
+        })?))
     }
 
     fn dtype(&self) -> DType {

@@ -85,14 +85,17 @@ fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
     // The timing is recorded for both paths. How much they overlap depends on the scheduler (on a
     // loaded 2-core machine the refresh thread may start only after the forward), so it is
     // reported by the benchmarks (`refresh_ms`, `merge_wait_ms`), not asserted here; what must
-    // hold whatever the timing is that the result equals the sequential one, checked below.
+    // hold whatever the timing is that the result equals the sequential one, checked below, and
+    // that the window forward ran on this thread and the refresh on another.
     b.last_dual_path()
         .expect("forward_with_refresh records the timing of both paths");
+    let (forward_thread, refresh_thread) = b
+        .last_dual_path_threads()
+        .expect("forward_with_refresh records the threads of both paths");
+    assert_eq!(forward_thread, std::thread::current().id());
     assert_ne!(
-        std::thread::current().id(),
-        std::thread::spawn(|| std::thread::current().id())
-            .join()
-            .unwrap()
+        refresh_thread, forward_thread,
+        "the refresh ran on its own thread"
     );
     b.apply_refresh(&rb).unwrap();
     b.commit(48..56).unwrap();

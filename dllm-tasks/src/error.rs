@@ -5,8 +5,12 @@ use thiserror::Error;
 /// Errors from task parsing, tokenizer training, loading and encoding.
 #[derive(Debug, Error)]
 pub enum Error {
-    /// A task name that is not one of `math`, `yesno`, `choice`, `completion`.
-    #[error("unknown task {0:?} (expected one of: math, yesno, choice, completion)")]
+    /// A task name that is not one of the short suite's (`math`, `yesno`, `choice`, `completion`)
+    /// or the long suite's (`long-math`, `long-yesno`, `long-choice`, `long-story`).
+    #[error(
+        "unknown task {0:?} (expected one of: math, yesno, choice, completion (the short suite), \
+         long-math, long-yesno, long-choice, long-story (the long suite))"
+    )]
     UnknownTask(String),
 
     /// The `tokenizers` crate failed (training, encoding, decoding, (de)serialising).

@@ -367,10 +367,9 @@ pub fn save(tok: &Tokenizer, path: impl AsRef<Path>) -> Result<()> {
 /// Reads a `tokenizer.json` and checks its special-token ids.
 pub fn load(path: impl AsRef<Path>) -> Result<Tokenizer> {
     let path = path.as_ref();
-    let json = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
+    // A regular file within the size limit (not a FIFO, a device or a symlink loop).
+    let json =
+        dllm_models::files::read_text(path, "tokenizer", dllm_models::files::MAX_TOKENIZER_BYTES)?;
     let tok: Tokenizer = json.parse()?;
     check_special_tokens(&tok)?;
     Ok(tok)

@@ -211,7 +211,11 @@ fn suite_tokenizer_is_deterministic_and_reloads() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
     let missing = tokenizer::load(dir.join("nope.json")).unwrap_err();
-    assert!(matches!(missing, Error::Io { .. }), "{missing}");
+    assert!(
+        matches!(missing, Error::Model(_))
+            && missing.to_string().contains("no such tokenizer file"),
+        "{missing}"
+    );
 }
 
 #[test]

@@ -93,6 +93,8 @@ fn row_fn(isa: Isa) -> RowFn {
         Isa::Avx2 | Isa::AvxVnni => crate::act_x86::row_avx2,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => crate::act_x86::row_avx512,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => crate::aarch64::act::row_neon,
         _ => row_portable,
     }
 }
@@ -172,6 +174,32 @@ fn group_major(a: Acts, m: usize) -> Acts {
         scale: t(&a.scale, m, 1),
         off: t(&a.off, m, 1),
         fsum: t(&a.fsum, m, 1),
+    }
+}
+
+/// Fill the per-group outputs of one block from its 16-value sums (the SIMD row quantizers).
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+#[inline(always)]
+pub(crate) fn sums(o: &mut RowOut<'_>, spec: ActSpec, first16: usize, s16: &[i32]) {
+    match spec.off_group {
+        16 => {
+            for (j, &s) in s16.iter().enumerate() {
+                o.off[first16 + j] = -spec.offset * s;
+            }
+        }
+        _ => {
+            for (j, p) in s16.chunks_exact(2).enumerate() {
+                o.off[first16 / 2 + j] = -spec.offset * (p[0] + p[1]);
+            }
+        }
+    }
+    if spec.fsum {
+        for (j, p) in s16.chunks_exact(2).enumerate() {
+            o.fsum[first16 / 2 + j] = (p[0] + p[1]) as f32;
+        }
     }
 }
 

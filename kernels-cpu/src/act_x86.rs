@@ -7,32 +7,10 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use crate::act::{ActSpec, RowOut};
+use crate::act::{sums, ActSpec, RowOut};
 
 /// The largest float below 0.5: `trunc(t + copysign(HALF_DOWN, t)) == t.round()` for every `t`.
 const HALF_DOWN: f32 = 0.499_999_97;
-
-/// Fill the per-group outputs of one block from its 16-value sums.
-#[inline(always)]
-fn sums(o: &mut RowOut<'_>, spec: ActSpec, first16: usize, s16: &[i32]) {
-    match spec.off_group {
-        16 => {
-            for (j, &s) in s16.iter().enumerate() {
-                o.off[first16 + j] = -spec.offset * s;
-            }
-        }
-        _ => {
-            for (j, p) in s16.chunks_exact(2).enumerate() {
-                o.off[first16 / 2 + j] = -spec.offset * (p[0] + p[1]);
-            }
-        }
-    }
-    if spec.fsum {
-        for (j, p) in s16.chunks_exact(2).enumerate() {
-            o.fsum[first16 / 2 + j] = (p[0] + p[1]) as f32;
-        }
-    }
-}
 
 /// One row, AVX-512.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]

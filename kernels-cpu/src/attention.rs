@@ -253,7 +253,8 @@ pub fn attention_with<T: Element>(
 
 /// [`task`] compiled for the widest SIMD the CPU runs. The body uses explicit lanes and no fused
 /// multiply-add (Rust never contracts `a * b + c`), so every path computes bit-identical results;
-/// only the vector width the compiler may use differs.
+/// only the vector width the compiler may use differs. (On AArch64 NEON is the baseline, so the
+/// plain `task` is already the NEON code for every NEON path.)
 fn task_dispatch<T: Element>(
     isa: crate::isa::Isa,
     q: &[T],
@@ -275,7 +276,7 @@ fn task_dispatch<T: Element>(
                 // SAFETY: the CPU runs AVX2 (`attention_with` checked the path).
                 return unsafe { task_avx2(q, segs, s, scale, rows, kh) };
             }
-            Isa::Portable => {}
+            _ => {}
         }
     }
     let _ = isa;

@@ -304,7 +304,7 @@ fn pack_pairs(x: &[f32], m: usize, k: usize, kp: usize) -> Vec<f32> {
     v
 }
 
-struct Job<'a> {
+pub(crate) struct Job<'a> {
     w: DenseView<'a>,
     /// Activations, K-pair-major ([`pack_pairs`]).
     x: &'a [f32],
@@ -322,6 +322,9 @@ fn task_for(isa: Isa) -> TaskFn {
         Isa::Avx2 | Isa::AvxVnni => task_avx2,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 | Isa::Avx512Vnni => task_avx512,
+        // The dense kernels use no integer dot: every NEON path runs the same code.
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => crate::aarch64::dense_neon,
         _ => task::<Portable>,
     }
 }
@@ -350,7 +353,7 @@ struct Slab {
 }
 
 #[inline(always)]
-unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
     let w = &job.w;
     let kt_n = w.k.div_ceil(TILE);
     let es = w.ty.size();

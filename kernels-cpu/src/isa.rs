@@ -1,6 +1,6 @@
 //! Which SIMD instruction set the kernels use, detected at run time.
 //!
-//! Every kernel exists once, generic over a vector abstraction ([`crate::simd`]), and is
+//! Every kernel exists once, generic over a vector abstraction (`simd`), and is
 //! instantiated for each path below; [`Isa::best`] picks the widest path the CPU runs, and the
 //! `*_with` entry points take an explicit [`Isa`] so tests and benchmarks can run every path
 //! the machine has (and the portable one, which every target has).
@@ -21,16 +21,25 @@ pub enum Isa {
     Avx512,
     /// AVX-512 with VNNI (`vpdpbusd` on 512-bit vectors).
     Avx512Vnni,
+    /// AArch64 Advanced SIMD (NEON), 4 lanes; int8 dots through `smull` + `addp` + `sadalp`.
+    Neon,
+    /// NEON with the dot-product extension (`sdot`, Armv8.2 FEAT_DotProd).
+    NeonDotprod,
+    /// NEON with dotprod and the int8 matrix multiply (`smmla`, Armv8.6 FEAT_I8MM).
+    NeonI8mm,
 }
 
 impl Isa {
-    /// Every path, narrowest first.
-    pub const ALL: [Isa; 5] = [
+    /// Every path, narrowest first within each architecture.
+    pub const ALL: [Isa; 8] = [
         Isa::Portable,
         Isa::Avx2,
         Isa::AvxVnni,
         Isa::Avx512,
         Isa::Avx512Vnni,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::NeonI8mm,
     ];
 
     /// Whether this CPU runs the path.
@@ -58,12 +67,23 @@ impl Isa {
             Isa::Avx512Vnni => {
                 Isa::Avx512.is_available() && std::arch::is_x86_feature_detected!("avx512vnni")
             }
-            #[cfg(not(target_arch = "x86_64"))]
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDotprod => {
+                Isa::Neon.is_available() && std::arch::is_aarch64_feature_detected!("dotprod")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonI8mm => {
+                Isa::NeonDotprod.is_available() && std::arch::is_aarch64_feature_detected!("i8mm")
+            }
+            #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
-    /// The paths this CPU runs, narrowest first (always starts with [`Isa::Portable`]).
+    /// The paths this CPU runs, narrowest first (always starts with [`Isa::Portable`]; on x86-64
+    /// the AVX paths follow, on AArch64 the NEON ones).
     pub fn available() -> Vec<Isa> {
         Isa::ALL.into_iter().filter(|i| i.is_available()).collect()
     }
@@ -78,7 +98,8 @@ impl Isa {
         })
     }
 
-    /// A short lower-case name (`portable`, `avx2`, `avx-vnni`, `avx512`, `avx512-vnni`).
+    /// A short lower-case name (`portable`, `avx2`, `avx-vnni`, `avx512`, `avx512-vnni`, `neon`,
+    /// `neon-dotprod`, `neon-i8mm`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
@@ -86,6 +107,9 @@ impl Isa {
             Isa::AvxVnni => "avx-vnni",
             Isa::Avx512 => "avx512",
             Isa::Avx512Vnni => "avx512-vnni",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon-dotprod",
+            Isa::NeonI8mm => "neon-i8mm",
         }
     }
 

@@ -15,13 +15,16 @@
 //!   weight-tile order (for f16, byte for byte `KDSP_LAYOUT_HMX_WEIGHT_TILES`), half-precision
 //!   weights widened in registers, f32 accumulation.
 //! - [`ggml`]: the GGUF block formats and their reference dequantization.
-//! - [`Isa`]: the SIMD path (portable, AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI), detected at run
-//!   time; every kernel also takes an explicit path for tests and benchmarks.
+//! - [`Isa`]: the SIMD path (portable; on x86-64 AVX2, AVX-VNNI, AVX-512, AVX-512 VNNI; on
+//!   AArch64 NEON, NEON + dotprod, NEON + i8mm), detected at run time; every kernel also takes an
+//!   explicit path for tests and benchmarks.
 //! - [`threads`]: the thread count every kernel uses.
 //! - [`attention`]: attention over KV-cache segments (skip ranges, GQA, f32/f16/bf16 storage).
 
 #![warn(missing_docs)]
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod act_x86;

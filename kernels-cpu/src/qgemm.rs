@@ -219,12 +219,13 @@ fn s8_biased(isa: Isa) -> bool {
 pub(crate) fn lanes(isa: Isa) -> usize {
     match isa {
         Isa::Avx512 | Isa::Avx512Vnni => 16,
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => 4,
         _ => 8,
     }
 }
 
 /// One GEMM call, shared by its tasks.
-struct Job<'a> {
+pub(crate) struct Job<'a> {
     w: QuantView<'a>,
     acts: &'a Acts,
     out: OutPtr,
@@ -232,26 +233,42 @@ struct Job<'a> {
 }
 
 /// One slab's operands.
-struct Slab {
+pub(crate) struct Slab {
     /// Codes of unit `(nt, 0)`, advanced to this slab's lanes.
-    codes: *const u8,
+    pub codes: *const u8,
     /// Scales of unit `(nt, 0)`.
-    scales: *const u8,
+    pub scales: *const u8,
     /// This slab's first row within its 32-row tile.
-    g_off: usize,
+    pub g_off: usize,
     /// K blocks.
-    kb_n: usize,
+    pub kb_n: usize,
     /// Output column `n0` of row 0.
-    out: *mut f32,
+    pub out: *mut f32,
     /// Output row stride.
-    ldo: usize,
+    pub ldo: usize,
     /// Bias at `n0`, or null.
-    bias: *const f32,
+    pub bias: *const f32,
     /// Valid output columns of the slab.
-    nvalid: usize,
+    pub nvalid: usize,
 }
 
 type TaskFn = unsafe fn(&Job<'_>, Range<usize>, Range<usize>);
+
+/// The micro-kernels of one path.
+pub(crate) trait RunRows {
+    /// Compute rows `m0..` of the slab (at most `left`); return how many were done.
+    unsafe fn run(fmt: QFormat, sl: &Slab, a: &Acts, m0: usize, left: usize) -> usize;
+}
+
+/// The generic micro-kernels over `S` ([`run_rows`]).
+pub(crate) struct Generic<S>(std::marker::PhantomData<S>);
+
+impl<S: Simd> RunRows for Generic<S> {
+    #[inline(always)]
+    unsafe fn run(fmt: QFormat, sl: &Slab, a: &Acts, m0: usize, left: usize) -> usize {
+        run_rows::<S>(fmt, sl, a, m0, left)
+    }
+}
 
 fn task_for(isa: Isa) -> TaskFn {
     match isa {
@@ -263,6 +280,12 @@ fn task_for(isa: Isa) -> TaskFn {
         Isa::Avx512 => task_avx512,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => task_avx512_vnni,
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => crate::aarch64::qgemm_neon,
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDotprod => crate::aarch64::qgemm_dotprod,
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonI8mm => crate::aarch64::qgemm_i8mm,
         _ => task::<Portable>,
     }
 }
@@ -293,7 +316,17 @@ unsafe fn task_avx512_vnni(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize
 
 /// All slabs x rows of one task.
 #[inline(always)]
-unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task_with::<S, Generic<S>>(job, slabs, rows)
+}
+
+/// All slabs (of `S::LANES` rows) x rows of one task, each slab's rows through `R`.
+#[inline(always)]
+pub(crate) unsafe fn task_with<S: Simd, R: RunRows>(
+    job: &Job<'_>,
+    slabs: Range<usize>,
+    rows: Range<usize>,
+) {
     let w = &job.w;
     let fmt = w.fmt;
     let (nt_n, kb_n) = (w.n.div_ceil(TILE), w.k / fmt.block());
@@ -316,7 +349,7 @@ unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) 
         };
         let mut m = rows.start;
         while m < rows.end {
-            m += run_rows::<S>(fmt, &sl, job.acts, m, rows.end - m);
+            m += R::run(fmt, &sl, job.acts, m, rows.end - m);
         }
     }
 }

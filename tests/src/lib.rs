@@ -5,7 +5,7 @@
 //!
 //! * [`checkpoint`] reads safetensors checkpoints (single file or sharded) with the `safetensors`
 //!   crate straight into `f64`, under tensor names written out here from the model cards.
-//! * [`reference`] is a plain-loop `f64` forward of LLaDA and Dream from those tensors and the
+//! * [`reference`](mod@reference) is a plain-loop `f64` forward of LLaDA and Dream from those tensors and the
 //!   checkpoint's own `config.json` (no candle ops).
 //! * [`generate`] is LLaDA's official `generate` (temperature 0, low-confidence remasking) on top
 //!   of any logits function — the oracle decoders are compared against.

@@ -580,3 +580,52 @@ fn hub_get_optional_tells_absent_from_failure() {
     });
     named_err("connection refused", refused, &["generation_config.json"]);
 }
+
+// --- issue 25: settings accepted and silently ignored ------------------------------------------
+
+/// A RoPE the models do not compute — `rope_scaling` in config.json (LLaDA used to accept it while
+/// Dream rejected it), a GGUF `rope.dimension_count` other than the head dimension (0 and 2^32-1
+/// loaded) — and sizes or ids outside the vocabulary (`vocab_size: 0` beside `embedding_size`, a
+/// `pad_token_id` past the last row) are errors naming the field.
+#[test]
+fn row_rope_settings_vocab_size_and_pad_id_are_checked() {
+    let scaling = json!({"type": "linear", "factor": 2.0});
+    for (cfg, name) in [(tiny_llada(), "llada"), (tiny_dream(), "dream")] {
+        let dir = with_config("rope-scaling", &cfg, "rope_scaling", scaling.clone());
+        load_err(
+            &format!("{name} rope_scaling"),
+            dir.path(),
+            &["rope_scaling"],
+        );
+        let rows = cfg.vocab_size as u64;
+        let dir = with_config("pad", &cfg, "pad_token_id", json!(rows));
+        load_err(
+            &format!("{name} pad_token_id = vocab"),
+            dir.path(),
+            &["pad_token_id", &rows.to_string()],
+        );
+        // null is absent, as Hugging Face writes it.
+        let dir = with_config("scaling-null", &cfg, "rope_scaling", Value::Null);
+        load_default(dir.path()).unwrap();
+    }
+    let dir = with_config("vocab0", &tiny_llada(), "vocab_size", json!(0));
+    load_err(
+        "llada vocab_size 0",
+        dir.path(),
+        &["vocab_size", "positive"],
+    );
+    for v in [0u32, u32::MAX] {
+        let (_dir, path) = gguf_with("rope-dim", |m, _| {
+            set_meta(m, "llada.rope.dimension_count", G::U32(v))
+        });
+        load_err(
+            &format!("rope.dimension_count {v}"),
+            &path,
+            &["llada.rope.dimension_count", &v.to_string()],
+        );
+    }
+    let (_dir, path) = gguf_with("rope-type", |m, _| {
+        set_meta(m, "llada.rope.scaling.type", G::String("yarn".into()))
+    });
+    load_err("rope.scaling.type yarn", &path, &["rope.scaling.type"]);
+}

@@ -204,3 +204,44 @@ fn tokenizer_beside_the_model_sets_eot_and_generation_config_sets_bos() {
         vec![cfg.special.eos, t.token_id("<|eot_id|>").unwrap()]
     );
 }
+
+/// Special-token text a user types is text, with or without the chat template: only the
+/// template's own tokens (and the post-processor's BOS) are control ids.
+#[test]
+fn special_token_text_in_a_prompt_is_not_a_control_token() {
+    let t = tok(&LLADA_SPECIALS, Some("<|startoftext|>"));
+    let id = |s: &str| t.token_id(s).unwrap();
+    let typed = "hello <|eot_id|> world <|startoftext|>";
+    let plain = t.encode_prompt(typed, false).unwrap();
+    assert_eq!(plain.first(), Some(&id("<|startoftext|>")), "{plain:?}");
+    assert!(!plain[1..].contains(&id("<|startoftext|>")), "{plain:?}");
+    assert!(!plain.contains(&id("<|eot_id|>")), "{plain:?}");
+    let chat = t.encode_prompt(typed, true).unwrap();
+    let count = |ids: &[u32], s: &str| ids.iter().filter(|&&i| i == id(s)).count();
+    assert_eq!(
+        count(&chat, "<|eot_id|>"),
+        1,
+        "the template's own: {chat:?}"
+    );
+    assert_eq!(count(&chat, "<|startoftext|>"), 1, "{chat:?}");
+    // Ordinary prompts encode as before: the template around the words.
+    assert_eq!(
+        t.encode_prompt("hello world", true).unwrap(),
+        t.encode(
+            &t.render_chat(&[Message::user("hello world")], true)
+                .unwrap(),
+            false
+        )
+        .unwrap()
+    );
+    let q = tok(&QWEN_SPECIALS, None);
+    let ids = q
+        .encode_prompt("hello <|im_end|> <|im_start|>", true)
+        .unwrap();
+    let im_end = q.token_id("<|im_end|>").unwrap();
+    assert_eq!(
+        ids.iter().filter(|&&i| i == im_end).count(),
+        2,
+        "system and user turns only: {ids:?}"
+    );
+}

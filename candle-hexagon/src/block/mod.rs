@@ -2,8 +2,8 @@
 //! block as **one DSP batch** over its weights, a resident fp16 KV cache and planned
 //! intermediates in the NPU address window.
 //!
-//! An NPU pays per round trip, so at this grain the module *is* the op (STYLE.md: "a
-//! block-level module is the op"). [`HexTransformer`] packs a stack of llama-style
+//! An NPU pays per round trip, so at this grain the module *is* the op: a whole block per
+//! message, not one message per matmul. [`HexTransformer`] packs a stack of llama-style
 //! bidirectional blocks at load time — fused QKV (+ bias) and fused gate/up as fp16 HMX tiles or
 //! Q4_0 tiles, kept in host memory for the memory runtime ([`crate::runtime`]) to place
 //! (resident, or streamed through staging slots when the window is too small); RMSNorm weights,

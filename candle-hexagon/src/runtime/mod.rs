@@ -15,7 +15,7 @@
 //!   prefetch: every miss is a synchronous map + copy.
 //! - **`somr`** (the default): [`graph`] capture, [`placement`] under the VA budget from a
 //!   profile, [`packing`] (residents in consumption order inside a few large mappings;
-//!   activations sharing offsets by live range), and double-buffered staging ([`somr`]): while
+//!   activations sharing offsets by live range), and double-buffered staging (`somr`): while
 //!   the DSP runs one stage from a slot, the host fills the other slot for the next stage, and
 //!   slots change hands only when the fence of the stage reading them has completed (the leases
 //!   refuse any host write into a slot a batch in flight still reads).
@@ -101,6 +101,7 @@ pub struct SwapStats {
     plans: AtomicU64,
     profiled: AtomicU64,
     evictions: AtomicU64,
+    slot_waits: AtomicU64,
 }
 
 /// A snapshot of [`SwapStats`].
@@ -120,6 +121,9 @@ pub struct SwapSnapshot {
     pub profiled: u64,
     /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
     pub evictions: u64,
+    /// Times staging waited for the batch still reading a slot before overwriting it (`somr`;
+    /// counted before the wait begins).
+    pub slot_waits: u64,
 }
 
 impl SwapStats {
@@ -133,6 +137,7 @@ impl SwapStats {
             plans: l(&self.plans),
             profiled: l(&self.profiled),
             evictions: l(&self.evictions),
+            slot_waits: l(&self.slot_waits),
         }
     }
 
@@ -180,6 +185,15 @@ impl SwapStats {
 
     pub(crate) fn count_evictions(&self, n: u64) {
         Self::add(&self.evictions, n);
+    }
+
+    /// Wait for `reader` (the batch still reading a staging slot) before the slot is
+    /// overwritten; a wait on a batch not yet done is counted first.
+    pub(crate) fn wait_for_slot(&self, reader: &Completion) {
+        if !reader.is_done() {
+            Self::add(&self.slot_waits, 1);
+        }
+        reader.wait();
     }
 }
 

@@ -372,7 +372,7 @@ impl Somr {
             let s = &mut a.slots[k];
             if s.tag != Some(j) {
                 if let Some(r) = &s.reader {
-                    r.wait();
+                    rt.stats().wait_for_slot(r);
                 }
                 let start = Instant::now();
                 for &(w, off) in &stage.streamed {
@@ -511,7 +511,7 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
         return Ok(());
     }
     if let Some(r) = &slot.reader {
-        r.wait();
+        rt.stats().wait_for_slot(r);
     }
     let start = Instant::now();
     for &(w, off) in &stage.streamed {

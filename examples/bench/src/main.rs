@@ -329,7 +329,61 @@ impl Runner<'_> {
     }
 }
 
+/// Every flag checked before any work (the rows take minutes): errors name the flag.
+fn check_args(a: &Args) -> Result<()> {
+    if a.prompts == 0 {
+        bail!("--prompts must be positive (held-out prompts per task)");
+    }
+    if a.pareto && a.pareto_questions == 0 {
+        bail!("--pareto-questions must be positive");
+    }
+    if !a.pareto && (!a.only.is_empty() || a.oracle_revision) {
+        bail!("--only and --oracle-revision apply to --pareto only");
+    }
+    if a.hexagon_workers == 0 {
+        bail!("--hexagon-workers must be positive");
+    }
+    if let Some(w) = a.hexagon_window {
+        HexagonConfig::default()
+            .with_memory_names("somr", w)
+            .map_err(|e| anyhow!("--hexagon-window {w}: {e}"))?;
+    }
+    // The decoding of every row, as far as the flags decide it: the ablation's mbsd rows carry
+    // the thresholds, and the lengths are the flags' (the checkpoint adds nothing but steps).
+    let mut p = DecodeParams {
+        strategy: Strategy::Mbsd,
+        ..Default::default()
+    };
+    (p.revision.theta_visible, p.revision.theta_stable) = (a.theta_visible, a.theta_stable);
+    llada_cli::check_before_load(
+        p,
+        Requested {
+            gen_length: Some(a.gen_length),
+            block_length: Some(a.block_length),
+            steps: None,
+            threshold: None,
+        },
+    )
+}
+
+/// The rows that failed, as an error naming each (the reports are written first).
+fn failed_rows<'a>(rows: impl IntoIterator<Item = &'a RowResult>) -> Result<()> {
+    let failed: Vec<String> = rows
+        .into_iter()
+        .filter_map(|r| {
+            r.failed
+                .as_ref()
+                .map(|e| format!("`{}`: {e}", r.spec.label))
+        })
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    bail!("{} row(s) failed:\n  {}", failed.len(), failed.join("\n  "))
+}
+
 fn run(a: Args) -> Result<()> {
+    check_args(&a)?;
     if let Some(t) = a.threads {
         dllm_models::threads::configure(t).context("--threads")?;
     }
@@ -357,13 +411,9 @@ fn run(a: Args) -> Result<()> {
     let tok = text_tok.inner().clone();
     let suite = dllm_tasks::tokenizer::suite_of(&tok)
         .context("the model's tokenizer is not a task-suite tokenizer")?;
-    let per_task = if a.quick { 1 } else { a.prompts.max(1) };
+    let per_task = if a.quick { 1 } else { a.prompts };
     let mut examples = if a.pareto {
-        let n = if a.quick {
-            2
-        } else {
-            a.pareto_questions.max(1)
-        };
+        let n = if a.quick { 2 } else { a.pareto_questions };
         dllm_tasks::eval::questions(&[dllm_tasks::TaskKind::LongMath], Some(n))
     } else {
         dllm_tasks::eval::questions(&suite.tasks(), Some(per_task))
@@ -378,7 +428,7 @@ fn run(a: Args) -> Result<()> {
         threshold: None,
     };
     let base = DecodeParams::default().resolve(asked, &cpu.model.defaults);
-    base.validate().context("--gen-length / --block-length")?;
+    base.validate().map_err(llada_cli::cli_error)?;
     let thetas = (a.theta_visible, a.theta_stable);
     let info = cpu.model.model.info().clone();
     eprintln!(
@@ -442,11 +492,22 @@ fn run(a: Args) -> Result<()> {
         wall_s: t_all.elapsed().as_secs_f64(),
         phone: runner.phone.clone(),
     };
+    let all = || {
+        table
+            .iter()
+            .chain(&sweep_a)
+            .chain(&sweep_b)
+            .chain(sweep_c.iter().map(|(_, r)| r))
+    };
+    if all().all(|r| r.failed.is_some()) {
+        // Nothing measured: no report to write.
+        return failed_rows(all());
+    }
     report::write_all(&a.out, &ctx, &table, &sweep_a, &sweep_b, &sweep_c)?;
     plot::write_all(&a.out, &table)?;
     eprintln!("wrote {}", a.out.display());
     print!("{}", std::fs::read_to_string(a.out.join("table6.md"))?);
-    Ok(())
+    failed_rows(all())
 }
 
 /// `--pareto`: every configuration of [`pareto::specs`] over the long-math questions.

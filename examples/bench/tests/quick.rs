@@ -211,3 +211,82 @@ fn pareto_writes_the_picture_with_its_frontier_and_the_oracle() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("--only"));
     let _ = std::fs::remove_dir_all(&base);
 }
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// D8: flags used to be checked when a row needed them (`--hexagon-window 0` after the CPU rows,
+/// `--theta-visible NaN` after a minute, named `revision.theta_visible`), and `--prompts 0`
+/// silently became 1. They are now checked before anything is loaded: with a model that does not
+/// exist, the error is still the flag's.
+#[test]
+fn flags_are_checked_before_any_work() {
+    let out = std::env::temp_dir().join(format!("bench-flags-{}", std::process::id()));
+    let o = out.to_str().unwrap();
+    for (args, word) in [
+        (&["--hexagon-window", "0"][..], "--hexagon-window"),
+        (&["--theta-visible", "NaN"][..], "--theta-visible"),
+        (&["--theta-visible", "0.95"][..], "--theta-visible"),
+        (&["--prompts", "0"][..], "--prompts"),
+        (&["--hexagon-workers", "0"][..], "--hexagon-workers"),
+        (&["--block-length", "7"][..], "--block-length"),
+    ] {
+        let mut all = vec!["--model", "/definitely/not/a/model", "--out", o];
+        all.extend_from_slice(args);
+        let r = bench(&all);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(word),
+            "{args:?}: stderr should name `{word}`: {err}"
+        );
+        assert!(
+            !err.contains("definitely"),
+            "{args:?}: checked after the model: {err}"
+        );
+    }
+    assert!(
+        !out.exists(),
+        "nothing is written before the flags are checked"
+    );
+}
+
+/// D8: a run whose rows all failed used to exit 0 and write `results.json`. Every row failing
+/// (prompts longer than the model's context) is now an error naming the rows, with no report.
+#[test]
+fn failed_rows_fail_the_run_and_are_named() {
+    let base = std::env::temp_dir().join(format!("bench-fail-{}", std::process::id()));
+    let model = base.join("model");
+    let out = base.join("out");
+    random_long_model(&model);
+    let cfg_path = model.join("config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+    cfg["max_sequence_length"] = serde_json::json!(64);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let o = bench(&[
+        "--quick",
+        "--no-sweeps",
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--gen-length",
+        "32",
+        "--block-length",
+        "32",
+        "--threads",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "every row failed, yet exit 0: {err}");
+    assert!(
+        err.contains("row(s) failed") && err.contains("`CPU`"),
+        "{err}"
+    );
+    assert!(!out.join("results.json").exists(), "a report of nothing");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -138,29 +138,37 @@ impl DecodeArgs {
             .decode
     }
 
-    /// The decoding parameters: these flags over the checkpoint's recommendations.
-    pub fn params(&self, checkpoint: &DecodeDefaults) -> Result<DecodeParams> {
-        let p = self.resolve(checkpoint).map_err(cli_error)?;
-        if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
+    /// Every decoding flag checked before any work (loading a model takes seconds): everything
+    /// but what depends on the checkpoint's recommended lengths. Lengths a flag leaves to the
+    /// checkpoint are given values that make the flags that are set valid when any checkpoint
+    /// could, so this never rejects what [`Self::params`] would accept; [`Self::params`] checks
+    /// the rest once the checkpoint is known. The latency table is read here too.
+    pub fn check(&self) -> Result<()> {
+        let base = self.base()?;
+        if self.latency_table.is_some() && base.strategy != dllm_decode::Strategy::Mbsd {
             bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
         }
-        if self.cpu_latency_table.is_some()
-            && !(p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts && p.revision.scr)
-        {
-            bail!(
-                "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
-            );
-        }
-        Ok(p)
+        check_before_load(
+            base,
+            Requested {
+                gen_length: self.gen_length,
+                block_length: self.block_length,
+                steps: self.steps,
+                threshold: self.threshold,
+            },
+        )?;
+        self.latency_table()?;
+        Ok(())
     }
 
-    /// The decoding parameters, resolved and validated, with the library's error (naming the
-    /// [`DecodeParams`] field) for callers that spell fields their own way (the server's JSON).
-    pub fn resolve(
-        &self,
-        checkpoint: &DecodeDefaults,
-    ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
-        let base = DecodeParams {
+    /// The parameters these flags set, lengths and schedule aside.
+    fn base(&self) -> Result<DecodeParams> {
+        self.base_params().map_err(cli_error)
+    }
+
+    /// [`Self::base`] with the library's error.
+    fn base_params(&self) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
+        Ok(DecodeParams {
             strategy: self.strategy.parse()?,
             remasking: self.remasking.parse()?,
             temperature: self.temperature,
@@ -194,14 +202,38 @@ impl DecodeArgs {
                 refresh_budget: self.refresh_budget,
             },
             ..Default::default()
-        };
+        })
+    }
+
+    /// The decoding parameters: these flags over the checkpoint's recommendations.
+    pub fn params(&self, checkpoint: &DecodeDefaults) -> Result<DecodeParams> {
+        let p = self.resolve(checkpoint).map_err(cli_error)?;
+        if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
+            bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
+        }
+        if self.cpu_latency_table.is_some()
+            && !(p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts && p.revision.scr)
+        {
+            bail!(
+                "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
+            );
+        }
+        Ok(p)
+    }
+
+    /// The decoding parameters, resolved and validated, with the library's error (naming the
+    /// [`DecodeParams`] field) for callers that spell fields their own way (the server's JSON).
+    pub fn resolve(
+        &self,
+        checkpoint: &DecodeDefaults,
+    ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         let asked = Requested {
             gen_length: self.gen_length,
             block_length: self.block_length,
             steps: self.steps,
             threshold: self.threshold,
         };
-        let p = base.resolve(asked, checkpoint);
+        let p = self.base_params()?.resolve(asked, checkpoint);
         p.validate()?;
         Ok(p)
     }
@@ -239,6 +271,38 @@ impl DecodeArgs {
     }
 }
 
+/// Check decoding parameters before the checkpoint is known: `base` with the lengths and
+/// threshold `asked` for. The lengths left to the checkpoint get values that make the asked ones
+/// valid whenever some checkpoint could (so nothing accepted later is rejected here); what
+/// depends on the checkpoint is checked again by [`DecodeParams::validate`] after loading.
+pub fn check_before_load(base: DecodeParams, asked: Requested) -> Result<()> {
+    let (g, b, s) = (asked.gen_length, asked.block_length, asked.steps);
+    for (v, name) in [(g, "gen_length"), (b, "block_length"), (s, "steps")] {
+        if v == Some(0) {
+            return Err(cli_error(dllm_decode::DecodeError::InvalidParam {
+                name,
+                reason: "must be positive".into(),
+            }));
+        }
+    }
+    let (gen_length, block_length, steps) = match (g, b, s) {
+        (Some(g), b, s) => (g, b.unwrap_or(g), s.unwrap_or(g)),
+        (None, Some(b), Some(s)) => (b.saturating_mul(s), b, s),
+        (None, Some(b), None) => (b, b, b),
+        (None, None, Some(s)) => (s, s, s),
+        (None, None, None) => (1, 1, 1),
+    };
+    DecodeParams {
+        gen_length,
+        block_length,
+        steps,
+        threshold: asked.threshold,
+        ..base
+    }
+    .validate()
+    .map_err(cli_error)
+}
+
 /// Where the model runs.
 #[derive(clap::Args, Debug, Clone)]
 pub struct DeviceArgs {
@@ -246,46 +310,133 @@ pub struct DeviceArgs {
     /// when the device takes it, else per-op with CPU fallback).
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Hexagon: DSP worker threads.
-    #[arg(long, default_value_t = candle_hexagon::device::DEFAULT_WORKERS)]
-    pub hexagon_workers: usize,
-    /// Hexagon: transport, emulated (a DSP thread running the kernels' host build) or fastrpc.
-    #[arg(long, default_value = "emulated")]
-    pub hexagon_transport: String,
-    /// Hexagon/FastRPC: the library to dlopen, or `shim` for the host shim built with this binary.
-    #[arg(long, default_value = candle_hexagon::device::DEFAULT_FASTRPC_LIBRARY)]
-    pub fastrpc_lib: String,
+    /// Hexagon: DSP worker threads [default: 2].
+    #[arg(long)]
+    pub hexagon_workers: Option<usize>,
+    /// Hexagon: transport, emulated (a DSP thread running the kernels' host build) or fastrpc
+    /// [default: emulated].
+    #[arg(long)]
+    pub hexagon_transport: Option<String>,
+    /// Hexagon/FastRPC: the library to dlopen, or `shim` for the host shim built with this binary
+    /// [default: libcdsprpc.so].
+    #[arg(long)]
+    pub fastrpc_lib: Option<String>,
     /// Hexagon: ops forced onto the CPU, comma-separated (block, linear, linear_f16, linear_q4_0,
     /// linear_quant, flash_attn, rms_norm, swiglu, rope).
-    #[arg(long, default_value = "")]
-    pub hexagon_deny: String,
-    /// Hexagon: how the model's weights share the NPU window: naive, paging or somr.
-    #[arg(long, default_value = candle_hexagon::device::DEFAULT_MEMORY_POLICY.name())]
-    pub memory_policy: String,
-    /// Hexagon: the NPU address window in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = candle_hexagon::device::DEFAULT_VA_WINDOW_MIB)]
-    pub hexagon_window: u64,
+    #[arg(long)]
+    pub hexagon_deny: Option<String>,
+    /// Hexagon: how the model's weights share the NPU window: naive, paging or somr [default:
+    /// somr].
+    #[arg(long)]
+    pub memory_policy: Option<String>,
+    /// Hexagon: the NPU address window in MiB [default: 3072].
+    #[arg(long, value_name = "MIB")]
+    pub hexagon_window: Option<u64>,
 }
 
 impl DeviceArgs {
+    /// The Hexagon flags given, by name.
+    fn npu_flags(&self) -> Vec<&'static str> {
+        [
+            ("--hexagon-workers", self.hexagon_workers.is_some()),
+            ("--hexagon-transport", self.hexagon_transport.is_some()),
+            ("--fastrpc-lib", self.fastrpc_lib.is_some()),
+            ("--hexagon-deny", self.hexagon_deny.is_some()),
+            ("--memory-policy", self.memory_policy.is_some()),
+            ("--hexagon-window", self.hexagon_window.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(f, given)| given.then_some(f))
+        .collect()
+    }
+
+    /// The device configuration of these flags, checked (nothing is opened).
+    fn hexagon_config(&self) -> Result<HexagonConfig> {
+        let transport = TransportConfig::from_names(
+            self.hexagon_transport.as_deref().unwrap_or("emulated"),
+            self.fastrpc_lib
+                .as_deref()
+                .unwrap_or(candle_hexagon::device::DEFAULT_FASTRPC_LIBRARY),
+        )
+        .map_err(|e| anyhow!("--hexagon-transport / --fastrpc-lib: {e}"))?;
+        let workers = self
+            .hexagon_workers
+            .unwrap_or(candle_hexagon::device::DEFAULT_WORKERS);
+        let cfg = HexagonConfig {
+            workers,
+            deny: OpKind::parse_list(self.hexagon_deny.as_deref().unwrap_or(""))
+                .map_err(|e| anyhow!("--hexagon-deny: {e}"))?,
+            transport,
+            ..Default::default()
+        };
+        let policy = self
+            .memory_policy
+            .as_deref()
+            .unwrap_or(candle_hexagon::device::DEFAULT_MEMORY_POLICY.name());
+        let window = self
+            .hexagon_window
+            .unwrap_or(candle_hexagon::device::DEFAULT_VA_WINDOW_MIB);
+        let cfg = cfg
+            .with_memory_names(policy, window)
+            .map_err(|e| anyhow!("--memory-policy / --hexagon-window: {e}"))?;
+        cfg.validate().map_err(|e| {
+            let flag = match &e {
+                candle_hexagon::Error::Config {
+                    field: "workers", ..
+                } => "--hexagon-workers",
+                candle_hexagon::Error::Config {
+                    field: "va_window_bytes",
+                    ..
+                } => "--hexagon-window",
+                _ => "--device hexagon",
+            };
+            anyhow!("{flag}: {e}")
+        })?;
+        Ok(cfg)
+    }
+
+    /// Every device flag checked before any work, with the compute dtype of `--dtype`: the
+    /// Hexagon flags apply to `--device hexagon` only, and there the NPU computes in fp16 (the
+    /// `--dtype` of the CPU path does not apply: anything but the default f32 is an error).
+    pub fn check(&self, dtype: &str) -> Result<()> {
+        match self.device.as_str() {
+            "cpu" => {
+                let given = self.npu_flags();
+                if !given.is_empty() {
+                    bail!(
+                        "{} only appl{} to --device hexagon (this run is on --device cpu)",
+                        given.join(", "),
+                        if given.len() == 1 { "ies" } else { "y" }
+                    );
+                }
+                Ok(())
+            }
+            "hexagon" => {
+                if dtype != "f32" {
+                    bail!(
+                        "--dtype {dtype}: with --device hexagon the NPU computes in fp16 (weights, \
+                         activations, K/V; accumulation in f32) whatever --dtype says, and the CPU \
+                         layers beside it in f32: drop --dtype, or use --device cpu --dtype {dtype}"
+                    );
+                }
+                self.hexagon_config().map(|_| ())
+            }
+            d => bail!("--device: `{d}` (expected cpu or hexagon)"),
+        }
+    }
+
+    /// What the NPU computes in, for reports (`None` on the CPU).
+    pub fn npu_dtype(&self) -> Option<&'static str> {
+        (self.device == "hexagon").then_some("f16")
+    }
+
     /// The backend `--device` asks for (opening the Hexagon session if needed).
     pub fn backend(&self) -> Result<Backend> {
         match self.device.as_str() {
             "cpu" => Ok(Backend::Cpu),
             "hexagon" => {
-                let transport =
-                    TransportConfig::from_names(&self.hexagon_transport, &self.fastrpc_lib)
-                        .map_err(|e| anyhow!("--hexagon-transport: {e}"))?;
-                let cfg = HexagonConfig {
-                    workers: self.hexagon_workers,
-                    deny: OpKind::parse_list(&self.hexagon_deny)
-                        .map_err(|e| anyhow!("--hexagon-deny: {e}"))?,
-                    transport,
-                    ..Default::default()
-                }
-                .with_memory_names(&self.memory_policy, self.hexagon_window)
-                .map_err(|e| anyhow!("--memory-policy / --hexagon-window: {e}"))?;
-                let dev = HexagonDevice::open(cfg).context("--device hexagon")?;
+                let dev =
+                    HexagonDevice::open(self.hexagon_config()?).context("--device hexagon")?;
                 Ok(Backend::Hexagon(dev))
             }
             d => bail!("--device: `{d}` (expected cpu or hexagon)"),
@@ -375,6 +526,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("dream.top_k", "--top-k"),
     ("dream.eps", "--eps"),
     ("dream.alg", "--alg"),
+    ("alg", "--alg"),
     ("confidence_eos_eot_inf", "--confidence-eos-eot-inf"),
     ("logits_eos_inf", "--logits-eos-inf"),
     ("block_length", "--block-length"),
@@ -392,10 +544,19 @@ const FLAGS: &[(&str, &str)] = &[
 pub fn cli_error(e: dllm_decode::DecodeError) -> anyhow::Error {
     match e {
         dllm_decode::DecodeError::InvalidParam { name, reason } => {
-            // Longest field paths first, so `revision.theta_visible` is not cut by `threshold`.
+            // A boolean field's flag turns it off: "turn revision.sts off" is "pass --no-sts",
+            // and the field itself is on while that flag is not given.
             let mut reason = reason;
             for (field, flag) in FLAGS {
-                if field.contains('.') || field.contains('_') {
+                if flag.starts_with("--no-") {
+                    reason = reason
+                        .replace(&format!("turn {field} off"), &format!("pass {flag}"))
+                        .replace(field, &format!("{flag} not given"));
+                }
+            }
+            // Longest field paths first, so `revision.theta_visible` is not cut by `threshold`.
+            for (field, flag) in FLAGS {
+                if (field.contains('.') || field.contains('_')) && !flag.starts_with("--no-") {
                     reason = reason.replace(field, flag);
                 }
             }
@@ -425,6 +586,9 @@ mod tests {
             "{e}"
         );
         let mut p = DecodeParams {
+            gen_length: 32,
+            block_length: 32,
+            steps: 32,
             strategy: dllm_decode::Strategy::Mbsd,
             ..Default::default()
         };

@@ -134,6 +134,56 @@ fn check_dump_target(path: &std::path::Path, source: &ModelSource) -> Result<()>
     Ok(())
 }
 
+/// `--dump`'s file while the evaluation runs: created at once under a temporary name in the
+/// target's directory (so a missing or read-only directory fails before any work), renamed over
+/// the target when the answers are written (never following a symlink there), removed if the
+/// evaluation fails.
+struct DumpFile {
+    tmp: std::path::PathBuf,
+    path: std::path::PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl DumpFile {
+    fn create(path: &std::path::Path) -> Result<Self> {
+        if let Some(k) = dllm_models::files::describe(path).filter(|k| *k != "a directory") {
+            bail!("--dump {}: is {k}, not a regular file", path.display());
+        }
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".partial-{}", std::process::id()));
+        let tmp = path.with_file_name(name);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| {
+                format!("--dump {}: cannot create {}", path.display(), tmp.display())
+            })?;
+        Ok(Self {
+            tmp,
+            path: path.to_path_buf(),
+            file: Some(file),
+        })
+    }
+
+    fn finish(mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        let mut f = self.file.take().expect("written once");
+        f.write_all(bytes)
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("writing {}", self.tmp.display()))?;
+        std::fs::rename(&self.tmp, &self.path)
+            .with_context(|| format!("renaming {} to {}", self.tmp.display(), self.path.display()))
+    }
+}
+
+impl Drop for DumpFile {
+    fn drop(&mut self) {
+        // Not renamed into place: the evaluation failed (or finish did).
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
 fn main() {
     if let Err(e) = run(Args::parse()) {
         eprintln!("error: {e:#}");
@@ -161,17 +211,56 @@ fn run(a: Args) -> Result<()> {
                 .collect::<Result<_>>()
         })
         .transpose()?;
+    if let (Some(kinds), Some(names)) = (&asked_tasks, &a.tasks) {
+        for (i, k) in kinds.iter().enumerate() {
+            if let Some(j) = kinds[..i].iter().position(|x| x == k) {
+                bail!(
+                    "--tasks: `{}` and `{}` are the same task ({k}): each task is evaluated once",
+                    names[j],
+                    names[i]
+                );
+            }
+        }
+    }
     if a.limit == Some(0) {
         bail!("--limit must be positive");
+    }
+    // The decoding flags, checked before the model is loaded (as far as they go without the
+    // checkpoint's recommended lengths).
+    let base = DecodeParams {
+        strategy: a.strategy.parse().map_err(llada_cli::cli_error)?,
+        remasking: a.remasking.parse().map_err(llada_cli::cli_error)?,
+        early_stop: !a.no_early_stop,
+        dream: DreamParams {
+            alg: a.alg.parse().map_err(llada_cli::cli_error)?,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let asked = Requested {
+        gen_length: a.gen_length,
+        block_length: a.block_length,
+        steps: a.steps,
+        threshold: a.threshold,
+    };
+    llada_cli::check_before_load(base, asked)?;
+    if let Some(t) = &a.tokenizer {
+        dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
     }
     let opts = LoadOptions {
         tokenizer: a.tokenizer.clone(),
         ..Default::default()
     };
     let source = ModelSource::parse(&a.model)?;
-    if let Some(path) = &a.dump {
-        check_dump_target(path, &source)?;
-    }
+    // Where the answers go, created now (a temporary name beside it, renamed when the evaluation
+    // is done): an unwritable --dump fails before the evaluation, not after it.
+    let dump = match &a.dump {
+        Some(path) => {
+            check_dump_target(path, &source)?;
+            Some(DumpFile::create(path)?)
+        }
+        None => None,
+    };
     let mut loaded = load(&source, &opts).with_context(|| format!("loading {source}"))?;
     let tok = loaded
         .tokenizer
@@ -195,25 +284,7 @@ fn run(a: Args) -> Result<()> {
         Suite::Short => 24,
         Suite::Long => dllm_tasks::LONG_GEN_LENGTH,
     }));
-    let params = DecodeParams {
-        strategy: a.strategy.parse()?,
-        remasking: a.remasking.parse()?,
-        early_stop: !a.no_early_stop,
-        dream: DreamParams {
-            alg: a.alg.parse()?,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-    .resolve(
-        Requested {
-            gen_length: a.gen_length,
-            block_length: a.block_length,
-            steps: a.steps,
-            threshold: a.threshold,
-        },
-        &d,
-    );
+    let params = base.resolve(asked, &d);
     params.validate().map_err(llada_cli::cli_error)?;
     if a.probe {
         return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
@@ -231,7 +302,6 @@ fn run(a: Args) -> Result<()> {
         .expect("template"),
     );
     let mut right = 0usize;
-    let mut dump = Vec::new();
     let t0 = Instant::now();
     let (scores, answers) = evaluate(
         &mut loaded.model,
@@ -245,12 +315,13 @@ fn run(a: Args) -> Result<()> {
         },
     )?;
     pb.finish_and_clear();
-    if let Some(path) = &a.dump {
+    if let Some(dump) = dump {
+        let mut lines = String::new();
         for ans in &answers {
-            dump.push(serde_json::to_string(ans)?);
+            lines.push_str(&serde_json::to_string(ans)?);
+            lines.push('\n');
         }
-        std::fs::write(path, dump.join("\n") + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        dump.finish(lines.as_bytes())?;
     }
     let info = loaded.model.info();
     // Dream's own algorithm runs for the vanilla strategy: it has no blocks and no remasking rule.

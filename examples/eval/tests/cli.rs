@@ -299,3 +299,73 @@ fn shipped_long_model_writes_worked_answers() {
         .sum();
     assert!(right >= 4, "{right} worked lines right in two answers");
 }
+
+/// D9/D10: `--dump` was checked for writability only after the whole evaluation, decoding flags
+/// only after the model was loaded, and `--tasks long-math,long-math` counted every question twice;
+/// `--tasks foo` listed only the short suite's tasks. Each is now an error before any work (here
+/// with a model directory whose config cannot load: the flag's error comes first).
+#[test]
+fn flags_and_dump_are_checked_before_any_work() {
+    let dir = std::env::temp_dir().join(format!("eval-cli-early-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config.json"), "{ not json").unwrap();
+    let broken = dir.to_str().unwrap();
+    let nowhere = dir.join("no/such/dir/answers.jsonl");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--steps", "0"], "--steps"),
+        (
+            &["--gen-length", "10", "--block-length", "4"],
+            "--gen-length",
+        ),
+        (&["--strategy", "fastest"], "--strategy"),
+        (&["--dump", nowhere.to_str().unwrap()], "--dump"),
+        (&["--dump", "/dev/null"], "character device"),
+        (&["--tasks", "long-math,long-gsm8k"], "same task"),
+        (&["--tasks", "math,math"], "same task"),
+        (&["--tokenizer", "/dev/zero"], "character device"),
+    ];
+    for (args, word) in cases {
+        let mut all = vec!["--model", broken];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(word),
+            "{args:?}: stderr should name `{word}`: {err}"
+        );
+        assert!(
+            !err.contains("JSON"),
+            "{args:?}: checked after loading: {err}"
+        );
+    }
+    let out = run(&["--model", &shipped(), "--tasks", "poetry"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("long-math") && err.contains("math"), "{err}");
+    // A dump is written whole, under its name only once the evaluation is done.
+    let dump = dir.join("answers.jsonl");
+    let out = run(&[
+        "--model",
+        &shipped(),
+        "--tasks",
+        "math",
+        "--limit",
+        "2",
+        "--dump",
+        dump.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&dump).unwrap().lines().count(), 2);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".partial-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,7 +28,7 @@ use llada_cli::{DecodeArgs, DeviceArgs};
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Args {
-    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name[@revision])
+    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name, optionally @revision)
     /// [default: the embedded tiny LLaDA trained on the task suite].
     #[arg(long, visible_alias = "model-id")]
     model: Option<String>,
@@ -77,9 +77,23 @@ fn run(a: Args) -> Result<()> {
         // before any tensor work, when the pools start.
         dllm_models::threads::configure(t).context("--threads")?;
     }
+    // Every flag is checked before anything is opened or loaded.
+    let dtype = parse_dtype(&a.dtype)?;
+    a.device.check(&a.dtype)?;
+    a.decode.check()?;
+    match (&a.prompt_ids, &a.prompt) {
+        (Some(_), _) if a.chat => {
+            bail!("--chat wraps a text prompt in the chat template: it does not apply to --prompt-ids")
+        }
+        (None, None) => bail!("give a prompt with --prompt \"...\" or --prompt-ids 1,2,3"),
+        _ => {}
+    }
+    if let Some(t) = &a.tokenizer {
+        dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
+    }
     let backend = a.device.backend()?;
     let opts = LoadOptions {
-        dtype: parse_dtype(&a.dtype)?,
+        dtype,
         device: Device::Cpu,
         tokenizer: a.tokenizer.clone(),
         backend: backend.clone(),
@@ -111,9 +125,6 @@ fn run(a: Args) -> Result<()> {
     let params = a.decode.params(&loaded.defaults)?;
     let decoder = a.decode.decoder(params)?;
     let prompt_ids: Vec<u32> = match (&a.prompt_ids, &a.prompt) {
-        (Some(_), _) if a.chat => {
-            bail!("--chat wraps a text prompt in the chat template: it does not apply to --prompt-ids")
-        }
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
             let tok = loaded.tokenizer.as_ref().ok_or_else(|| {
@@ -126,9 +137,19 @@ fn run(a: Args) -> Result<()> {
                     loaded.source
                 );
             }
-            tok.encode_prompt(text, a.chat)?
+            // Special-token text the user typed (`[MASK]`, `<eos>`) is encoded as text.
+            let ids = tok.encode_prompt(text, a.chat)?;
+            if ids.contains(&info.special.mask) {
+                bail!(
+                    "--prompt: the tokenizer of {} spells part of the prompt as the mask token \
+                     (id {}), which would be decoded as a position to fill: reword the prompt",
+                    loaded.source,
+                    info.special.mask
+                );
+            }
+            ids
         }
-        (None, None) => bail!("give a prompt with --prompt \"...\" or --prompt-ids 1,2,3"),
+        (None, None) => unreachable!("checked above"),
     };
     let tok = loaded.tokenizer.clone();
     let live = !a.json && !a.no_live && console::Term::stderr().is_term();
@@ -170,6 +191,9 @@ fn run(a: Args) -> Result<()> {
             "model": loaded.source,
             "strategy": params.strategy.name(),
             "device": a.device.device,
+            // What the CPU computes in; the NPU (--device hexagon) computes in fp16.
+            "dtype": a.dtype,
+            "npu_dtype": a.device.npu_dtype(),
             "gen_length": params.gen_length,
             "block_length": params.block_length,
             "steps_requested": params.steps,

@@ -279,6 +279,11 @@ fn hexagon_device_gives_the_cpu_tokens_and_prints_the_routing_report() {
     );
     // The model has 2 blocks: at most one batch per block per forward.
     assert_eq!(batches, 2 * forwards, "{v}");
+    // The NPU computes in fp16, the CPU layers in --dtype's f32: both reported.
+    assert_eq!(
+        (&v["dtype"], &v["npu_dtype"]),
+        (&"f32".into(), &"f16".into())
+    );
     assert!(v["bytes_staged"].as_u64().unwrap() > 0);
     // The per-op path when the block module is denied.
     let out = run(&with(&[
@@ -351,4 +356,134 @@ fn embedded_model_answers_held_out_questions() {
             ex.response
         );
     }
+}
+
+/// D9/D10: every flag is checked before anything is opened or loaded (with a model that does not
+/// exist, the error is still the flag's), and settings that used to be accepted and ignored or
+/// overflow are errors naming the flag.
+#[test]
+fn flags_are_checked_first_and_ignored_settings_are_errors() {
+    let nowhere = "/definitely/not/a/model";
+    let cases: &[(&[&str], &str)] = &[
+        (&["--steps", "0"], "--steps"),
+        (
+            &["--gen-length", "10", "--block-length", "4"],
+            "--gen-length",
+        ),
+        (&["--temperature", "1e38"], "--temperature"),
+        (&["--cfg-scale", "1e38"], "--cfg-scale"),
+        (&["--memory-policy", "paging"], "--memory-policy"),
+        (&["--hexagon-window", "64"], "--hexagon-window"),
+        (&["--device", "hexagon", "--dtype", "bf16"], "fp16"),
+        (
+            &["--device", "hexagon", "--hexagon-window", "0"],
+            "--hexagon-window",
+        ),
+        (
+            &["--strategy", "mbsd", "--threshold", "0.9"],
+            "pass --no-sts",
+        ),
+        (&["--latency-table", "/dev/zero"], "--latency-table"),
+        (
+            &["--strategy", "mbsd", "--latency-table", "/dev/zero"],
+            "character device",
+        ),
+        (&["--tokenizer", "/dev/zero"], "character device"),
+    ];
+    for (args, word) in cases {
+        let mut all = vec!["--model", nowhere, "--prompt", "hello"];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(word),
+            "{args:?}: stderr should name `{word}`: {err}"
+        );
+        assert!(
+            !err.contains("definitely"),
+            "{args:?}: checked after the model: {err}"
+        );
+        assert!(!err.contains("turn --no-sts off"), "{err}");
+    }
+}
+
+/// Messages that misled: a device, a FIFO or a symlink loop as `--model` was "no such directory
+/// or file"; a large latency table is refused by size, not read into memory.
+#[test]
+fn model_paths_say_what_they_are() {
+    let dir = std::env::temp_dir().join(format!("generate-cli-paths-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let looped = dir.join("loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let big = dir.join("big.json");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    for (args, word) in [
+        (vec!["--model", "/dev/zero"], "character device"),
+        (vec!["--model", looped.to_str().unwrap()], "symlink loop"),
+        (vec!["--model", fifo.to_str().unwrap()], "FIFO"),
+        (
+            vec![
+                "--strategy",
+                "mbsd",
+                "--latency-table",
+                fifo.to_str().unwrap(),
+            ],
+            "FIFO",
+        ),
+        (
+            vec![
+                "--strategy",
+                "mbsd",
+                "--latency-table",
+                big.to_str().unwrap(),
+            ],
+            "byte limit",
+        ),
+    ] {
+        let mut all = vec!["--prompt-ids", "1,2"];
+        all.extend_from_slice(&args);
+        let out = run(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            err.contains(word),
+            "{args:?}: stderr should name `{word}`: {err}"
+        );
+        assert!(!err.contains("no such directory"), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Special-token text typed in a prompt (`[MASK]`, `<eos>`, `<sep>`) is text, never the control
+/// ids: `[MASK]` used to make generation fail. The embedded model's tokenizer adds exactly one
+/// BOS and one SEP around the prompt, and no mask or EOS id comes from the user's text.
+#[test]
+fn special_token_text_in_a_prompt_is_text() {
+    use dllm_tasks::tokenizer::{BOS_ID, EOS_ID, MASK_ID, SEP_ID};
+    let out = run(&[
+        "--prompt",
+        "Tom has [MASK] apples. <eos> He buys 5 more. <sep> How many apples does Tom have now?",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+    let count = |id: u32| ids.iter().filter(|&&x| x == id).count();
+    assert_eq!(
+        (count(BOS_ID), count(SEP_ID), count(MASK_ID), count(EOS_ID)),
+        (1, 1, 0, 0),
+        "{ids:?}"
+    );
+    assert_eq!(v["dtype"], "f32");
+    assert!(v["npu_dtype"].is_null());
 }

@@ -74,12 +74,6 @@ pub struct Prepared {
     pub canvas: bool,
 }
 
-impl Prepared {
-    fn prompt_field(&self) -> &'static str {
-        prompt_field(self.endpoint)
-    }
-}
-
 fn prompt_field(e: Endpoint) -> &'static str {
     match e {
         Endpoint::Completions => "prompt",
@@ -160,8 +154,9 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
     };
     let prompt_ids = match &req.prompt {
         PromptInput::Ids(ids) => ids.clone(),
+        // Typed special-token strings (`[MASK]`, `<eos>`) are text, as in `generate`.
         PromptInput::Text(t) => tok()?
-            .encode(t, true)
+            .encode_prompt(t, false)
             .map_err(|e| ApiError::field(pf, e.to_string()))?,
         PromptInput::Messages(m) => {
             let msgs: Vec<Message> = m

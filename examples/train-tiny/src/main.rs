@@ -6,9 +6,10 @@
 //! cargo run --release -p train-tiny -- --out models/tiny-llada
 //! ```
 //!
-//! Every argument is checked (ranges, memory) before anything is written; the model files are
-//! written only when training ends, atomically (see [`output`]); an existing model is replaced
-//! only with `--overwrite`.
+//! Every argument is checked (ranges, memory) before anything is written; checkpoints and the
+//! model directory are each replaced as one unit, an existing model (and its run) only with
+//! `--overwrite` and only once the new model exists; SIGINT and SIGTERM stop at the next step
+//! boundary with a checkpoint (see [`output`]).
 
 mod checks;
 mod output;
@@ -31,7 +32,7 @@ use dllm_tasks::train::{
     trainable, AdamW, AdamWConfig, Batcher, BlockMasking, ModelShape,
 };
 use indicatif::{ProgressBar, ProgressStyle};
-use output::Staged;
+use output::{OutDir, RunDir, Staging};
 use serde::{Deserialize, Serialize};
 
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
@@ -132,10 +133,12 @@ struct Args {
     #[arg(long)]
     #[serde(default)]
     init_from: Option<PathBuf>,
-    /// Continue from `<out>/checkpoint` (an error when there is none).
+    /// Continue from `<out>/checkpoint` (or `<out>.next/checkpoint`, an interrupted --overwrite
+    /// run; an error when there is none).
     #[arg(long)]
     resume: bool,
-    /// Replace the model already in `--out` (without it, an existing model is an error).
+    /// Replace the model or run already in `--out` (without it, an existing one is an error). The
+    /// new run trains in `<out>.next` and replaces `--out` when it ends.
     #[arg(long)]
     #[serde(default)]
     overwrite: bool,
@@ -171,11 +174,70 @@ fn tune_malloc() {
     }
 }
 
-fn stage_json(staged: &mut Staged, path: &Path, v: &impl Serialize) -> Result<()> {
-    staged.bytes(path, serde_json::to_string_pretty(v)?.as_bytes())
+/// The signal (SIGINT, SIGTERM) that asked the run to stop, 0 while none did.
+static INTERRUPTED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    INTERRUPTED.store(sig, std::sync::atomic::Ordering::SeqCst);
 }
 
-fn stage_weights(staged: &mut Staged, varmap: &VarMap, path: &Path, dtype: DType) -> Result<()> {
+/// SIGINT and SIGTERM ask the run to stop at the next step boundary (with a checkpoint); the
+/// handler resets itself, so a second signal stops the process at once.
+fn catch_signals() {
+    #[cfg(unix)]
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESETHAND;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+fn interrupted() -> Option<i32> {
+    match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+/// A fresh run that ends without a checkpoint (an error, or a signal before the first step)
+/// leaves nothing behind: its log, and `X.next` or the `X` it created. A run with a checkpoint
+/// stays, for `--resume`.
+struct FreshRunCleanup<'a> {
+    run: &'a RunDir,
+    outdir: &'a OutDir,
+    created_out: bool,
+}
+
+impl Drop for FreshRunCleanup<'_> {
+    fn drop(&mut self) {
+        let run = self.run;
+        if !run.fresh || run.checkpoint().join("state.json").exists() {
+            return;
+        }
+        let _ = std::fs::remove_file(run.dir.join(output::LOG));
+        let _ = std::fs::remove_dir(run.checkpoint());
+        if run.dir != self.outdir.out {
+            let _ = std::fs::remove_dir_all(&run.dir);
+        } else if self.created_out {
+            let _ = std::fs::remove_dir(&run.dir);
+        }
+    }
+}
+
+fn stage_weights(staged: &Staging, varmap: &VarMap, name: &str, dtype: DType) -> Result<()> {
     let data = varmap
         .data()
         .lock()
@@ -184,13 +246,12 @@ fn stage_weights(staged: &mut Staged, varmap: &VarMap, path: &Path, dtype: DType
     for (k, v) in data.iter() {
         map.insert(k.clone(), v.as_tensor().to_dtype(dtype)?);
     }
-    staged.with(path, |tmp| Ok(candle_core::safetensors::save(&map, tmp)?))
+    staged.with(name, |tmp| Ok(candle_core::safetensors::save(&map, tmp)?))
 }
 
 /// The training state of `<out>/checkpoint/state.json`, checked (errors name the file).
 fn read_state(path: &Path) -> Result<State> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = output::read_regular(path)?;
     let st: State =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if !(st.elapsed_s.is_finite() && st.elapsed_s >= 0.0) {
@@ -236,27 +297,22 @@ fn quick_eval(
         .collect())
 }
 
-/// Drops log lines written after the checkpoint a run resumes from, so the log describes one
-/// continuous run.
-fn truncate_log(path: &std::path::Path, step: usize) -> Result<()> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
-    let kept: String = text
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v["step"].as_u64())
-                .is_some_and(|s| s as usize <= step)
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(path, kept).with_context(|| format!("rewriting {}", path.display()))
+fn main() {
+    // Before any thread starts (the umask is read by setting it).
+    output::init_file_mode();
+    let a = Args::parse();
+    match run(a) {
+        Ok(None) => {}
+        Ok(Some(sig)) => std::process::exit(128 + sig),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
 }
 
-fn main() -> Result<()> {
-    let a = Args::parse();
+/// Train; `Some(signal)` when a signal stopped the run (a checkpoint saved).
+fn run(a: Args) -> Result<Option<i32>> {
     dllm_models::threads::configure(a.threads).context("--threads")?;
     tune_malloc();
     checks::ranges(&a)?;
@@ -350,32 +406,61 @@ fn main() -> Result<()> {
     };
     let cfg = suite_config(shape, vocab)?;
     checks::memory(&cfg, a.batch, tk::max_prompt_tokens(suite) + a.gen_len)?;
-    output::check_out(&a.out, a.overwrite, a.resume)?;
+    let outdir = OutDir::new(&a.out)?;
+    let run: RunDir = outdir.plan(a.overwrite, a.resume)?;
     let config_json = match cfg.arch {
         Arch::Llada => llada::config_to_json(&cfg),
         Arch::Dream => dream::config_to_json(&cfg),
     };
-    let ckpt = a.out.join("checkpoint");
+    let ckpt = run.checkpoint();
     let resumed = if a.resume {
         // The model being continued must have this run's shape (a resume with another --hidden
-        // or --arch is an error, not a directory whose config and weights disagree).
-        let existing = a.out.join("config.json");
-        if existing.is_file() {
-            let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&existing)?)
+        // or --arch is an error, not a directory whose config and weights disagree). The
+        // checkpoint records it (checkpoints written before it did: the model's config.json).
+        let existing = [ckpt.join("config.json"), run.dir.join("config.json")]
+            .into_iter()
+            .find(|p| p.is_file());
+        if let Some(existing) = existing {
+            let old: serde_json::Value = serde_json::from_str(&output::read_regular(&existing)?)
                 .with_context(|| format!("parsing {}", existing.display()))?;
             if old != config_json {
                 bail!(
                     "--resume: {} describes another model than these arguments (compare --arch, --hidden, --layers, --heads, --ffn, --suite with {})",
                     existing.display(),
-                    a.out.join("train_args.json").display()
+                    run.dir.join("train_args.json").display()
                 );
+            }
+        }
+        for f in ["model.safetensors", "optimizer.safetensors"] {
+            let p = ckpt.join(f);
+            if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+                bail!("--resume: {} is missing or not a regular file", p.display());
             }
         }
         Some(read_state(&ckpt.join("state.json"))?)
     } else {
         None
     };
-    std::fs::create_dir_all(&ckpt).with_context(|| format!("creating {}", ckpt.display()))?;
+    // Everything is checked: from here on the run writes.
+    outdir.probe_parent()?;
+    for p in outdir.remove_stale() {
+        eprintln!("removed {}, left by an interrupted run", p.display());
+    }
+    let created_out = std::fs::symlink_metadata(&outdir.out).is_err();
+    run.create(&outdir)?;
+    let _cleanup = FreshRunCleanup {
+        run: &run,
+        outdir: &outdir,
+        created_out,
+    };
+    if run.dir != outdir.out {
+        eprintln!(
+            "training in {} (it replaces {} when training ends)",
+            run.dir.display(),
+            outdir.out.display()
+        );
+    }
+    catch_signals();
 
     let dev = Device::Cpu;
     let mut varmap = VarMap::new();
@@ -441,17 +526,9 @@ fn main() -> Result<()> {
         a.batch,
         gen_lens,
     );
-    let log_path = a.out.join("training_log.jsonl");
-    if step > 0 {
-        truncate_log(&log_path, step)?;
-    }
-    // A fresh run starts a fresh log (an --overwrite'n model's log is not this run's).
-    let mut log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(step > 0)
-        .write(true)
-        .truncate(step == 0)
-        .open(&log_path)?;
+    // A resumed run keeps the lines its checkpoint covers; a fresh run starts a new log.
+    let mut log = run.open_log(a.resume.then_some(step))?;
+    let mut saved_step = a.resume.then_some(step);
 
     let pb = ProgressBar::new(a.steps as u64).with_position(step as u64);
     pb.set_style(
@@ -469,29 +546,29 @@ fn main() -> Result<()> {
                      elapsed: Duration,
                      examples: usize|
      -> Result<()> {
-        // State last: a state file always describes weights and moments already in place.
-        let mut staged = Staged::new();
-        stage_weights(
-            &mut staged,
-            &varmap,
-            &ckpt.join("model.safetensors"),
-            DType::F32,
-        )?;
-        staged.with(
-            &ckpt.join("optimizer.safetensors"),
-            |tmp| Ok(opt.save(tmp)?),
-        )?;
-        let st = State {
-            step,
-            stream: batcher.stream_state(),
-            mask_rng: mask_rng.state(),
-            elapsed_s: elapsed.as_secs_f64(),
-            examples,
-        };
-        stage_json(&mut staged, &ckpt.join("state.json"), &st)?;
-        staged.commit()
+        // One directory, swapped in as a whole: weights, moments and state of the same step.
+        run.save_checkpoint(|staged| {
+            stage_weights(staged, &varmap, "model.safetensors", DType::F32)?;
+            staged.with("optimizer.safetensors", |tmp| Ok(opt.save(tmp)?))?;
+            staged.json("config.json", &config_json)?;
+            staged.json(
+                "state.json",
+                &State {
+                    step,
+                    stream: batcher.stream_state(),
+                    mask_rng: mask_rng.state(),
+                    elapsed_s: elapsed.as_secs_f64(),
+                    examples,
+                },
+            )
+        })
     };
+    let mut stopped_by = None;
     while step < a.steps {
+        if let Some(sig) = interrupted() {
+            stopped_by = Some(sig);
+            break;
+        }
         if let Some(m) = a.minutes {
             if (prior + t0.elapsed()).as_secs_f64() > m * 60.0 {
                 pb.println(format!("time budget of {m} minutes reached at step {step}"));
@@ -527,7 +604,10 @@ fn main() -> Result<()> {
             (examples as f64) / elapsed.as_secs_f64()
         ));
         let mut rec = serde_json::json!({"step": step, "loss": loss_v, "loss_ema": ema, "lr": lr, "grad_norm": gnorm, "elapsed_s": elapsed.as_secs_f64(), "examples": examples});
-        if a.eval_every > 0 && (step.is_multiple_of(a.eval_every) || step == a.steps) {
+        if a.eval_every > 0
+            && (step.is_multiple_of(a.eval_every) || step == a.steps)
+            && interrupted().is_none()
+        {
             let acc = quick_eval(&varmap, &cfg, &tok, &a, suite)?;
             let txt: Vec<String> = acc
                 .iter()
@@ -573,37 +653,49 @@ fn main() -> Result<()> {
         writeln!(log, "{rec}")?;
         if step.is_multiple_of(a.checkpoint_every) {
             save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
+            saved_step = Some(step);
         }
     }
     pb.finish();
     let elapsed = prior + t0.elapsed();
-    save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
-    // The model, all files staged then renamed (weights first).
-    let mut staged = Staged::new();
-    stage_weights(
-        &mut staged,
-        &varmap,
-        &a.out.join("model.safetensors"),
-        save_dtype,
-    )?;
-    stage_json(&mut staged, &a.out.join("config.json"), &config_json)?;
-    stage_json(
-        &mut staged,
-        &a.out.join("generation_config.json"),
-        &serde_json::json!({
-            "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
-            "gen_length": a.gen_len, "block_length": a.block_length, "steps": a.gen_len,
-        }),
-    )?;
-    staged.with(&a.out.join("tokenizer.json"), |tmp| {
-        Ok(tk::save(&tok, tmp)?)
+    let nothing_trained = stopped_by.is_some() && step == 0;
+    if saved_step != Some(step) && !nothing_trained {
+        save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
+    }
+    log.sync_all()
+        .with_context(|| format!("syncing {}", run.dir.join(output::LOG).display()))?;
+    drop(log);
+    if let Some(sig) = stopped_by {
+        if nothing_trained {
+            eprintln!("stopped by {} before the first step", signal_name(sig));
+        } else {
+            eprintln!(
+                "stopped by {} at step {step}: checkpoint saved in {}; continue with the same \
+                 arguments and --resume",
+                signal_name(sig),
+                run.checkpoint().display()
+            );
+        }
+        return Ok(Some(sig));
+    }
+    // The model directory, replaced as one unit (weights, config, tokenizer, log, checkpoint).
+    outdir.install(&run, |staged| {
+        stage_weights(staged, &varmap, "model.safetensors", save_dtype)?;
+        staged.json("config.json", &config_json)?;
+        staged.json(
+            "generation_config.json",
+            &serde_json::json!({
+                "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID,
+                "gen_length": a.gen_len, "block_length": a.block_length, "steps": a.gen_len,
+            }),
+        )?;
+        staged.with("tokenizer.json", |tmp| Ok(tk::save(&tok, tmp)?))?;
+        staged.json("train_args.json", &a)
     })?;
-    stage_json(&mut staged, &a.out.join("train_args.json"), &a)?;
-    staged.commit()?;
     eprintln!(
         "trained {step} steps ({examples} examples) in {:.1} min; wrote {}",
         elapsed.as_secs_f64() / 60.0,
         a.out.display()
     );
-    Ok(())
+    Ok(None)
 }

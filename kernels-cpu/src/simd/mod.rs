@@ -6,6 +6,8 @@
 //! `4 * LANES` bytes, lane `l` holding bytes `4l..4l+4`, which is the operand shape of
 //! `vpdpbusd` and of the NPU's Q4_0 tiles (four consecutive codes of one row per lane).
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 pub(crate) mod portable;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;

@@ -205,3 +205,12 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], mag: &[f64], rel: f64
         );
     }
 }
+
+pub mod fingerprint;
+
+/// Prints a line to the real stderr, bypassing the test harness's capture, so reports show up
+/// in `cargo test` output even without `--nocapture`.
+pub fn announce(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
