@@ -32,11 +32,11 @@ pub use error::{DecodeError, Result};
 pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{final_prefix, Control, StepEvent, StepObserver};
-pub use stream::FinalTextStream;
 pub use params::{
     DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
+pub use stream::FinalTextStream;
 
 /// Check the prompt against the model and build `prompt ++ [MASK] * gen_length`.
 pub fn prepare_canvas(

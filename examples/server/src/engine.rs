@@ -24,8 +24,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use candle_core::{Device, Tensor};
 use dllm_models::{
-    DiffusionLm, DiffusionTransformer, ModelInfo, Refresh, RefreshRequest, Rows,
-    TransformerWeights,
+    DiffusionLm, DiffusionTransformer, ModelInfo, Refresh, RefreshRequest, Rows, TransformerWeights,
 };
 
 /// Why a sequence was cancelled.

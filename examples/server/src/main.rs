@@ -121,7 +121,10 @@ fn run(a: Args) -> Result<()> {
         }
     }
     if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout < 1e9) {
-        bail!("--timeout must be a positive number of seconds, got {}", a.timeout);
+        bail!(
+            "--timeout must be a positive number of seconds, got {}",
+            a.timeout
+        );
     }
     let backend = a.device.backend()?;
     let opts = LoadOptions {

@@ -157,10 +157,9 @@ impl<'a> Fields<'a> {
     fn number_f32(&self, name: &str) -> Result<Option<f32>, ApiError> {
         match self.number(name)? {
             None => Ok(None),
-            Some(f) if f.abs() > f32::MAX as f64 => Err(ApiError::field(
-                name,
-                format!("{f} is out of range"),
-            )),
+            Some(f) if f.abs() > f32::MAX as f64 => {
+                Err(ApiError::field(name, format!("{f} is out of range")))
+            }
             Some(f) => Ok(Some(f as f32)),
         }
     }
@@ -192,7 +191,7 @@ impl<'a> Fields<'a> {
         match self.get(name) {
             Some(v) if !ok(v) => Err(ApiError::field(
                 name,
-                format!("this server supports only {what}")
+                format!("this server supports only {what}"),
             )
             .with_code("unsupported_value")),
             _ => Ok(()),
@@ -311,7 +310,11 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
     f.neutral("frequency_penalty", is_zero, "frequency_penalty = 0")?;
     f.neutral("echo", is_false, "echo = false")?;
     f.neutral("logit_bias", is_empty_object, "an empty logit_bias")?;
-    f.neutral("suffix", |_| false, "no suffix (insertion is not supported)")?;
+    f.neutral(
+        "suffix",
+        |_| false,
+        "no suffix (insertion is not supported)",
+    )?;
     f.neutral(
         "logprobs",
         is_false,
@@ -352,7 +355,9 @@ fn describe(v: &Value) -> String {
 
 fn rename(mut e: ApiError, param: &str) -> ApiError {
     if let Some(old) = e.param.replace(param.to_string()) {
-        e.message = e.message.replacen(&format!("`{old}`"), &format!("`{param}`"), 1);
+        e.message = e
+            .message
+            .replacen(&format!("`{old}`"), &format!("`{param}`"), 1);
     }
     e
 }
@@ -371,7 +376,9 @@ fn parse_prompt(v: Option<&Value>) -> Result<PromptInput, ApiError> {
                     a.len()
                 ));
             }
-            Ok(PromptInput::Text(a[0].as_str().unwrap_or_default().to_string()))
+            Ok(PromptInput::Text(
+                a[0].as_str().unwrap_or_default().to_string(),
+            ))
         }
         Some(Value::Array(a)) if a.iter().all(Value::is_number) => {
             let mut ids = Vec::with_capacity(a.len());
@@ -399,7 +406,12 @@ fn parse_prompt(v: Option<&Value>) -> Result<PromptInput, ApiError> {
 
 fn parse_messages(v: Option<&Value>) -> Result<PromptInput, ApiError> {
     let list = match v {
-        None => return Err(ApiError::field("messages", "required: an array of messages")),
+        None => {
+            return Err(ApiError::field(
+                "messages",
+                "required: an array of messages",
+            ))
+        }
         Some(Value::Array(a)) if a.is_empty() => {
             return Err(ApiError::field("messages", "is an empty array"))
         }
@@ -417,11 +429,16 @@ fn parse_messages(v: Option<&Value>) -> Result<PromptInput, ApiError> {
         let Value::Object(o) = m else {
             return Err(ApiError::field(
                 &format!("messages[{i}]"),
-                format!("must be an object with role and content, got {}", type_name(m)),
+                format!(
+                    "must be an object with role and content, got {}",
+                    type_name(m)
+                ),
             ));
         };
         let role = match o.get("role") {
-            Some(Value::String(r)) if ["system", "user", "assistant", "developer"].contains(&r.as_str()) => {
+            Some(Value::String(r))
+                if ["system", "user", "assistant", "developer"].contains(&r.as_str()) =>
+            {
                 if r == "developer" {
                     "system".to_string()
                 } else {
@@ -442,35 +459,40 @@ fn parse_messages(v: Option<&Value>) -> Result<PromptInput, ApiError> {
             }
             None => return Err(ApiError::field(&at("role"), "required")),
         };
-        let content = match o.get("content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(parts)) => {
-                let mut s = String::new();
-                for (j, p) in parts.iter().enumerate() {
-                    match (p.get("type").and_then(Value::as_str), p.get("text")) {
-                        (Some("text"), Some(Value::String(t))) => s.push_str(t),
-                        _ => {
-                            return Err(ApiError::field(
+        let content =
+            match o.get("content") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => {
+                    let mut s = String::new();
+                    for (j, p) in parts.iter().enumerate() {
+                        match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                            (Some("text"), Some(Value::String(t))) => s.push_str(t),
+                            _ => return Err(ApiError::field(
                                 &format!("messages[{i}].content[{j}]"),
                                 "only {\"type\": \"text\", \"text\": \"...\"} parts are supported",
-                            ))
+                            )),
                         }
                     }
+                    s
                 }
-                s
-            }
-            Some(other) => {
-                return Err(ApiError::field(
-                    &at("content"),
-                    format!("must be a string or an array of text parts, got {}", type_name(other)),
-                ))
-            }
-            None => return Err(ApiError::field(&at("content"), "required")),
-        };
+                Some(other) => {
+                    return Err(ApiError::field(
+                        &at("content"),
+                        format!(
+                            "must be a string or an array of text parts, got {}",
+                            type_name(other)
+                        ),
+                    ))
+                }
+                None => return Err(ApiError::field(&at("content"), "required")),
+            };
         for key in o.keys() {
             if key != "role" && key != "content" && key != "name" {
-                return Err(ApiError::field(&at(key), "unknown field; a message has role and content")
-                    .with_code("unknown_field"));
+                return Err(ApiError::field(
+                    &at(key),
+                    "unknown field; a message has role and content",
+                )
+                .with_code("unknown_field"));
             }
         }
         out.push(ChatMessage { role, content });
@@ -486,7 +508,10 @@ fn parse_stop(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
         Some(other) => {
             return Err(ApiError::field(
                 "stop",
-                format!("must be a string or an array of strings, got {}", type_name(other)),
+                format!(
+                    "must be a string or an array of strings, got {}",
+                    type_name(other)
+                ),
             ))
         }
     };
@@ -526,38 +551,138 @@ mod tests {
     fn errors_name_the_field() {
         use Endpoint::*;
         let table: &[(Endpoint, &str, Option<&str>)] = &[
-            (Completions, "{\"prompt\": \"a\", \"max_tokens\": \"10\"}", Some("max_tokens")),
-            (Completions, "{\"prompt\": \"a\", \"max_tokens\": -1}", Some("max_tokens")),
-            (Completions, "{\"prompt\": \"a\", \"max_tokens\": 0}", Some("max_tokens")),
-            (Completions, "{\"prompt\": \"a\", \"max_tokens\": 1e40}", Some("max_tokens")),
-            (Completions, "{\"prompt\": \"a\", \"max_tokens\": 99999999999999999999999}", Some("max_tokens")),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"max_tokens\": \"10\"}",
+                Some("max_tokens"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"max_tokens\": -1}",
+                Some("max_tokens"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"max_tokens\": 0}",
+                Some("max_tokens"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"max_tokens\": 1e40}",
+                Some("max_tokens"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"max_tokens\": 99999999999999999999999}",
+                Some("max_tokens"),
+            ),
             (Completions, "{\"prompt\": 5}", Some("prompt")),
             (Completions, "{}", Some("prompt")),
             (Completions, "{\"prompt\": [\"a\", \"b\"]}", Some("prompt")),
             (Completions, "{\"prompt\": [1, -2]}", Some("prompt")),
-            (Completions, "{\"prompt\": \"a\", \"temperature\": \"hot\"}", Some("temperature")),
-            (Completions, "{\"prompt\": \"a\", \"temperature\": 1e300}", Some("temperature")),
-            (Completions, "{\"prompt\": \"a\", \"stop\": 3}", Some("stop")),
-            (Completions, "{\"prompt\": \"a\", \"stop\": [\"\"]}", Some("stop")),
-            (Completions, "{\"prompt\": \"a\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}", Some("stop")),
-            (Completions, "{\"prompt\": \"a\", \"seed\": -1}", Some("seed")),
-            (Completions, "{\"prompt\": \"a\", \"stream\": 1}", Some("stream")),
-            (Completions, "{\"prompt\": \"a\", \"stream_options\": {\"canvas\": true}}", Some("stream_options")),
-            (Completions, "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"canvas\": 1}}", Some("stream_options.canvas")),
-            (Completions, "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"x\": 1}}", Some("stream_options.x")),
-            (Completions, "{\"prompt\": \"a\", \"strategy\": 3}", Some("strategy")),
-            (Completions, "{\"prompt\": \"a\", \"steps\": 2.5}", Some("steps")),
-            (Completions, "{\"prompt\": \"a\", \"block_length\": 0}", Some("block_length")),
-            (Completions, "{\"prompt\": \"a\", \"threshold\": \"x\"}", Some("threshold")),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"temperature\": \"hot\"}",
+                Some("temperature"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"temperature\": 1e300}",
+                Some("temperature"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stop\": 3}",
+                Some("stop"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stop\": [\"\"]}",
+                Some("stop"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+                Some("stop"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"seed\": -1}",
+                Some("seed"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stream\": 1}",
+                Some("stream"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stream_options\": {\"canvas\": true}}",
+                Some("stream_options"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"canvas\": 1}}",
+                Some("stream_options.canvas"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"x\": 1}}",
+                Some("stream_options.x"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"strategy\": 3}",
+                Some("strategy"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"steps\": 2.5}",
+                Some("steps"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"block_length\": 0}",
+                Some("block_length"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"threshold\": \"x\"}",
+                Some("threshold"),
+            ),
             (Completions, "{\"prompt\": \"a\", \"n\": 2}", Some("n")),
-            (Completions, "{\"prompt\": \"a\", \"frobnicate\": 2}", Some("frobnicate")),
-            (Completions, "{\"prompt\": \"a\", \"messages\": []}", Some("messages")),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"frobnicate\": 2}",
+                Some("frobnicate"),
+            ),
+            (
+                Completions,
+                "{\"prompt\": \"a\", \"messages\": []}",
+                Some("messages"),
+            ),
             (Chat, "{\"messages\": \"hi\"}", Some("messages")),
             (Chat, "{\"messages\": []}", Some("messages")),
-            (Chat, "{\"messages\": [{\"role\": \"pirate\", \"content\": \"a\"}]}", Some("messages[0].role")),
-            (Chat, "{\"messages\": [{\"role\": \"user\"}]}", Some("messages[0].content")),
-            (Chat, "{\"messages\": [{\"role\": \"user\", \"content\": 1}]}", Some("messages[0].content")),
-            (Chat, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"prompt\": \"a\"}", Some("prompt")),
+            (
+                Chat,
+                "{\"messages\": [{\"role\": \"pirate\", \"content\": \"a\"}]}",
+                Some("messages[0].role"),
+            ),
+            (
+                Chat,
+                "{\"messages\": [{\"role\": \"user\"}]}",
+                Some("messages[0].content"),
+            ),
+            (
+                Chat,
+                "{\"messages\": [{\"role\": \"user\", \"content\": 1}]}",
+                Some("messages[0].content"),
+            ),
+            (
+                Chat,
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"prompt\": \"a\"}",
+                Some("prompt"),
+            ),
             (Completions, "[1, 2]", None),
             (Completions, "{\"prompt\": ", None),
             (Completions, "", None),
@@ -587,9 +712,15 @@ mod tests {
         assert_eq!(r.max_tokens, Some(40));
         assert_eq!(r.top_p, None, "top_p 1 is no filter");
         assert_eq!(r.stop, vec!["\n".to_string()]);
-        assert_eq!((r.seed, r.stream, r.include_usage, r.canvas), (Some(7), true, true, true));
+        assert_eq!(
+            (r.seed, r.stream, r.include_usage, r.canvas),
+            (Some(7), true, true, true)
+        );
         assert_eq!(r.strategy.as_deref(), Some("mbsd"));
-        assert_eq!((r.steps, r.block_length, r.threshold), (Some(8), Some(8), Some(0.9)));
+        assert_eq!(
+            (r.steps, r.block_length, r.threshold),
+            (Some(8), Some(8), Some(0.9))
+        );
         let c = parse(
             Endpoint::Chat,
             br#"{"messages": [{"role": "system", "content": "s"},
@@ -603,7 +734,9 @@ mod tests {
         };
         assert_eq!(m[1].content, "ab");
         assert_eq!(
-            parse(Endpoint::Completions, br#"{"prompt": [1, 2, 3]}"#).unwrap().prompt,
+            parse(Endpoint::Completions, br#"{"prompt": [1, 2, 3]}"#)
+                .unwrap()
+                .prompt,
             PromptInput::Ids(vec![1, 2, 3])
         );
     }

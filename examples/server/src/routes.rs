@@ -401,9 +401,11 @@ fn stream_events(
                 if first && !delta.is_empty() {
                     v.push(Ok(data(&st.meta.chunk("", true, None))));
                 }
-                let mut last = st
-                    .meta
-                    .chunk(&delta, first && delta.is_empty(), Some(summary.finish_reason));
+                let mut last = st.meta.chunk(
+                    &delta,
+                    first && delta.is_empty(),
+                    Some(summary.finish_reason),
+                );
                 last["diffusion"] = summary.diffusion.clone();
                 v.push(Ok(data(&last)));
                 if st.include_usage {

@@ -85,7 +85,10 @@ fn prompt_field(e: Endpoint) -> &'static str {
 #[derive(Debug)]
 pub enum Event {
     /// A step: the text that became final (may be empty) and, with `canvas`, the canvas.
-    Step { delta: String, canvas: Option<Value> },
+    Step {
+        delta: String,
+        canvas: Option<Value>,
+    },
     /// The end: the last text and the summary.
     Done { delta: String, summary: Summary },
     /// The request failed (bad parameters found by the decoder, timeout, internal error).
@@ -387,7 +390,12 @@ fn state_name(s: TokenState, masked: bool, tentative: bool) -> &'static str {
     }
 }
 
-fn run(shared: &Shared, job: &Prepared, cancel: &Arc<Cancel>, tx: &UnboundedSender<Event>) -> Event {
+fn run(
+    shared: &Shared,
+    job: &Prepared,
+    cancel: &Arc<Cancel>,
+    tx: &UnboundedSender<Event>,
+) -> Event {
     let p = job.params;
     let batchable = p.strategy == Strategy::Vanilla && p.cfg_scale == 0.0;
     let mut model = match SeqLm::new(
@@ -456,7 +464,9 @@ fn run(shared: &Shared, job: &Prepared, cancel: &Arc<Cancel>, tx: &UnboundedSend
         return Event::Failed(f);
     }
     match cancel.reason() {
-        Some(CancelReason::Timeout) => return Event::Failed(ApiError::timeout(shared.limits.timeout_secs)),
+        Some(CancelReason::Timeout) => {
+            return Event::Failed(ApiError::timeout(shared.limits.timeout_secs))
+        }
         Some(CancelReason::Disconnected) => {
             return Event::Failed(ApiError::request("the client disconnected"))
         }
@@ -494,7 +504,11 @@ fn run(shared: &Shared, job: &Prepared, cancel: &Arc<Cancel>, tx: &UnboundedSend
     Event::Done {
         delta,
         summary: Summary {
-            finish_reason: if hit_string || hit_id { "stop" } else { "length" },
+            finish_reason: if hit_string || hit_id {
+                "stop"
+            } else {
+                "length"
+            },
             prompt_tokens: job.prompt_ids.len(),
             completion_tokens,
             diffusion,

@@ -65,16 +65,30 @@ fn completions_chat_models_and_health() {
     assert_eq!(text_of(&v), TOM_ANSWER);
 
     // Token ids as the prompt give the same answer as the text they encode.
-    let ids = s
-        .post("/v1/completions", &json!({"prompt": TOM, "max_tokens": 8}).to_string())
+    let tok = dllm_models::TextTokenizer::from_file(
+        &common::model_dir("tiny-llada").join("tokenizer.json"),
+    )
+    .expect("the embedded model's tokenizer");
+    let ids = tok.encode_prompt(TOM, false).expect("encode");
+    let v = s
+        .post("/v1/completions", &json!({"prompt": ids}).to_string())
         .json();
-    assert_eq!(ids["choices"][0]["finish_reason"], "length");
+    assert_eq!(text_of(&v), TOM_ANSWER, "{v}");
+
+    // A generation cut short by max_tokens ends with finish_reason "length".
+    let v = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": TOM, "max_tokens": 8}).to_string(),
+        )
+        .json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
 
     let h = s.health();
     assert_eq!(h["status"], "ok");
     assert_eq!(h["live_sequences"], 0);
     assert_eq!(h["active_sequences"], 0);
-    assert_eq!(h["requests_completed"], 4);
+    assert_eq!(h["requests_completed"], 5);
     assert!(s.get("/").body.contains("id=\"canvas\""));
     assert_eq!(s.get("/nope").status, 404);
 }
@@ -97,78 +111,103 @@ fn chunks(s: &Server, path: &str, body: Value) -> Vec<Value> {
         .collect()
 }
 
+/// The plain stream and the canvas stream of `prompt` under `strategy` (`positions` generated
+/// positions) against the non-streamed answer; `must_see` lists the states the canvas must show.
+fn check_streams(s: &Server, body: Value, positions: usize, must_see: &[&str]) {
+    let strategy = body["strategy"].as_str().unwrap().to_string();
+    let with = |extra: Value| {
+        let mut b = body.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let plain = s.post("/v1/completions", &body.to_string()).json();
+    let whole = text_of(&plain);
+    assert!(!whole.is_empty(), "{plain}");
+    // Plain stream: text chunks whose concatenation is the answer; the last chunk carries the
+    // finish reason, then the usage chunk.
+    let c = chunks(
+        s,
+        "/v1/completions",
+        with(json!({"stream": true, "stream_options": {"include_usage": true}})),
+    );
+    let text: String = c
+        .iter()
+        .filter_map(|v| v["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, whole, "{strategy}");
+    let last = &c[c.len() - 2];
+    assert_eq!(
+        last["choices"][0]["finish_reason"],
+        plain["choices"][0]["finish_reason"]
+    );
+    assert_eq!(
+        c.last().unwrap()["choices"].as_array().map(Vec::len),
+        Some(0)
+    );
+    assert_eq!(
+        c.last().unwrap()["usage"]["completion_tokens"],
+        plain["usage"]["completion_tokens"]
+    );
+    assert!(c.iter().all(|v| v.get("canvas").is_none()));
+
+    // Canvas stream: one chunk per step with every position's state; the text shown so far is
+    // always a prefix of the answer (never revised), and covers only stable positions.
+    let c = chunks(
+        s,
+        "/v1/completions",
+        with(json!({"stream": true, "stream_options": {"canvas": true}})),
+    );
+    let mut shown = String::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut canvases = 0;
+    for v in &c {
+        shown.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
+        assert!(
+            whole.starts_with(&shown),
+            "{strategy}: {shown:?} vs {whole:?}"
+        );
+        if let Some(cv) = v.get("canvas") {
+            canvases += 1;
+            let states: Vec<&str> = cv["states"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap())
+                .collect();
+            assert_eq!(states.len(), positions);
+            assert_eq!(cv["tokens"].as_array().unwrap().len(), positions);
+            let fl = cv["final_len"].as_u64().unwrap() as usize;
+            assert!(states[..fl].iter().all(|&s| s == "stable"), "{states:?}");
+            if fl < positions {
+                assert_ne!(states[fl], "stable");
+            }
+            for (st, tok) in states.iter().zip(cv["tokens"].as_array().unwrap()) {
+                assert_eq!(*st == "masked", tok == "", "{states:?} {:?}", cv["tokens"]);
+            }
+            seen.extend(states);
+        }
+    }
+    assert_eq!(shown, whole, "{strategy}");
+    assert!(canvases >= 3, "{strategy}: {canvases} canvases");
+    for st in must_see {
+        assert!(seen.contains(st), "{strategy}: {st} never seen in {seen:?}");
+    }
+    assert!(seen
+        .iter()
+        .all(|s| ["masked", "invisible", "visible", "stable"].contains(s)));
+}
+
 #[test]
 fn streams_carry_only_final_text_and_the_canvas_on_request() {
     let s = Server::start(&[]);
-    for strategy in ["vanilla", "mbsd"] {
-        let whole = text_of(
-            &s.post(
-                "/v1/completions",
-                &json!({"prompt": TOM, "strategy": strategy}).to_string(),
-            )
-            .json(),
-        );
-        // Plain stream: text chunks whose concatenation is the answer; the last chunk carries the
-        // finish reason, then the usage chunk.
-        let c = chunks(
-            &s,
-            "/v1/completions",
-            json!({"prompt": TOM, "strategy": strategy, "stream": true,
-                   "stream_options": {"include_usage": true}}),
-        );
-        let text: String = c
-            .iter()
-            .filter_map(|v| v["choices"][0]["text"].as_str())
-            .collect();
-        assert_eq!(text, whole, "{strategy}");
-        let last = &c[c.len() - 2];
-        assert_eq!(last["choices"][0]["finish_reason"], "stop");
-        assert_eq!(c.last().unwrap()["choices"].as_array().map(Vec::len), Some(0));
-        assert!(c.last().unwrap()["usage"]["completion_tokens"].as_u64().unwrap() > 0);
-        assert!(c.iter().all(|v| v.get("canvas").is_none()));
-
-        // Canvas stream: one chunk per step with every position's state; the text shown so far is
-        // always a prefix of the answer (never revised), and covers only stable positions.
-        let c = chunks(
-            &s,
-            "/v1/completions",
-            json!({"prompt": TOM, "strategy": strategy, "stream": true,
-                   "stream_options": {"canvas": true}}),
-        );
-        let mut shown = String::new();
-        let mut seen = std::collections::BTreeSet::new();
-        let mut canvases = 0;
-        for v in &c {
-            shown.push_str(v["choices"][0]["text"].as_str().unwrap_or(""));
-            assert!(whole.starts_with(&shown), "{strategy}: {shown:?} vs {whole:?}");
-            if let Some(cv) = v.get("canvas") {
-                canvases += 1;
-                let states: Vec<&str> = cv["states"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|s| s.as_str().unwrap())
-                    .collect();
-                assert_eq!(states.len(), 24);
-                assert_eq!(cv["tokens"].as_array().unwrap().len(), 24);
-                let fl = cv["final_len"].as_u64().unwrap() as usize;
-                assert!(states[..fl].iter().all(|&s| s == "stable"), "{states:?}");
-                if fl < 24 {
-                    assert_ne!(states[fl], "stable");
-                }
-                for (st, tok) in states.iter().zip(cv["tokens"].as_array().unwrap()) {
-                    assert_eq!(*st == "masked", tok == "", "{states:?} {:?}", cv["tokens"]);
-                }
-                seen.extend(states);
-            }
-        }
-        assert_eq!(shown, whole, "{strategy}");
-        assert!(canvases >= 3, "{strategy}: {canvases} canvases");
-        for st in ["masked", "invisible", "stable"] {
-            assert!(seen.contains(st), "{strategy}: {seen:?}");
-        }
-        assert!(seen.iter().all(|s| ["masked", "invisible", "visible", "stable"].contains(s)));
-    }
+    check_streams(
+        &s,
+        json!({"prompt": TOM, "strategy": "vanilla"}),
+        24,
+        &["masked", "invisible", "stable"],
+    );
 
     // Chat chunks: the role first, then content deltas.
     let c = chunks(
@@ -183,7 +222,25 @@ fn streams_carry_only_final_text_and_the_canvas_on_request() {
         .filter_map(|v| v["choices"][0]["delta"]["content"].as_str())
         .collect();
     assert_eq!(text, TOM_ANSWER);
+    drop(s);
+
+    // mbsd revises text it has shown as context (visible) before making it final: on the long
+    // model (the embedded one is so sure of itself that mbsd stabilizes a block per step) the
+    // canvas shows all four states, and the streamed text is still only ever final text.
+    let long = common::model_dir("tiny-llada-long");
+    let s = Server::start(&["--model", long.to_str().unwrap()]);
+    check_streams(
+        &s,
+        json!({"prompt": LONG_MATH, "strategy": "mbsd"}),
+        128,
+        &["masked", "invisible", "visible", "stable"],
+    );
 }
+
+/// A long-suite arithmetic question (the long model's task).
+const LONG_MATH: &str =
+    "Tom has 3 apples. In January he buys 4 more. In February he doubles them. \
+                         In March he eats 2. How many apples does Tom have at the end?";
 
 #[test]
 fn stop_strings_end_the_text_before_them() {
@@ -257,12 +314,27 @@ fn bad_requests_get_openai_errors_naming_the_field() {
     assert_eq!(h["active_sequences"], 0);
 }
 
-/// Start a canvas stream of a long generation (sampled so hot that no EOS ends it early), read
-/// its first chunk and hang up.
+/// The server of the cancellation tests: one sequence slot, and EOS never generated
+/// (`--logits-eos-inf`), so a generation of `LONG` positions runs all of its steps unless cancelled.
+fn one_slot_server(max_queue: &str) -> Server {
+    Server::start(&[
+        "--max-sequences",
+        "1",
+        "--max-queue",
+        max_queue,
+        "--logits-eos-inf",
+    ])
+}
+
+/// A canvas stream of 200 positions, one step each (no EOS: see [`one_slot_server`]).
+fn long_stream_body() -> String {
+    json!({"prompt": TOM, "max_tokens": 200, "stream": true, "stream_options": {"canvas": true}})
+        .to_string()
+}
+
+/// Start a canvas stream of a long generation, read its first chunk and hang up.
 fn start_and_hang_up(s: &Server) {
-    let body = json!({"prompt": TOM, "max_tokens": 200, "temperature": 1000, "seed": 3,
-                      "stream": true, "stream_options": {"canvas": true}})
-    .to_string();
+    let body = long_stream_body();
     let mut c = connect(&s.addr);
     c.write_all(request_head("POST", "/v1/completions", &s.addr, body.len()).as_bytes())
         .unwrap();
@@ -271,7 +343,10 @@ fn start_and_hang_up(s: &Server) {
     let mut line = String::new();
     while !line.starts_with("data:") {
         line.clear();
-        assert!(r.read_line(&mut line).unwrap() > 0, "the stream ended early");
+        assert!(
+            r.read_line(&mut line).unwrap() > 0,
+            "the stream ended early"
+        );
     }
     // Dropping the reader closes the connection.
 }
@@ -279,11 +354,14 @@ fn start_and_hang_up(s: &Server) {
 #[test]
 fn a_client_that_hangs_up_cancels_its_sequence() {
     // One sequence slot: the second request can only run once the first has let go of it.
-    let s = Server::start(&["--max-sequences", "1", "--max-queue", "4"]);
+    let s = one_slot_server("4");
     start_and_hang_up(&s);
     let r = s.post("/v1/completions", &json!({"prompt": TOM}).to_string());
     assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(text_of(&r.json()), TOM_ANSWER);
+    // Without EOS every position is text, and the generation runs to its length.
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    assert!(text_of(&v).starts_with("23 + 5 = 28"), "{v}");
     let h = s.health();
     assert_eq!(h["requests_cancelled"], 1, "{h}");
     assert_eq!(h["requests_completed"], 1, "{h}");
@@ -293,10 +371,8 @@ fn a_client_that_hangs_up_cancels_its_sequence() {
 #[test]
 fn a_full_queue_is_refused_with_429() {
     // No queue at all: while a long stream holds the only slot, another request is refused.
-    let s = Server::start(&["--max-sequences", "1", "--max-queue", "0"]);
-    let body = json!({"prompt": TOM, "max_tokens": 200, "temperature": 1000, "seed": 3,
-                      "stream": true, "stream_options": {"canvas": true}})
-    .to_string();
+    let s = one_slot_server("0");
+    let body = long_stream_body();
     let mut c = connect(&s.addr);
     c.write_all(request_head("POST", "/v1/completions", &s.addr, body.len()).as_bytes())
         .unwrap();

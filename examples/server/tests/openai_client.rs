@@ -38,6 +38,9 @@ fn the_openai_python_client_works_unchanged() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}{stderr}");
-    assert!(out.status.success(), "the openai client checks failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "the openai client checks failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains(" 0 failed"), "{stdout}");
 }

@@ -116,7 +116,10 @@ impl Browser {
         self.to.write_all(&bytes).expect("write to chromium");
         loop {
             let mut buf = Vec::new();
-            let n = self.from.read_until(0, &mut buf).expect("read from chromium");
+            let n = self
+                .from
+                .read_until(0, &mut buf)
+                .expect("read from chromium");
             assert!(n > 0, "chromium closed the DevTools pipe during {method}");
             buf.pop();
             let v: Value = serde_json::from_slice(&buf).expect("DevTools JSON");
@@ -236,8 +239,14 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
     let r = b.eval(&session, &format!("{RUN}({prompt}, 'vanilla', 0, false)"));
     assert_eq!(r["status"], "done", "{r}");
     assert_eq!(r["final"], answer.as_str(), "{r}");
-    assert!(r["forwards"].as_str().unwrap().parse::<u64>().unwrap() > 0, "{r}");
-    assert!(r["tps"].as_str().unwrap().parse::<f64>().unwrap() > 0.0, "{r}");
+    assert!(
+        r["forwards"].as_str().unwrap().parse::<u64>().unwrap() > 0,
+        "{r}"
+    );
+    assert!(
+        r["tps"].as_str().unwrap().parse::<f64>().unwrap() > 0.0,
+        "{r}"
+    );
     let legend = r["legend"].as_object().expect("legend");
     let colours: std::collections::BTreeSet<&str> =
         legend.values().map(|v| v.as_str().unwrap()).collect();

@@ -63,15 +63,23 @@ fn start(a: &Args, max_batch: usize) -> Result<Server> {
         .join("llada-server");
     let mut cmd = Command::new(&exe);
     cmd.args(["--host", "127.0.0.1", "--port", "0", "--model", &a.model])
-        .args(["--max-sequences", "16", "--max-batch", &max_batch.to_string()])
+        .args([
+            "--max-sequences",
+            "16",
+            "--max-batch",
+            &max_batch.to_string(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     if let Some(t) = a.threads {
         cmd.args(["--threads", &t.to_string()]);
     }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {} (build it: cargo build --release -p server)", exe.display()))?;
+    let mut child = cmd.spawn().with_context(|| {
+        format!(
+            "starting {} (build it: cargo build --release -p server)",
+            exe.display()
+        )
+    })?;
     let mut line = String::new();
     BufReader::new(child.stdout.take().context("stdout")?).read_line(&mut line)?;
     let Some(addr) = line.trim().strip_prefix("listening on http://") else {
@@ -129,8 +137,12 @@ fn main() -> Result<()> {
             let t0 = Instant::now();
             let handles: Vec<_> = (0..c)
                 .map(|k| {
-                    let (addr, prompts, strategy, n) =
-                        (s.addr.clone(), prompts.clone(), a.strategy.clone(), a.requests);
+                    let (addr, prompts, strategy, n) = (
+                        s.addr.clone(),
+                        prompts.clone(),
+                        a.strategy.clone(),
+                        a.requests,
+                    );
                     std::thread::spawn(move || -> Result<Vec<Sample>> {
                         (0..n)
                             .map(|r| one(&addr, &prompts[(k * n + r) % prompts.len()], &strategy))
@@ -140,7 +152,10 @@ fn main() -> Result<()> {
                 .collect();
             let mut samples = Vec::new();
             for h in handles {
-                samples.extend(h.join().map_err(|_| anyhow::anyhow!("a client panicked"))??);
+                samples.extend(
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("a client panicked"))??,
+                );
             }
             let wall = t0.elapsed().as_secs_f64();
             let after: Value = http::request(&s.addr, "GET", "/health", b"").json();

@@ -96,7 +96,11 @@ pub fn parse_response(raw: &[u8]) -> Response {
     let chunked = headers
         .iter()
         .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked { dechunk(rest) } else { rest.to_vec() };
+    let body = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_vec()
+    };
     Response {
         status,
         headers,

@@ -15,6 +15,13 @@ use serde_json::Value;
 pub const TOM: &str = "Tom has 23 apples. He buys 5 more. How many apples does Tom have now?";
 pub const TOM_ANSWER: &str = "23 + 5 = 28. Answer: 28";
 
+/// A shipped model's directory (`models/<name>` at the workspace root).
+pub fn model_dir(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(name)
+}
+
 /// A running server, killed when dropped.
 pub struct Server {
     child: Child,
