@@ -159,7 +159,7 @@ fn run(a: Args) -> Result<()> {
         weights,
         info: info.clone(),
         tokenizer: loaded.tokenizer.clone().map(Arc::new),
-        checkpoint: loaded.defaults.clone(),
+        checkpoint: loaded.defaults,
         latency: a.decode.latency_table()?,
         cpu_latency: a.decode.cpu_latency_table()?,
         decode: a.decode.clone(),

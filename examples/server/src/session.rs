@@ -529,9 +529,18 @@ fn canvas_json(
         pieces
             .entry(id)
             .or_insert_with(|| match tok {
-                // A piece that decodes to nothing (a lone space the decoder strips) shows as ␣.
+                // Whitespace shows: a piece that decodes to nothing (a lone space the decoder
+                // strips) or to blanks is drawn as ␣ (space), ↵ (newline), ⇥ (tab).
                 Some(t) => match t.decode(&[id], false) {
                     Ok(p) if p.is_empty() => "\u{2423}".to_string(),
+                    Ok(p) if p.trim().is_empty() => p
+                        .chars()
+                        .map(|c| match c {
+                            '\n' => '\u{21b5}',
+                            '\t' => '\u{21e5}',
+                            _ => '\u{2423}',
+                        })
+                        .collect(),
                     Ok(p) => p,
                     Err(_) => format!("<{id}>"),
                 },

@@ -154,7 +154,8 @@ impl Drop for Browser {
 }
 
 /// Fill in the form, press Generate, record every state class and its colour on the canvas while
-/// it denoises, wait for the end; with `shot`, resolve early once the canvas shows three states.
+/// it denoises, wait for the end; with `shot` (a number of forwards), resolve early once the canvas
+/// shows three states after that many forwards.
 const RUN: &str = r#"
 (async (prompt, strategy, delay, shot) => {
   const $ = (id) => document.getElementById(id);
@@ -168,7 +169,8 @@ const RUN: &str = r#"
     };
     t();
   });
-  await until(() => $("model").textContent !== "the model", "/health");
+  // The page loaded (a new target may still show about:blank) and its /health call answered.
+  await until(() => $("model") && $("model").textContent !== "the model", "/health");
   $("prompt").value = prompt;
   $("strategy").value = strategy;
   $("delay").value = String(delay);
@@ -186,7 +188,8 @@ const RUN: &str = r#"
   await until(() => {
     const s = $("status").dataset.state;
     const states = new Set([...$("canvas").children].map((e) => e.className));
-    return s === "done" || s === "error" || (shot && states.size >= 3);
+    return s === "done" || s === "error"
+      || (shot && states.size >= 3 && Number($("forwards").textContent) >= shot);
   }, "the generation");
   record();
   obs.disconnect();
@@ -236,7 +239,7 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
         "new Promise((r) => document.readyState === 'complete' ? r(true) : addEventListener('load', () => r(true)))",
     );
     let prompt = serde_json::to_string(TOM).unwrap();
-    let r = b.eval(&session, &format!("{RUN}({prompt}, 'vanilla', 0, false)"));
+    let r = b.eval(&session, &format!("{RUN}({prompt}, 'vanilla', 0, 0)"));
     assert_eq!(r["status"], "done", "{r}");
     assert_eq!(r["final"], answer.as_str(), "{r}");
     assert!(
@@ -265,13 +268,36 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
     }
 
     if let Ok(path) = std::env::var("LLADA_SERVER_SCREENSHOT") {
-        b.eval(&session, "window.scrollTo(0, 0)");
-        let r = b.eval(&session, &format!("{RUN}({prompt}, 'mbsd', 250, true)"));
+        // The long model under mbsd: a 128-position canvas showing all four states.
+        let long = common::model_dir("tiny-llada-long");
+        let s = Server::start(&["--model", long.to_str().unwrap()]);
+        let target = b.call(
+            None,
+            "Target.createTarget",
+            json!({"url": format!("http://{}/", s.addr)}),
+        );
+        let attached = b.call(
+            None,
+            "Target.attachToTarget",
+            json!({"targetId": target["targetId"], "flatten": true}),
+        );
+        let session = attached["sessionId"].as_str().expect("session").to_string();
+        b.eval(
+            &session,
+            "new Promise((r) => document.readyState === 'complete' ? r(true) : addEventListener('load', () => r(true)))",
+        );
+        let prompt = serde_json::to_string(
+            "Tom has 3 apples. In January he buys 4 more. In February he doubles them. \
+             In March he eats 2. How many apples does Tom have at the end?",
+        )
+        .unwrap();
+        let r = b.eval(&session, &format!("{RUN}({prompt}, 'mbsd', 400, 5)"));
         assert_eq!(r["status"], "running", "{r}");
         let shot = b.call(
             Some(&session),
             "Page.captureScreenshot",
-            json!({"format": "png"}),
+            json!({"format": "png",
+                   "clip": {"x": 0, "y": 0, "width": 1100, "height": 520, "scale": 1}}),
         );
         let png = base64::engine::general_purpose::STANDARD
             .decode(shot["data"].as_str().expect("data"))

@@ -110,10 +110,7 @@ pub fn parse_response(raw: &[u8]) -> Response {
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
         let size_hex = String::from_utf8_lossy(&b[..eol]);
         let size = usize::from_str_radix(size_hex.split(';').next().unwrap_or("").trim(), 16)
             .expect("chunk size");
