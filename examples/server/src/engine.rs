@@ -16,11 +16,12 @@
 //! cache) run one at a time on their own sequence ("a turn"). Canvases of different lengths are
 //! not padded: without an attention mask over padding the model would see the pad tokens.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use candle_core::{Device, Tensor};
 use dllm_models::{
@@ -104,22 +105,37 @@ struct Job {
     reply: SyncSender<Reply>,
 }
 
+/// What the engine's lock guards: the asks, and how many batchable sequences of each canvas
+/// length are alive (the ones a batch may wait for).
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    batchable: HashMap<usize, usize>,
+}
+
 /// The engine: a queue of asks and the thread that serves them.
 pub struct Engine {
-    queue: Mutex<VecDeque<Job>>,
+    queue: Mutex<Queue>,
     wake: Condvar,
     max_batch: usize,
+    batch_wait: Duration,
     pub stats: EngineStats,
 }
 
 impl Engine {
     /// Start the engine's thread over `weights`; `max_batch` sequences at most per batched forward
-    /// (1: no batching).
-    pub fn start(weights: Arc<TransformerWeights>, max_batch: usize) -> anyhow::Result<Arc<Self>> {
+    /// (1: no batching); a batch waits at most `batch_wait` for the other live sequences of its
+    /// canvas length to ask.
+    pub fn start(
+        weights: Arc<TransformerWeights>,
+        max_batch: usize,
+        batch_wait: Duration,
+    ) -> anyhow::Result<Arc<Self>> {
         let engine = Arc::new(Self {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             max_batch: max_batch.max(1),
+            batch_wait,
             stats: EngineStats::default(),
         });
         let mut batch_model = DiffusionTransformer::from_weights(weights)?;
@@ -135,7 +151,7 @@ impl Engine {
             let job = {
                 let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
                 loop {
-                    if let Some(j) = q.pop_front() {
+                    if let Some(j) = q.jobs.pop_front() {
                         break j;
                     }
                     q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
@@ -157,19 +173,37 @@ impl Engine {
                     let mut group = vec![(job.reply, canvas, rows)];
                     let len = group[0].1.len();
                     if self.max_batch > 1 {
+                        // Take every ask of this canvas length; while some live sequences of
+                        // that length have not asked yet (they are between two forwards, on
+                        // their own threads), wait for them a little: without it, two
+                        // sequences stay out of phase, each asking while the other's forward
+                        // runs, and never share one.
+                        let deadline = Instant::now() + self.batch_wait;
                         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                        let mut i = 0;
-                        while i < q.len() && group.len() < self.max_batch {
-                            let fits = matches!(&q[i].work, Work::Batch { canvas, .. } if canvas.len() == len)
-                                && !q[i].cancel.is_set();
-                            if fits {
-                                let Some(j) = q.remove(i) else { break };
-                                if let Work::Batch { canvas, rows } = j.work {
-                                    group.push((j.reply, canvas, rows));
+                        loop {
+                            let mut i = 0;
+                            while i < q.jobs.len() && group.len() < self.max_batch {
+                                let fits = matches!(&q.jobs[i].work, Work::Batch { canvas, .. } if canvas.len() == len)
+                                    && !q.jobs[i].cancel.is_set();
+                                if fits {
+                                    let Some(j) = q.jobs.remove(i) else { break };
+                                    if let Work::Batch { canvas, rows } = j.work {
+                                        group.push((j.reply, canvas, rows));
+                                    }
+                                } else {
+                                    i += 1;
                                 }
-                            } else {
-                                i += 1;
                             }
+                            let live = q.batchable.get(&len).copied().unwrap_or(0);
+                            let now = Instant::now();
+                            if group.len() >= live.min(self.max_batch) || now >= deadline {
+                                break;
+                            }
+                            q = self
+                                .wake
+                                .wait_timeout(q, deadline - now)
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
                         }
                     }
                     self.stats.forwards.fetch_add(1, Ordering::Relaxed);
@@ -208,9 +242,27 @@ impl Engine {
         self.queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .jobs
             .push_back(job);
         self.wake.notify_one();
         rx
+    }
+
+    /// A batchable sequence of canvas length `len` starts (`+1`) or ends (`-1`).
+    fn count_batchable(&self, len: usize, starts: bool) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let n = q.batchable.entry(len).or_insert(0);
+        if starts {
+            *n += 1;
+        } else {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                q.batchable.remove(&len);
+            }
+        }
+        drop(q);
+        // A batch waiting for this sequence need not wait any more.
+        self.wake.notify_one();
     }
 
     /// Wait for this sequence's turn; compute while the returned guard lives.
@@ -287,9 +339,10 @@ pub struct SeqLm {
     own: DiffusionTransformer,
     engine: Arc<Engine>,
     cancel: Arc<Cancel>,
-    /// Every forward is a whole-canvas forward from an empty cache and nothing is committed (the
-    /// caller's strategy guarantees it): forwards may be batched with other sequences'.
-    batchable: bool,
+    /// `Some(canvas length)`: every forward is a whole-canvas forward of that length from an
+    /// empty cache and nothing is committed (the caller's strategy guarantees it): forwards may be
+    /// batched with other sequences'.
+    batchable: Option<usize>,
 }
 
 impl SeqLm {
@@ -297,10 +350,13 @@ impl SeqLm {
         weights: Arc<TransformerWeights>,
         engine: Arc<Engine>,
         cancel: Arc<Cancel>,
-        batchable: bool,
+        batchable: Option<usize>,
     ) -> dllm_models::Result<Self> {
         let own = DiffusionTransformer::from_weights(weights)?;
         engine.stats.live_sequences.fetch_add(1, Ordering::SeqCst);
+        if let Some(len) = batchable {
+            engine.count_batchable(len, true);
+        }
         Ok(Self {
             own,
             engine,
@@ -312,6 +368,9 @@ impl SeqLm {
 
 impl Drop for SeqLm {
     fn drop(&mut self) {
+        if let Some(len) = self.batchable {
+            self.engine.count_batchable(len, false);
+        }
         self.engine
             .stats
             .live_sequences
@@ -342,7 +401,7 @@ impl DiffusionLm for SeqLm {
             return Err(cancelled());
         }
         let (b, len) = canvas.dims2()?;
-        if self.batchable && b == 1 && window == (0..len) && self.own.cache_len() == 0 {
+        if self.batchable.is_some() && b == 1 && window == (0..len) && self.own.cache_len() == 0 {
             let ids: Vec<u32> = canvas.flatten_all()?.to_vec1()?;
             let rows = match rows {
                 Rows::All => (0..len).collect(),

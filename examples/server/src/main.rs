@@ -69,6 +69,10 @@ struct Args {
     /// equal canvas length batch (the vanilla strategy).
     #[arg(long, default_value_t = 16)]
     max_batch: usize,
+    /// Milliseconds a batched forward waits at most for the other live sequences of its canvas
+    /// length to ask (0: take only what is already queued).
+    #[arg(long, default_value_t = 10.0)]
+    batch_wait_ms: f64,
     #[command(flatten)]
     decode: DecodeArgs,
     /// Compute dtype: f32, f16 or bf16.
@@ -153,7 +157,17 @@ fn run(a: Args) -> Result<()> {
         bail!("--max-tokens-limit must be positive");
     }
     let weights = loaded.model.weights().clone();
-    let engine = engine::Engine::start(weights.clone(), a.max_batch)?;
+    if !(a.batch_wait_ms.is_finite() && (0.0..=10_000.0).contains(&a.batch_wait_ms)) {
+        bail!(
+            "--batch-wait-ms must be in [0, 10000], got {}",
+            a.batch_wait_ms
+        );
+    }
+    let engine = engine::Engine::start(
+        weights.clone(),
+        a.max_batch,
+        std::time::Duration::from_secs_f64(a.batch_wait_ms / 1e3),
+    )?;
     let shared = Arc::new(Shared {
         model_id: model_id(a.model.as_deref()),
         weights,

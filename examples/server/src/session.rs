@@ -397,7 +397,9 @@ fn run(
     tx: &UnboundedSender<Event>,
 ) -> Event {
     let p = job.params;
-    let batchable = p.strategy == Strategy::Vanilla && p.cfg_scale == 0.0;
+    // Vanilla without guidance: every forward is the whole canvas (prompt + gen_length).
+    let batchable = (p.strategy == Strategy::Vanilla && p.cfg_scale == 0.0)
+        .then(|| job.prompt_ids.len() + p.gen_length);
     let mut model = match SeqLm::new(
         shared.weights.clone(),
         shared.engine.clone(),

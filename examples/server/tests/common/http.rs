@@ -66,7 +66,19 @@ pub fn request_head(method: &str, path: &str, addr: &str, len: usize) -> String 
 
 /// One request on its own connection (`Connection: close`), read to the end.
 pub fn request(addr: &str, method: &str, path: &str, body: &[u8]) -> Response {
+    request_within(addr, method, path, body, Duration::from_secs(120))
+}
+
+/// [`request`] with another read timeout (the benchmark's requests may queue for minutes).
+pub fn request_within(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Response {
     let mut s = connect(addr);
+    s.set_read_timeout(Some(timeout)).ok();
     s.write_all(request_head(method, path, addr, body.len()).as_bytes())
         .expect("write head");
     // A server may answer (413) before reading a large body; ignore a reset while writing.
