@@ -78,9 +78,9 @@ impl Strategy {
 }
 
 /// Staged token stabilization: the confidence at which a prediction becomes visible context.
-pub const DEFAULT_THETA_VISIBLE: f32 = 0.7;
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.95;
 /// Staged token stabilization: the confidence at which a token becomes final.
-pub const DEFAULT_THETA_STABLE: f32 = 0.9;
+pub const DEFAULT_THETA_STABLE: f32 = 0.95;
 
 /// Largest accepted sampling temperature: LLaDA's Gumbel noise divides by `(-ln u)^t`, which
 /// leaves f64's range (and turns every candidate into a tie at 0 or infinity) around t = 18.
@@ -362,7 +362,8 @@ impl DecodeParams {
     ///   checkpoint's step count belongs to its own length); else the checkpoint's; else
     ///   `gen_length`.
     /// * `threshold`: asked; else the checkpoint's unless `steps` was asked (a step count means the
-    ///   schedule); else none.
+    ///   schedule) or the strategy decides by staged stabilization (`mbsd` without `--no-sts`: its
+    ///   thresholds are `revision.theta_visible` / `theta_stable`); else none.
     pub fn resolve(
         self,
         asked: Requested,
@@ -383,7 +384,8 @@ impl DecodeParams {
             (None, Some(_)) => gen_length,
             (None, None) => checkpoint.steps.unwrap_or(gen_length),
         };
-        let threshold = asked.threshold.or(if asked.steps.is_none() {
+        let staged = self.strategy == Strategy::Mbsd && self.revision.sts;
+        let threshold = asked.threshold.or(if asked.steps.is_none() && !staged {
             checkpoint.threshold.map(|t| t as f32)
         } else {
             None

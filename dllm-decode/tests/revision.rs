@@ -376,8 +376,10 @@ fn threshold_with_sts_and_bad_thetas_are_named_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("threshold") && e.contains("revision.sts"), "{e}");
+    // theta_visible above theta_stable.
     let p = mbsd(RevisionParams {
-        theta_visible: 0.95,
+        theta_visible: 0.9,
+        theta_stable: 0.8,
         ..Default::default()
     });
     let e = generate(&mut Scripted::new(), PROMPT, &p, &mut ())

@@ -29,9 +29,10 @@ pub struct DecodeArgs {
     /// else the checkpoint's recommendation, else gen-length].
     #[arg(long)]
     pub steps: Option<usize>,
-    /// vanilla (the model's reference algorithm), prefix-cache, dual-cache (Fast-dLLM) or mbsd
-    /// (multi-block speculative decoding with dual-path progressive revision).
-    #[arg(long, default_value = "vanilla")]
+    /// mbsd (multi-block speculative decoding with dual-path progressive revision: the fastest
+    /// decoder that keeps vanilla's accuracy, see the README), vanilla (the model's reference
+    /// algorithm, one token per step by default), prefix-cache or dual-cache (Fast-dLLM).
+    #[arg(long, default_value = "mbsd")]
     pub strategy: String,
     /// Parallel decoding: unmask every masked token of the block with confidence >= this
     /// [default: the checkpoint's unless --steps is given].
@@ -117,12 +118,39 @@ pub struct DecodeArgs {
     /// SM8750 CPU profile derived from the paper's Table 2, not measured].
     #[arg(long)]
     pub cpu_latency_table: Option<PathBuf>,
-    /// mbsd: confidence at which a prediction becomes visible context.
-    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_THETA_VISIBLE)]
-    pub theta_visible: f32,
-    /// mbsd: confidence at which a token becomes final.
-    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_THETA_STABLE)]
-    pub theta_stable: f32,
+    /// mbsd: confidence at which a prediction becomes visible context [default: 0.95].
+    #[arg(long)]
+    pub theta_visible: Option<f32>,
+    /// mbsd: confidence at which a token becomes final [default: 0.95].
+    #[arg(long)]
+    pub theta_stable: Option<f32>,
+}
+
+/// `--threshold T` under staged stabilization (`--strategy mbsd` without `--no-sts`, the default)
+/// means "commit at confidence T": `theta_visible = theta_stable = T` (no visible-but-unstable
+/// stage), and no threshold of its own. Given with `--theta-visible` or `--theta-stable` it is an
+/// error (two rules for one decision). Returns the threshold left for the schedule.
+pub fn staged_threshold(
+    p: &mut DecodeParams,
+    threshold: Option<f32>,
+    thetas_given: bool,
+) -> Result<Option<f32>> {
+    match threshold {
+        Some(t) if p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts => {
+            if !(t > 0.0 && t <= 1.0) {
+                bail!("invalid parameter `--threshold`: {t} is not in (0, 1]");
+            }
+            if thetas_given {
+                bail!(
+                    "invalid parameter `--threshold`: with staged stabilization (strategy mbsd) --threshold T sets --theta-visible and --theta-stable to T; give either --threshold or the thetas"
+                );
+            }
+            p.revision.theta_visible = t;
+            p.revision.theta_stable = t;
+            Ok(None)
+        }
+        t => Ok(t),
+    }
 }
 
 impl DecodeArgs {
@@ -144,7 +172,7 @@ impl DecodeArgs {
     /// could, so this never rejects what [`Self::params`] would accept; [`Self::params`] checks
     /// the rest once the checkpoint is known. The latency table is read here too.
     pub fn check(&self) -> Result<()> {
-        let base = self.base()?;
+        let (base, threshold) = self.base()?;
         if self.latency_table.is_some() && base.strategy != dllm_decode::Strategy::Mbsd {
             bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
         }
@@ -154,20 +182,28 @@ impl DecodeArgs {
                 gen_length: self.gen_length,
                 block_length: self.block_length,
                 steps: self.steps,
-                threshold: self.threshold,
+                threshold,
             },
         )?;
         self.latency_table()?;
         Ok(())
     }
 
-    /// The parameters these flags set, lengths and schedule aside.
-    fn base(&self) -> Result<DecodeParams> {
-        self.base_params().map_err(cli_error)
+    /// The parameters these flags set, lengths and schedule aside, and the threshold left for the
+    /// schedule ([`staged_threshold`]).
+    fn base(&self) -> Result<(DecodeParams, Option<f32>)> {
+        let mut p = self.flags()?;
+        let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
+        let threshold = staged_threshold(&mut p, self.threshold, thetas_given)?;
+        Ok((p, threshold))
     }
 
-    /// [`Self::base`] with the library's error.
-    fn base_params(&self) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
+    fn flags(&self) -> Result<DecodeParams> {
+        self.flags_params().map_err(cli_error)
+    }
+
+    /// [`Self::flags`] with the library's error.
+    fn flags_params(&self) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         Ok(DecodeParams {
             strategy: self.strategy.parse()?,
             remasking: self.remasking.parse()?,
@@ -196,8 +232,12 @@ impl DecodeArgs {
                 sts: !self.no_sts,
                 scr: !self.no_scr,
                 sls: !self.no_sls,
-                theta_visible: self.theta_visible,
-                theta_stable: self.theta_stable,
+                theta_visible: self
+                    .theta_visible
+                    .unwrap_or(dllm_decode::params::DEFAULT_THETA_VISIBLE),
+                theta_stable: self
+                    .theta_stable
+                    .unwrap_or(dllm_decode::params::DEFAULT_THETA_STABLE),
                 margin: self.revision_margin,
                 refresh_budget: self.refresh_budget,
             },
@@ -207,7 +247,14 @@ impl DecodeArgs {
 
     /// The decoding parameters: these flags over the checkpoint's recommendations.
     pub fn params(&self, checkpoint: &DecodeDefaults) -> Result<DecodeParams> {
-        let p = self.resolve(checkpoint).map_err(cli_error)?;
+        let (base, threshold) = self.base()?;
+        let asked = Requested {
+            gen_length: self.gen_length,
+            block_length: self.block_length,
+            steps: self.steps,
+            threshold,
+        };
+        let p = base.resolve(asked, checkpoint);
         if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
             bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
         }
@@ -218,6 +265,7 @@ impl DecodeArgs {
                 "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
             );
         }
+        p.validate().map_err(cli_error)?;
         Ok(p)
     }
 
@@ -227,13 +275,24 @@ impl DecodeArgs {
         &self,
         checkpoint: &DecodeDefaults,
     ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
+        let mut p = self.flags_params()?;
+        let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
+        let threshold = staged_threshold(&mut p, self.threshold, thetas_given).map_err(|e| {
+            dllm_decode::DecodeError::InvalidParam {
+                name: "threshold",
+                reason: e
+                    .to_string()
+                    .trim_start_matches("invalid parameter `--threshold`: ")
+                    .to_string(),
+            }
+        })?;
         let asked = Requested {
             gen_length: self.gen_length,
             block_length: self.block_length,
             steps: self.steps,
-            threshold: self.threshold,
+            threshold,
         };
-        let p = self.base_params()?.resolve(asked, checkpoint);
+        let p = p.resolve(asked, checkpoint);
         p.validate()?;
         Ok(p)
     }
@@ -592,7 +651,7 @@ mod tests {
             strategy: dllm_decode::Strategy::Mbsd,
             ..Default::default()
         };
-        p.revision.theta_visible = 0.95;
+        p.revision.theta_visible = 0.99;
         let e = cli_error(p.validate().unwrap_err()).to_string();
         assert!(
             e.contains("`--theta-visible`") && e.contains("--theta-stable"),

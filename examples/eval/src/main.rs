@@ -53,9 +53,9 @@ struct Args {
     /// checkpoint's recommendation, else gen-length] (the same rule as `generate`).
     #[arg(long)]
     steps: Option<usize>,
-    /// vanilla, prefix-cache, dual-cache or mbsd (multi-block speculative decoding with dual-path
-    /// progressive revision, at its default settings).
-    #[arg(long, default_value = "vanilla")]
+    /// mbsd (multi-block speculative decoding with dual-path progressive revision, at its default
+    /// settings; the same default as `generate`), vanilla, prefix-cache or dual-cache.
+    #[arg(long, default_value = "mbsd")]
     strategy: String,
     /// Threshold parallel decoding [default: the checkpoint's unless --steps is given].
     #[arg(long)]
@@ -227,7 +227,7 @@ fn run(a: Args) -> Result<()> {
     }
     // The decoding flags, checked before the model is loaded (as far as they go without the
     // checkpoint's recommended lengths).
-    let base = DecodeParams {
+    let mut base = DecodeParams {
         strategy: a.strategy.parse().map_err(llada_cli::cli_error)?,
         remasking: a.remasking.parse().map_err(llada_cli::cli_error)?,
         early_stop: !a.no_early_stop,
@@ -237,11 +237,13 @@ fn run(a: Args) -> Result<()> {
         },
         ..Default::default()
     };
+    // `--threshold T` with mbsd's staged stabilization: commit at T (theta_visible = theta_stable).
+    let threshold = llada_cli::staged_threshold(&mut base, a.threshold, false)?;
     let asked = Requested {
         gen_length: a.gen_length,
         block_length: a.block_length,
         steps: a.steps,
-        threshold: a.threshold,
+        threshold,
     };
     llada_cli::check_before_load(base, asked)?;
     if let Some(t) = &a.tokenizer {
@@ -326,6 +328,8 @@ fn run(a: Args) -> Result<()> {
     let info = loaded.model.info();
     // Dream's own algorithm runs for the vanilla strategy: it has no blocks and no remasking rule.
     let dream_alg = dllm_decode::uses_dream_algorithm(info.arch, &params);
+    let staged =
+        params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts && !dream_alg;
     let decoding = if dream_alg {
         format!("{} (Dream {})", a.strategy, a.alg)
     } else if a.remasking != "low_confidence" {
@@ -341,6 +345,8 @@ fn run(a: Args) -> Result<()> {
                 "strategy": a.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
                 "steps": params.steps, "threshold": params.threshold.map(f32_as_written), "remasking": a.remasking,
                 "dream_alg": dream_alg.then_some(&a.alg),
+                "theta_visible": staged.then(|| f32_as_written(params.revision.theta_visible)),
+                "theta_stable": staged.then(|| f32_as_written(params.revision.theta_stable)),
             },
             "tasks": scores.iter().map(|s| serde_json::json!({
                 "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
@@ -376,10 +382,14 @@ fn run(a: Args) -> Result<()> {
                 format!(" block {}", params.block_length)
             },
             params.steps,
-            params
-                .threshold
-                .map(|t| format!(" threshold {t}"))
-                .unwrap_or_default(),
+            match params.threshold {
+                Some(t) => format!(" threshold {t}"),
+                None if staged => format!(
+                    " theta {} / {}",
+                    params.revision.theta_visible, params.revision.theta_stable
+                ),
+                None => String::new(),
+            },
             qs.len()
         );
         print!("{}", table(&scores));

@@ -42,7 +42,11 @@ fn json_reports_every_task_of_the_shipped_model() {
         v["params"]["block_length"], 8,
         "the checkpoint's recommendation"
     );
-    assert_eq!(v["params"]["threshold"], 0.9);
+    // The default strategy is mbsd; `--threshold T` there commits at T (both thetas T).
+    assert_eq!(v["params"]["strategy"], "mbsd");
+    assert_eq!(v["params"]["threshold"], serde_json::Value::Null);
+    assert_eq!(v["params"]["theta_visible"], 0.9);
+    assert_eq!(v["params"]["theta_stable"], 0.9);
     let tasks = v["tasks"].as_array().unwrap();
     let names: Vec<&str> = tasks.iter().map(|t| t["task"].as_str().unwrap()).collect();
     assert_eq!(names, ["math", "yesno", "choice", "completion"]);
@@ -68,6 +72,8 @@ fn table_names_the_settings_and_tasks() {
         "completion",
         "--block-length",
         "24",
+        "--strategy",
+        "vanilla",
     ]);
     assert!(
         out.status.success(),
@@ -266,6 +272,8 @@ fn shipped_long_model_writes_worked_answers() {
         "long-math",
         "--limit",
         "2",
+        "--strategy",
+        "vanilla",
         "--json",
     ]);
     assert!(

@@ -198,6 +198,11 @@ fn run(a: Args) -> Result<()> {
             "block_length": params.block_length,
             "steps_requested": params.steps,
             "threshold": params.threshold,
+            // Staged stabilization's thresholds (mbsd without --no-sts), else null.
+            "theta_visible": (params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts)
+                .then_some(params.revision.theta_visible),
+            "theta_stable": (params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts)
+                .then_some(params.revision.theta_stable),
         });
         let map = out.as_object_mut().expect("an object");
         map.extend(llada_cli::counters(&g));

@@ -380,9 +380,17 @@ fn flags_are_checked_first_and_ignored_settings_are_errors() {
             "--hexagon-window",
         ),
         (
-            &["--strategy", "mbsd", "--threshold", "0.9"],
-            "pass --no-sts",
+            &[
+                "--strategy",
+                "mbsd",
+                "--threshold",
+                "0.9",
+                "--theta-visible",
+                "0.8",
+            ],
+            "give either --threshold or the thetas",
         ),
+        (&["--threshold", "1.5"], "`--threshold`: 1.5"),
         (&["--latency-table", "/dev/zero"], "--latency-table"),
         (
             &["--strategy", "mbsd", "--latency-table", "/dev/zero"],

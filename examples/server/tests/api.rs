@@ -37,9 +37,9 @@ fn completions_chat_models_and_health() {
         u["total_tokens"].as_u64(),
         Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
     );
-    // The checkpoint's defaults, as generate uses them: 24 positions in blocks of 8, vanilla.
+    // generate's defaults: the checkpoint's 24 positions in blocks of 8, strategy mbsd.
     assert_eq!(v["diffusion"]["gen_length"], 24);
-    assert_eq!(v["diffusion"]["strategy"], "vanilla");
+    assert_eq!(v["diffusion"]["strategy"], "mbsd");
 
     // max_tokens is rounded up to whole blocks, and the response says so.
     let v = s
@@ -326,10 +326,11 @@ fn one_slot_server(max_queue: &str) -> Server {
     ])
 }
 
-/// A canvas stream of 200 positions, one step each (no EOS: see [`one_slot_server`]).
+/// A canvas stream of 200 positions, one step each (vanilla; no EOS: see [`one_slot_server`]).
 fn long_stream_body() -> String {
-    json!({"prompt": TOM, "max_tokens": 200, "stream": true, "stream_options": {"canvas": true}})
-        .to_string()
+    json!({"prompt": TOM, "max_tokens": 200, "strategy": "vanilla", "stream": true,
+           "stream_options": {"canvas": true}})
+    .to_string()
 }
 
 /// Start a canvas stream of a long generation, read its first chunk and hang up.
@@ -356,7 +357,10 @@ fn a_client_that_hangs_up_cancels_its_sequence() {
     // One sequence slot: the second request can only run once the first has let go of it.
     let s = one_slot_server("4");
     start_and_hang_up(&s);
-    let r = s.post("/v1/completions", &json!({"prompt": TOM}).to_string());
+    let r = s.post(
+        "/v1/completions",
+        &json!({"prompt": TOM, "strategy": "vanilla"}).to_string(),
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     // Without EOS every position is text, and the generation runs to its length.
     let v = r.json();

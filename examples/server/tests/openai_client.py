@@ -30,16 +30,17 @@ def completion():
     assert r.choices[0].finish_reason == "stop", r
     assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0, r.usage
     d = r.model_extra["diffusion"]
-    assert d["gen_length"] == 24 and d["strategy"] == "vanilla", d
+    # generate's defaults: the checkpoint's 24 positions, strategy mbsd.
+    assert d["gen_length"] == 24 and d["strategy"] == "mbsd", d
 
 
 @check
 def completion_with_diffusion_fields():
     r = client.completions.create(
-        model=MODEL, prompt=TOM, max_tokens=20, extra_body={"strategy": "mbsd", "block_length": 8}
+        model=MODEL, prompt=TOM, max_tokens=20, extra_body={"strategy": "prefix-cache", "block_length": 8}
     )
     d = r.model_extra["diffusion"]
-    assert d["strategy"] == "mbsd" and d["gen_length"] == 24 and d["max_tokens_requested"] == 20, d
+    assert d["strategy"] == "prefix-cache" and d["gen_length"] == 24 and d["max_tokens_requested"] == 20, d
     assert r.choices[0].text == ANSWER, r
 
 
