@@ -395,3 +395,30 @@ fn a_full_queue_is_refused_with_429() {
     let h = s.health();
     assert_eq!(h["requests_rejected_queue_full"], 1);
 }
+
+#[test]
+fn a_request_over_the_timeout_gets_504_and_its_sequence_is_cancelled() {
+    // 200 one-token steps with no EOS (see `one_slot_server`) cannot finish in 50 ms.
+    let s = Server::start(&["--timeout", "0.05", "--logits-eos-inf"]);
+    let r = s.post(
+        "/v1/completions",
+        &json!({"prompt": TOM, "max_tokens": 200, "strategy": "vanilla"}).to_string(),
+    );
+    assert_eq!(r.status, 504, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["error"]["type"], "timeout_error", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--timeout"),
+        "{v}"
+    );
+    // The decoding thread counted the cancellation and dropped its sequence before it sent the
+    // failure the 504 was made from.
+    let h = s.health();
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["requests_cancelled"], 1, "{h}");
+    assert_eq!(h["requests_completed"], 0, "{h}");
+    assert_eq!(h["live_sequences"], 0, "{h}");
+}
