@@ -78,9 +78,9 @@ impl Strategy {
 }
 
 /// Staged token stabilization: the confidence at which a prediction becomes visible context.
-pub const DEFAULT_THETA_VISIBLE: f32 = 0.95;
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.97;
 /// Staged token stabilization: the confidence at which a token becomes final.
-pub const DEFAULT_THETA_STABLE: f32 = 0.95;
+pub const DEFAULT_THETA_STABLE: f32 = 0.97;
 
 /// Largest accepted sampling temperature: LLaDA's Gumbel noise divides by `(-ln u)^t`, which
 /// leaves f64's range (and turns every candidate into a tie at 0 or infinity) around t = 18.

@@ -125,3 +125,68 @@ const FLOOR_DREAM: f64 = 0.9;
 /// task. The model card measures 100% on all 200 per task; 90% leaves room for a retrained model's
 /// noise while staying above the targets (90% completion, 70% on the others).
 const FLOOR_LLADA: [f64; 4] = [0.9, 0.9, 0.9, 0.9];
+
+/// Long-math questions in the long models' subset (the first of the held-out set): threshold
+/// decoding takes ~10 forwards per answer, so 40 answers stay a few seconds.
+const LONG_SUBSET: usize = 40;
+
+fn long_math(name: &str, params: &DecodeParams) -> TaskScore {
+    let dir = model_dir(name);
+    let mut m = load(
+        &ModelSource::parse(dir.to_str().unwrap()).unwrap(),
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{name} must be in the repository: {e}"));
+    let tok = m
+        .tokenizer
+        .clone()
+        .expect("shipped models carry their tokenizer");
+    let qs = questions(&[TaskKind::LongMath], Some(LONG_SUBSET));
+    let mut scores = evaluate(&mut m.model, tok.inner(), &qs, params, |_, _, _| {})
+        .unwrap()
+        .0;
+    scores.remove(0)
+}
+
+fn long_params(strategy: Strategy, threshold: Option<f32>) -> DecodeParams {
+    DecodeParams {
+        gen_length: 128,
+        block_length: 32,
+        steps: 128,
+        strategy,
+        threshold,
+        ..Default::default()
+    }
+}
+
+/// tiny-llada-long on its first 40 held-out long-math questions, with threshold-0.9 decoding and
+/// with mbsd at its defaults (the CLI's default decoder): floors below its card's 100-question
+/// numbers by the subset's noise.
+#[test]
+fn tiny_llada_long_meets_its_floors() {
+    for (label, params, floor) in [
+        (
+            "threshold 0.9",
+            long_params(Strategy::Vanilla, Some(0.9)),
+            FLOOR_LLADA_LONG_THR09,
+        ),
+        (
+            "mbsd",
+            long_params(Strategy::Mbsd, None),
+            FLOOR_LLADA_LONG_MBSD,
+        ),
+    ] {
+        let s = long_math("tiny-llada-long", &params);
+        check_floors(
+            &format!("tiny-llada-long ({label})"),
+            std::slice::from_ref(&s),
+            &[(TaskKind::LongMath, floor)],
+        );
+    }
+}
+
+/// Floors for tiny-llada-long's first 40 long-math questions; its card measures 98% with
+/// threshold 0.9 and with mbsd at its defaults on 100.
+const FLOOR_LLADA_LONG_THR09: f64 = 0.9;
+/// See [`FLOOR_LLADA_LONG_THR09`].
+const FLOOR_LLADA_LONG_MBSD: f64 = 0.9;

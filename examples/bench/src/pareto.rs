@@ -79,6 +79,8 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Vec<RowSpec> {
         (0.9, 0.9),
         (0.9, 0.95),
         (0.95, 0.95),
+        (0.97, 0.97),
+        (0.99, 0.99),
     ] {
         let (tv, ts) = (tv as f32, ts as f32);
         if (tv, ts) == (base_theta(&mbsd).0, base_theta(&mbsd).1) {

@@ -118,10 +118,10 @@ pub struct DecodeArgs {
     /// SM8750 CPU profile derived from the paper's Table 2, not measured].
     #[arg(long)]
     pub cpu_latency_table: Option<PathBuf>,
-    /// mbsd: confidence at which a prediction becomes visible context [default: 0.95].
+    /// mbsd: confidence at which a prediction becomes visible context [default: 0.97].
     #[arg(long)]
     pub theta_visible: Option<f32>,
-    /// mbsd: confidence at which a token becomes final [default: 0.95].
+    /// mbsd: confidence at which a token becomes final [default: 0.97].
     #[arg(long)]
     pub theta_stable: Option<f32>,
 }

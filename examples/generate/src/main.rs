@@ -197,12 +197,12 @@ fn run(a: Args) -> Result<()> {
             "gen_length": params.gen_length,
             "block_length": params.block_length,
             "steps_requested": params.steps,
-            "threshold": params.threshold,
+            "threshold": params.threshold.map(as_written),
             // Staged stabilization's thresholds (mbsd without --no-sts), else null.
             "theta_visible": (params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts)
-                .then_some(params.revision.theta_visible),
+                .then(|| as_written(params.revision.theta_visible)),
             "theta_stable": (params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts)
-                .then_some(params.revision.theta_stable),
+                .then(|| as_written(params.revision.theta_stable)),
         });
         let map = out.as_object_mut().expect("an object");
         map.extend(llada_cli::counters(&g));
@@ -251,4 +251,9 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// An f32 flag value as the user wrote it (0.97, not 0.9700000286102295) for the JSON.
+fn as_written(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(x as f64)
 }
