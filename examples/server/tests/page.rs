@@ -105,6 +105,17 @@ impl Browser {
 
     /// Send a command (to a page session when given) and wait for its reply.
     fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.try_call(session, method, params)
+            .unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    /// [`Self::call`], with DevTools' error as the `Err`.
+    fn try_call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
         let id = self.next_id;
         self.next_id += 1;
         let mut msg = json!({"id": id, "method": method, "params": params});
@@ -124,21 +135,33 @@ impl Browser {
             buf.pop();
             let v: Value = serde_json::from_slice(&buf).expect("DevTools JSON");
             if v["id"] == id {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
+                return match v.get("error") {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(v["result"].clone()),
+                };
             }
         }
     }
 
-    /// Evaluate `expr` in the page (awaiting a promise) and return its value.
+    /// Evaluate `expr` in the page (awaiting a promise) and return its value. A new target starts
+    /// on about:blank and then navigates, which destroys the context an evaluation runs in: that
+    /// evaluation is run again in the page (a bounded number of times).
     fn eval(&mut self, session: &str, expr: &str) -> Value {
-        let r = self.call(
-            Some(session),
-            "Runtime.evaluate",
-            json!({"expression": expr, "awaitPromise": true, "returnByValue": true}),
-        );
-        assert!(r.get("exceptionDetails").is_none(), "page error: {r}");
-        r["result"]["value"].clone()
+        for _ in 0..100 {
+            match self.try_call(
+                Some(session),
+                "Runtime.evaluate",
+                json!({"expression": expr, "awaitPromise": true, "returnByValue": true}),
+            ) {
+                Ok(r) => {
+                    assert!(r.get("exceptionDetails").is_none(), "page error: {r}");
+                    return r["result"]["value"].clone();
+                }
+                Err(e) if e["message"].as_str().is_some_and(|m| m.contains("context")) => {}
+                Err(e) => panic!("Runtime.evaluate: {e}"),
+            }
+        }
+        panic!("the page's context kept being destroyed")
     }
 }
 
@@ -236,7 +259,7 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
     let session = attached["sessionId"].as_str().expect("session").to_string();
     b.eval(
         &session,
-        "new Promise((r) => document.readyState === 'complete' ? r(true) : addEventListener('load', () => r(true)))",
+        "new Promise((r, j) => { let n = 0; const t = () => (document.getElementById('canvas') && document.readyState === 'complete') ? r(true) : (++n > 6000 ? j(new Error('the page did not load')) : setTimeout(t, 20)); t(); })",
     );
     let prompt = serde_json::to_string(TOM).unwrap();
     let r = b.eval(&session, &format!("{RUN}({prompt}, 'vanilla', 0, 0)"));
@@ -284,7 +307,7 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
         let session = attached["sessionId"].as_str().expect("session").to_string();
         b.eval(
             &session,
-            "new Promise((r) => document.readyState === 'complete' ? r(true) : addEventListener('load', () => r(true)))",
+            "new Promise((r, j) => { let n = 0; const t = () => (document.getElementById('canvas') && document.readyState === 'complete') ? r(true) : (++n > 6000 ? j(new Error('the page did not load')) : setTimeout(t, 20)); t(); })",
         );
         let prompt = serde_json::to_string(
             "Tom has 3 apples. In January he buys 4 more. In February he doubles them. \
