@@ -297,7 +297,7 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
 }
 
 /// Decode `job` on its own thread; events go to `tx`. The permit (a sequence slot) is released
-/// when the thread ends, after the sequence is dropped.
+/// after the sequence is dropped and before the last event is sent.
 pub fn spawn(
     shared: Arc<Shared>,
     job: Prepared,
@@ -317,8 +317,10 @@ pub fn spawn(
                 _ => &c.completed,
             }
             .fetch_add(1, Ordering::Relaxed);
-            let _ = tx.send(end);
+            // The sequence is gone (dropped in `run`): free its slot before the request hears
+            // the end, so a client that then asks `/health` sees it free.
             drop(permit);
+            let _ = tx.send(end);
         })
         .map(|_| ())
         .map_err(|e| ApiError::server(format!("cannot start a decoding thread: {e}")))
