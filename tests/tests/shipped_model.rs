@@ -190,3 +190,22 @@ fn tiny_llada_long_meets_its_floors() {
 const FLOOR_LLADA_LONG_THR09: f64 = 0.9;
 /// See [`FLOOR_LLADA_LONG_THR09`].
 const FLOOR_LLADA_LONG_MBSD: f64 = 0.9;
+
+/// tiny-dream-long, an intermediate snapshot (its card: 24% of 100 long-math questions with
+/// dual-cache + threshold 0.9, short of the 85% target): the floor guards what it has learnt
+/// (the worked format and some chains) against a regression, on the first 40 questions.
+#[test]
+fn tiny_dream_long_meets_its_floor() {
+    let s = long_math(
+        "tiny-dream-long",
+        &long_params(Strategy::DualCache, Some(0.9)),
+    );
+    check_floors(
+        "tiny-dream-long (dual-cache, threshold 0.9)",
+        std::slice::from_ref(&s),
+        &[(TaskKind::LongMath, FLOOR_DREAM_LONG)],
+    );
+}
+
+/// See [`tiny_dream_long_meets_its_floor`].
+const FLOOR_DREAM_LONG: f64 = 0.1;

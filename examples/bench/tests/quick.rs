@@ -230,7 +230,7 @@ fn flags_are_checked_before_any_work() {
     for (args, word) in [
         (&["--hexagon-window", "0"][..], "--hexagon-window"),
         (&["--theta-visible", "NaN"][..], "--theta-visible"),
-        (&["--theta-visible", "0.95"][..], "--theta-visible"),
+        (&["--theta-visible", "0.99"][..], "--theta-visible"),
         (&["--prompts", "0"][..], "--prompts"),
         (&["--hexagon-workers", "0"][..], "--hexagon-workers"),
         (&["--block-length", "7"][..], "--block-length"),

@@ -130,11 +130,20 @@ pub struct DecodeArgs {
 /// means "commit at confidence T": `theta_visible = theta_stable = T` (no visible-but-unstable
 /// stage), and no threshold of its own. Given with `--theta-visible` or `--theta-stable` it is an
 /// error (two rules for one decision). Returns the threshold left for the schedule.
+///
+/// `--steps` there is an error too: staged stabilization decides by confidence, not by a step
+/// schedule (a step count would be silently ignored).
 pub fn staged_threshold(
     p: &mut DecodeParams,
     threshold: Option<f32>,
     thetas_given: bool,
+    steps: Option<usize>,
 ) -> Result<Option<f32>> {
+    if steps.is_some() && p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts {
+        bail!(
+            "invalid parameter `--steps`: with staged stabilization (strategy mbsd, the default) decisions follow --theta-visible / --theta-stable, not a step schedule; pass --strategy vanilla (or another strategy, or --no-sts) for a step count"
+        );
+    }
     match threshold {
         Some(t) if p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts => {
             if !(t > 0.0 && t <= 1.0) {
@@ -194,7 +203,7 @@ impl DecodeArgs {
     fn base(&self) -> Result<(DecodeParams, Option<f32>)> {
         let mut p = self.flags()?;
         let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
-        let threshold = staged_threshold(&mut p, self.threshold, thetas_given)?;
+        let threshold = staged_threshold(&mut p, self.threshold, thetas_given, self.steps)?;
         Ok((p, threshold))
     }
 

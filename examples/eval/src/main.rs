@@ -238,7 +238,7 @@ fn run(a: Args) -> Result<()> {
         ..Default::default()
     };
     // `--threshold T` with mbsd's staged stabilization: commit at T (theta_visible = theta_stable).
-    let threshold = llada_cli::staged_threshold(&mut base, a.threshold, false)?;
+    let threshold = llada_cli::staged_threshold(&mut base, a.threshold, false, a.steps)?;
     let asked = Requested {
         gen_length: a.gen_length,
         block_length: a.block_length,

@@ -201,6 +201,8 @@ fn thread_counts_give_the_same_tokens() {
             "16",
             "--steps",
             "32",
+            "--strategy",
+            "vanilla",
             "--threads",
             t,
             "--json",
@@ -391,6 +393,7 @@ fn flags_are_checked_first_and_ignored_settings_are_errors() {
             "give either --threshold or the thetas",
         ),
         (&["--threshold", "1.5"], "`--threshold`: 1.5"),
+        (&["--steps", "24"], "`--steps`: with staged stabilization"),
         (&["--latency-table", "/dev/zero"], "--latency-table"),
         (
             &["--strategy", "mbsd", "--latency-table", "/dev/zero"],
