@@ -286,15 +286,19 @@ impl DecodeArgs {
     ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         let mut p = self.flags_params()?;
         let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
-        let threshold = staged_threshold(&mut p, self.threshold, thetas_given).map_err(|e| {
-            dllm_decode::DecodeError::InvalidParam {
-                name: "threshold",
-                reason: e
-                    .to_string()
-                    .trim_start_matches("invalid parameter `--threshold`: ")
-                    .to_string(),
-            }
-        })?;
+        let threshold = staged_threshold(&mut p, self.threshold, thetas_given, self.steps)
+            .map_err(|e| {
+                // Its errors name `--steps` or `--threshold`: the field of the same name.
+                let e = e.to_string();
+                let (name, reason) = ["steps", "threshold"]
+                    .into_iter()
+                    .find_map(|n| {
+                        e.strip_prefix(&format!("invalid parameter `--{n}`: "))
+                            .map(|r| (n, r.to_string()))
+                    })
+                    .unwrap_or(("threshold", e.clone()));
+                dllm_decode::DecodeError::InvalidParam { name, reason }
+            })?;
         let asked = Requested {
             gen_length: self.gen_length,
             block_length: self.block_length,
