@@ -13,7 +13,7 @@ use dllm_models::{DiffusionLm, RefreshRequest, Rows};
 use crate::confidence::{LladaScorer, Scored};
 use crate::error::{DecodeError, Result};
 use crate::generation::{ForwardTrace, Generation, StopReason};
-use crate::observer::{Control, StepEvent, StepObserver};
+use crate::observer::{final_prefix, Control, StepEvent, StepObserver};
 use crate::params::{DecodeParams, Strategy};
 use crate::revision::{RefreshPlan, Reviser};
 use crate::rng::Rng;
@@ -252,6 +252,9 @@ pub(crate) fn run(
                 window: block.start..block.start,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
                 mask_id: mask,
+                states: &states,
+                final_len: final_prefix(&states, prompt_len),
+                tentative: &[],
             };
             if observer.on_step(&event) == Control::Stop {
                 gen.stop = StopReason::Observer;
@@ -474,6 +477,14 @@ pub(crate) fn run(
             gen.tokens_decoded += chosen.len();
             gen.steps += 1;
             i += 1;
+            // The predictions this step left undecided, for observers that show them.
+            let tentative: Vec<(usize, u32)> = cands
+                .iter()
+                .zip(&scored)
+                .chain(draft_rows.iter().zip(&draft_scores))
+                .filter(|(&pos, _)| canvas[pos] == mask)
+                .map(|(&pos, s)| (pos, s.token))
+                .collect();
             let event = StepEvent {
                 step: gen.steps - 1,
                 block: b,
@@ -487,6 +498,9 @@ pub(crate) fn run(
                 window: plan.start..plan.end,
                 masked_left: canvas[prompt_len..].iter().filter(|&&t| t == mask).count(),
                 mask_id: mask,
+                states: &states,
+                final_len: final_prefix(&states, prompt_len),
+                tentative: &tentative,
             };
             if observer.on_step(&event) == Control::Stop {
                 gen.stop = StopReason::Observer;

@@ -10,10 +10,11 @@ use crate::blockwise::{canvas_tensor, rows_of};
 use crate::confidence::DreamSampler;
 use crate::error::Result;
 use crate::generation::{ForwardTrace, Generation, StopReason};
-use crate::observer::{Control, StepEvent, StepObserver};
+use crate::observer::{final_prefix, Control, StepEvent, StepObserver};
 use crate::params::{DecodeParams, DreamAlg};
 use crate::rng::Rng;
 use crate::select::{dream_count, dream_timesteps, sample_without_replacement, top_n};
+use crate::states::TokenState;
 
 /// Run Dream's algorithm from a prepared canvas.
 pub(crate) fn run(
@@ -75,6 +76,9 @@ pub(crate) fn run(
                 .collect();
         }
         let mut chosen_conf = Vec::new();
+        // Predictions of masked positions left undecided (the origin algorithm samples only
+        // the positions it reveals, so it has none).
+        let mut tentative = Vec::new();
         let chosen: Vec<usize> = if d.alg == DreamAlg::Origin {
             let p_transfer = if i + 1 < p.steps {
                 1.0 - ts[i + 1] / ts[i]
@@ -115,10 +119,28 @@ pub(crate) fn run(
                 canvas[pos] = scored[k].token;
                 chosen_conf.push(scored[k].confidence);
             }
+            tentative = masked
+                .iter()
+                .zip(&scored)
+                .filter(|(&pos, _)| canvas[pos] == mask)
+                .map(|(&pos, s)| (pos, s.token))
+                .collect();
             chosen
         };
         gen.tokens_decoded += chosen.len();
         gen.steps += 1;
+        // Dream's decisions are final at once.
+        let states: Vec<TokenState> = canvas
+            .iter()
+            .enumerate()
+            .map(|(k, &t)| {
+                if k < prompt_len || t != mask {
+                    TokenState::Stable
+                } else {
+                    TokenState::Invisible
+                }
+            })
+            .collect();
         let event = StepEvent {
             step: i,
             block: 0,
@@ -132,6 +154,9 @@ pub(crate) fn run(
             window: 0..len,
             masked_left: masked.len() - chosen.len(),
             mask_id: mask,
+            final_len: final_prefix(&states, prompt_len),
+            states: &states,
+            tentative: &tentative,
         };
         if observer.on_step(&event) == Control::Stop {
             gen.stop = StopReason::Observer;

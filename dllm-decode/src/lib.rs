@@ -14,6 +14,7 @@ pub mod rng;
 pub mod roles;
 pub mod select;
 pub mod states;
+pub mod stream;
 pub mod window;
 
 use std::sync::Arc;
@@ -30,11 +31,12 @@ pub use dllm_models::candle_nn;
 pub use error::{DecodeError, Result};
 pub use generation::{ForwardTrace, Generation, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
-pub use observer::{Control, StepEvent, StepObserver};
+pub use observer::{final_prefix, Control, StepEvent, StepObserver};
 pub use params::{
     DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
+pub use stream::FinalTextStream;
 
 /// Check the prompt against the model and build `prompt ++ [MASK] * gen_length`.
 pub fn prepare_canvas(

@@ -2,6 +2,8 @@
 
 use std::ops::Range;
 
+use crate::states::TokenState;
+
 /// Whether decoding should go on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {
@@ -38,6 +40,29 @@ pub struct StepEvent<'a> {
     pub masked_left: usize,
     /// The mask id (to render the canvas).
     pub mask_id: u32,
+    /// The state of every canvas position after this step (`canvas.len()` entries): the prompt and
+    /// final tokens are Stable, decided but still revisable tokens (staged stabilization) Visible,
+    /// undecided positions Invisible.
+    pub states: &'a [TokenState],
+    /// How many generated positions, from the first, are final: `canvas[prompt_len..prompt_len +
+    /// final_len]` is Stable and never changes again, so its text can be shown as final. (When the
+    /// generation returns, everything it produced is final, Visible tokens included.)
+    pub final_len: usize,
+    /// What this step's forward predicted for the positions it left undecided (the current block's
+    /// candidates that were not chosen, and drafts beyond the block), as `(position, token)`:
+    /// tentative tokens, neither context nor final.
+    pub tentative: &'a [(usize, u32)],
+}
+
+/// The length of the final prefix of the generated positions: the Stable positions from
+/// `prompt_len` on, up to the first that is not ([`StepEvent::final_len`]).
+pub fn final_prefix(states: &[TokenState], prompt_len: usize) -> usize {
+    states
+        .get(prompt_len..)
+        .unwrap_or(&[])
+        .iter()
+        .take_while(|&&s| s == TokenState::Stable)
+        .count()
 }
 
 /// Receives every step. `()` observes nothing; a closure `FnMut(&StepEvent<'_>) -> Control` is an

@@ -213,20 +213,47 @@ impl TextTokenizer {
         if !chat || self.template == ChatTemplate::Plain {
             return self.encode_user_text(prompt, true);
         }
-        // The rendered template around the user's text, whose specials stay special. (The
-        // template already spells out BOS: the post-processor adds none.)
-        const SLOT: &str = "\u{0}user\u{0}";
-        let content = match self.template {
-            ChatTemplate::Llada => prompt.trim(),
-            _ => prompt,
-        };
-        let frame = self.render_chat(&[Message::user(SLOT)], true)?;
-        let (before, after) = frame
-            .split_once(SLOT)
-            .ok_or_else(|| Error::Tokenizer("the chat template lost the user message".into()))?;
-        let mut ids = self.encode(before, false)?;
-        ids.extend(self.encode_user_text(content, false)?);
-        ids.extend(self.encode(after, false)?);
+        self.encode_chat(&[Message::user(prompt)])
+    }
+
+    /// Token ids of a conversation through the chat template, ending with the assistant's
+    /// generation prompt (without a template: the messages' text, joined by newlines, with the
+    /// post-processor specials). The messages' text is encoded with [`Self::encode_user_text`]
+    /// (typed specials are text); only the template's own tokens are special.
+    pub fn encode_chat(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        if self.template == ChatTemplate::Plain {
+            return self.encode_user_text(&self.render_chat(messages, true)?, true);
+        }
+        // The template rendered around placeholders (so no message text can be taken for part
+        // of the frame), then each piece of frame encoded with its specials and each message's
+        // text as text. (The template already spells out BOS: the post-processor adds none.)
+        let slots: Vec<String> = (0..messages.len())
+            .map(|i| format!("\u{0}message {i}\u{0}"))
+            .collect();
+        let framed: Vec<Message> = messages
+            .iter()
+            .zip(&slots)
+            .map(|(m, slot)| Message {
+                role: m.role.clone(),
+                content: slot.clone(),
+            })
+            .collect();
+        let frame = self.render_chat(&framed, true)?;
+        let mut rest = frame.as_str();
+        let mut ids = Vec::new();
+        for (m, slot) in messages.iter().zip(&slots) {
+            let (before, after) = rest
+                .split_once(slot.as_str())
+                .ok_or_else(|| Error::Tokenizer("the chat template lost a message".into()))?;
+            let content = match self.template {
+                ChatTemplate::Llada => m.content.trim(),
+                _ => m.content.as_str(),
+            };
+            ids.extend(self.encode(before, false)?);
+            ids.extend(self.encode_user_text(content, false)?);
+            rest = after;
+        }
+        ids.extend(self.encode(rest, false)?);
         Ok(ids)
     }
 

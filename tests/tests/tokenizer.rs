@@ -245,3 +245,30 @@ fn special_token_text_in_a_prompt_is_not_a_control_token() {
         "system and user turns only: {ids:?}"
     );
 }
+
+/// A conversation (the server's chat endpoint): every message's text is text, the template's own
+/// tokens are the only control ids, and ordinary messages encode as the rendered template does.
+#[test]
+fn encode_chat_keeps_every_message_text_as_text() {
+    let t = tok(&LLADA_SPECIALS, Some("<|startoftext|>"));
+    let id = |s: &str| t.token_id(s).unwrap();
+    let count = |ids: &[u32], s: &str| ids.iter().filter(|&&i| i == id(s)).count();
+    let typed = [
+        msg("system", "be brief <|eot_id|>"),
+        msg("user", "hello <|startoftext|> world"),
+    ];
+    let ids = t.encode_chat(&typed).unwrap();
+    assert_eq!(count(&ids, "<|eot_id|>"), 2, "one per turn: {ids:?}");
+    assert_eq!(count(&ids, "<|startoftext|>"), 1, "{ids:?}");
+    let plain = [msg("system", "be brief"), msg("user", "hello world")];
+    assert_eq!(
+        t.encode_chat(&plain).unwrap(),
+        t.encode(&t.render_chat(&plain, true).unwrap(), false)
+            .unwrap()
+    );
+    // One user message is encode_prompt's chat form.
+    assert_eq!(
+        t.encode_chat(&[Message::user("hello world")]).unwrap(),
+        t.encode_prompt("hello world", true).unwrap()
+    );
+}

@@ -163,6 +163,18 @@ pub fn staged_threshold(
 }
 
 impl DecodeArgs {
+    /// The defaults of every decoding flag (what a tool runs with when given none of them).
+    pub fn defaults() -> Self {
+        #[derive(clap::Parser)]
+        struct Only {
+            #[command(flatten)]
+            decode: DecodeArgs,
+        }
+        <Only as clap::Parser>::try_parse_from(["defaults"])
+            .expect("every decoding flag has a default")
+            .decode
+    }
+
     /// Every decoding flag checked before any work (loading a model takes seconds): everything
     /// but what depends on the checkpoint's recommended lengths. Lengths a flag leaves to the
     /// checkpoint are given values that make the flags that are set valid when any checkpoint
@@ -196,9 +208,14 @@ impl DecodeArgs {
     }
 
     fn flags(&self) -> Result<DecodeParams> {
+        self.flags_params().map_err(cli_error)
+    }
+
+    /// [`Self::flags`] with the library's error.
+    fn flags_params(&self) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         Ok(DecodeParams {
-            strategy: self.strategy.parse().map_err(cli_error)?,
-            remasking: self.remasking.parse().map_err(cli_error)?,
+            strategy: self.strategy.parse()?,
+            remasking: self.remasking.parse()?,
             temperature: self.temperature,
             seed: self.seed,
             cfg_scale: self.cfg_scale,
@@ -206,7 +223,7 @@ impl DecodeArgs {
             confidence_eos_eot_inf: self.confidence_eos_eot_inf,
             early_stop: !self.no_early_stop,
             dream: DreamParams {
-                alg: self.alg.parse().map_err(cli_error)?,
+                alg: self.alg.parse()?,
                 eps: self.eps,
                 alg_temp: self.alg_temp,
                 top_p: self.top_p,
@@ -258,6 +275,38 @@ impl DecodeArgs {
             );
         }
         p.validate().map_err(cli_error)?;
+        Ok(p)
+    }
+
+    /// The decoding parameters, resolved and validated, with the library's error (naming the
+    /// [`DecodeParams`] field) for callers that spell fields their own way (the server's JSON).
+    pub fn resolve(
+        &self,
+        checkpoint: &DecodeDefaults,
+    ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
+        let mut p = self.flags_params()?;
+        let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
+        let threshold = staged_threshold(&mut p, self.threshold, thetas_given, self.steps)
+            .map_err(|e| {
+                // Its errors name `--steps` or `--threshold`: the field of the same name.
+                let e = e.to_string();
+                let (name, reason) = ["steps", "threshold"]
+                    .into_iter()
+                    .find_map(|n| {
+                        e.strip_prefix(&format!("invalid parameter `--{n}`: "))
+                            .map(|r| (n, r.to_string()))
+                    })
+                    .unwrap_or(("threshold", e.clone()));
+                dllm_decode::DecodeError::InvalidParam { name, reason }
+            })?;
+        let asked = Requested {
+            gen_length: self.gen_length,
+            block_length: self.block_length,
+            steps: self.steps,
+            threshold,
+        };
+        let p = p.resolve(asked, checkpoint);
+        p.validate()?;
         Ok(p)
     }
 

@@ -1,0 +1,238 @@
+//! `llada-server`: an OpenAI-compatible HTTP server for diffusion LLMs (LLaDA, Dream).
+//!
+//! ```text
+//! llada-server --port 8080                              # the embedded tiny LLaDA
+//! llada-server --model models/tiny-llada-long --port 8080 --strategy prefix-cache
+//! ```
+//!
+//! `POST /v1/completions`, `POST /v1/chat/completions` (the model's chat template),
+//! `GET /v1/models`, `GET /health`, and at `/` a page that shows the canvas denoise. The decoding
+//! flags are `generate`'s (shared through `llada-cli`): they set the server's defaults, and a
+//! request's `strategy`, `steps`, `block_length`, `threshold`, `temperature`, `top_p`, `seed` and
+//! `max_tokens` override them with the same checks. See `examples/server/README.md`.
+
+#[path = "../../generate/src/embedded.rs"]
+mod embedded;
+mod engine;
+mod error;
+mod request;
+mod routes;
+mod session;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device};
+use clap::Parser;
+use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+use llada_cli::{DecodeArgs, DeviceArgs};
+use tokio::sync::Semaphore;
+
+use crate::session::{Counters, Limits, Shared};
+
+/// Serve a masked-diffusion language model over an OpenAI-compatible HTTP API.
+#[derive(Parser, Debug)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name[@revision])
+    /// [default: the embedded tiny LLaDA trained on the task suite].
+    #[arg(long, visible_alias = "model-id")]
+    model: Option<String>,
+    /// A tokenizer.json to use instead of the one next to the weights.
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
+    /// Address to listen on (loopback by default; the server has no authentication).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0: any free port; the address is printed on stdout).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences decoded at once (each holds its own KV cache); more requests wait in the queue.
+    #[arg(long, default_value_t = 16)]
+    max_sequences: usize,
+    /// Requests that may wait for a sequence slot; beyond that a request is refused with 429.
+    #[arg(long, default_value_t = 64)]
+    max_queue: usize,
+    /// Largest request body, bytes (413 beyond).
+    #[arg(long, default_value_t = 1 << 20)]
+    max_body_bytes: usize,
+    /// Largest `max_tokens` a request may ask for [default: the model's context length].
+    #[arg(long)]
+    max_tokens_limit: Option<usize>,
+    /// Per-request timeout, seconds (queueing included); the sequence is cancelled at the
+    /// deadline and the request answered 504 (or ended with an error chunk when streaming).
+    #[arg(long, default_value_t = 600.0)]
+    timeout: f64,
+    /// Sequences at most in one batched forward (1: no batching). Only whole-canvas forwards of
+    /// equal canvas length batch (the vanilla strategy).
+    #[arg(long, default_value_t = 16)]
+    max_batch: usize,
+    /// Milliseconds a batched forward waits at most for the other live sequences of its canvas
+    /// length to ask (0: take only what is already queued).
+    #[arg(long, default_value_t = 10.0)]
+    batch_wait_ms: f64,
+    #[command(flatten)]
+    decode: DecodeArgs,
+    /// Compute dtype: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Threads for every CPU kernel, 1..=256 (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    #[command(flatten)]
+    device: DeviceArgs,
+}
+
+fn parse_dtype(s: &str) -> Result<DType> {
+    match s {
+        "f32" => Ok(DType::F32),
+        "f16" => Ok(DType::F16),
+        "bf16" => Ok(DType::BF16),
+        _ => bail!("--dtype: `{s}` (expected f32, f16 or bf16)"),
+    }
+}
+
+/// The id `/v1/models` lists: the embedded model's name, a directory's or file's name, a hub id.
+fn model_id(spec: Option<&str>) -> String {
+    match spec {
+        None => "tiny-llada".to_string(),
+        Some(s) => {
+            let p = std::path::Path::new(s.trim_end_matches('/'));
+            if p.exists() {
+                p.file_stem()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| s.to_string())
+            } else {
+                s.to_string()
+            }
+        }
+    }
+}
+
+fn run(a: Args) -> Result<()> {
+    if let Some(t) = a.threads {
+        dllm_models::threads::configure(t).context("--threads")?;
+    }
+    for (name, v) in [
+        ("--max-sequences", a.max_sequences),
+        ("--max-batch", a.max_batch),
+        ("--max-body-bytes", a.max_body_bytes),
+    ] {
+        if v == 0 {
+            bail!("{name} must be positive");
+        }
+    }
+    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout < 1e9) {
+        bail!(
+            "--timeout must be a positive number of seconds, got {}",
+            a.timeout
+        );
+    }
+    let backend = a.device.backend()?;
+    let opts = LoadOptions {
+        dtype: parse_dtype(&a.dtype)?,
+        device: Device::Cpu,
+        tokenizer: a.tokenizer.clone(),
+        backend,
+        ..Default::default()
+    };
+    let t_load = Instant::now();
+    let loaded = match &a.model {
+        Some(spec) => {
+            let source = ModelSource::parse(spec)?;
+            load(&source, &opts).with_context(|| format!("loading {source}"))?
+        }
+        None => embedded::load(&opts)?,
+    };
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    let info = loaded.model.info().clone();
+    // The server's defaults must be valid on their own (the same checks as generate's flags).
+    let defaults = a.decode.params(&loaded.defaults)?;
+    let max_tokens = a.max_tokens_limit.unwrap_or(info.max_seq_len);
+    if max_tokens == 0 {
+        bail!("--max-tokens-limit must be positive");
+    }
+    let weights = loaded.model.weights().clone();
+    if !(a.batch_wait_ms.is_finite() && (0.0..=10_000.0).contains(&a.batch_wait_ms)) {
+        bail!(
+            "--batch-wait-ms must be in [0, 10000], got {}",
+            a.batch_wait_ms
+        );
+    }
+    let engine = engine::Engine::start(
+        weights.clone(),
+        a.max_batch,
+        std::time::Duration::from_secs_f64(a.batch_wait_ms / 1e3),
+    )?;
+    let shared = Arc::new(Shared {
+        model_id: model_id(a.model.as_deref()),
+        weights,
+        info: info.clone(),
+        tokenizer: loaded.tokenizer.clone().map(Arc::new),
+        checkpoint: loaded.defaults,
+        latency: a.decode.latency_table()?,
+        cpu_latency: a.decode.cpu_latency_table()?,
+        decode: a.decode.clone(),
+        engine,
+        limits: Limits {
+            max_sequences: a.max_sequences,
+            max_queue: a.max_queue,
+            max_body_bytes: a.max_body_bytes,
+            max_tokens,
+            timeout_secs: a.timeout,
+        },
+        counters: Counters::default(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    });
+    drop(loaded);
+    let app = routes::App {
+        shared: shared.clone(),
+        slots: Arc::new(Semaphore::new(a.max_sequences)),
+        waiting: Arc::new(AtomicUsize::new(0)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
+            .await
+            .with_context(|| format!("binding {}:{}", a.host, a.port))?;
+        let addr = listener.local_addr()?;
+        eprintln!(
+            "loaded {} ({}, {:.1}M parameters) in {:.2}s; default strategy {}, {} positions in blocks of {}",
+            shared.model_id,
+            info.arch,
+            info.num_params as f64 / 1e6,
+            t_load.elapsed().as_secs_f64(),
+            defaults.strategy.name(),
+            defaults.gen_length,
+            defaults.block_length,
+        );
+        // The one line on stdout: tests and scripts read the address from it.
+        println!("listening on http://{addr}");
+        use std::io::Write;
+        std::io::stdout().flush()?;
+        axum::serve(listener, routes::router(app))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        Ok(())
+    })
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,426 @@
+//! The HTTP side: routes, admission (sequence slots and the queue), responses and SSE streams.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::engine::{Cancel, CancelReason};
+use crate::error::ApiError;
+use crate::request::{self, Endpoint};
+use crate::session::{self, Event, Prepared, Shared, Summary};
+
+/// The page at `/` (one static file, no build step).
+const INDEX_HTML: &str = include_str!("../static/index.html");
+
+#[derive(Clone)]
+pub struct App {
+    pub shared: Arc<Shared>,
+    pub slots: Arc<Semaphore>,
+    pub waiting: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .fallback(not_found)
+        .with_state(app)
+}
+
+async fn index() -> Html<&'static str> {
+    Html(INDEX_HTML)
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!(
+        "no route {uri}; this server has GET /, GET /health, GET /v1/models, \
+         POST /v1/completions, POST /v1/chat/completions"
+    ))
+}
+
+async fn health(State(app): State<App>) -> Json<Value> {
+    let s = &app.shared;
+    let e = &s.engine.stats;
+    let c = &s.counters;
+    let l = &s.limits;
+    Json(json!({
+        "status": "ok",
+        "model": s.model_id,
+        "active_sequences": l.max_sequences - app.slots.available_permits(),
+        "queued_requests": app.waiting.load(Ordering::SeqCst),
+        "live_sequences": e.live_sequences.load(Ordering::SeqCst),
+        "requests_started": c.started.load(Ordering::Relaxed),
+        "requests_completed": c.completed.load(Ordering::Relaxed),
+        "requests_cancelled": c.cancelled.load(Ordering::Relaxed),
+        "requests_failed": c.failed.load(Ordering::Relaxed),
+        "requests_rejected_queue_full": c.rejected_queue_full.load(Ordering::Relaxed),
+        "forwards": e.forwards.load(Ordering::Relaxed),
+        "batched_forwards": e.batched_forwards.load(Ordering::Relaxed),
+        "batched_sequences": e.batched_sequences.load(Ordering::Relaxed),
+        "limits": {
+            "max_sequences": l.max_sequences,
+            "max_queue": l.max_queue,
+            "max_body_bytes": l.max_body_bytes,
+            "max_tokens": l.max_tokens,
+            "timeout_secs": l.timeout_secs,
+        },
+        "defaults": {
+            "strategy": s.decode.strategy,
+            "max_context": s.info.max_seq_len,
+        },
+    }))
+}
+
+async fn models(State(app): State<App>) -> Json<Value> {
+    let s = &app.shared;
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": s.model_id,
+            "object": "model",
+            "created": s.created,
+            "owned_by": "llada-rs",
+            "max_model_len": s.info.max_seq_len,
+        }],
+    }))
+}
+
+async fn completions(State(app): State<App>, body: Body) -> Response {
+    generate(app, Endpoint::Completions, body).await
+}
+
+async fn chat_completions(State(app): State<App>, body: Body) -> Response {
+    generate(app, Endpoint::Chat, body).await
+}
+
+/// Read the body, at most `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = src {
+            if s.is::<http_body_util::LengthLimitError>() {
+                return ApiError::request(format!(
+                    "the request body is larger than this server's limit of {limit} bytes \
+                     (--max-body-bytes)"
+                ))
+                .status(StatusCode::PAYLOAD_TOO_LARGE)
+                .with_code("body_too_large");
+            }
+            src = s.source();
+        }
+        ApiError::request(format!("could not read the request body: {e}"))
+    })
+}
+
+/// Cancels the request's sequence when dropped before [`Guard::finish`]: the client went away
+/// (hyper drops the response future or the stream).
+struct Guard {
+    cancel: Arc<Cancel>,
+    done: bool,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.cancel.set(CancelReason::Disconnected);
+        }
+    }
+}
+
+async fn generate(app: App, endpoint: Endpoint, body: Body) -> Response {
+    match start(app, endpoint, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn start(app: App, endpoint: Endpoint, body: Body) -> Result<Response, ApiError> {
+    let shared = app.shared.clone();
+    let bytes = read_body(body, shared.limits.max_body_bytes).await?;
+    let req = request::parse(endpoint, &bytes)?;
+    let job = session::prepare(&shared, req)?;
+    let cancel = Arc::new(Cancel::default());
+    let mut guard = Guard {
+        cancel: cancel.clone(),
+        done: false,
+    };
+    let timeout = Duration::from_secs_f64(shared.limits.timeout_secs);
+    {
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            c.set(CancelReason::Timeout);
+        });
+    }
+    // Admission: a free sequence slot, or a place in the queue.
+    let permit = match app.slots.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            let queued = app.waiting.fetch_add(1, Ordering::SeqCst);
+            if queued >= shared.limits.max_queue {
+                app.waiting.fetch_sub(1, Ordering::SeqCst);
+                shared
+                    .counters
+                    .rejected_queue_full
+                    .fetch_add(1, Ordering::Relaxed);
+                guard.done = true;
+                return Err(ApiError::overloaded(format!(
+                    "{} sequences are running and {} requests are queued (--max-sequences, \
+                     --max-queue); retry later",
+                    shared.limits.max_sequences, shared.limits.max_queue
+                )));
+            }
+            let waited = tokio::time::timeout(timeout, app.slots.clone().acquire_owned()).await;
+            app.waiting.fetch_sub(1, Ordering::SeqCst);
+            match waited {
+                Ok(Ok(p)) => p,
+                Ok(Err(_)) => return Err(ApiError::server("the scheduler is closed")),
+                Err(_) => {
+                    guard.done = true;
+                    return Err(ApiError::timeout(shared.limits.timeout_secs));
+                }
+            }
+        }
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    session::spawn(shared.clone(), job.clone(), cancel.clone(), tx, permit)?;
+    // The first event says whether the decoder accepted the parameters (its checks run before
+    // any forward), so that a bad request is a 4xx, not an error inside a stream.
+    let first = rx
+        .recv()
+        .await
+        .ok_or_else(|| ApiError::server("the decoding thread ended without a word"))?;
+    if let Event::Failed(e) = first {
+        guard.done = true;
+        return Err(e);
+    }
+    let meta = Meta::new(&shared, &job);
+    if job.stream {
+        let events = stream_events(meta, first, rx, guard, job);
+        let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(10)));
+        return Ok(sse.into_response());
+    }
+    let mut text = String::new();
+    let mut ev = first;
+    loop {
+        match ev {
+            Event::Step { delta, .. } => text.push_str(&delta),
+            Event::Done { delta, summary } => {
+                text.push_str(&delta);
+                guard.done = true;
+                return Ok(Json(meta.full(&text, &summary)).into_response());
+            }
+            Event::Failed(e) => {
+                guard.done = true;
+                return Err(e);
+            }
+        }
+        ev = rx
+            .recv()
+            .await
+            .ok_or_else(|| ApiError::server("the decoding thread ended without a word"))?;
+    }
+}
+
+/// The parts every response object of a request shares.
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    endpoint: Endpoint,
+}
+
+impl Meta {
+    fn new(shared: &Shared, job: &Prepared) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let prefix = match job.endpoint {
+            Endpoint::Completions => "cmpl",
+            Endpoint::Chat => "chatcmpl",
+        };
+        Self {
+            id: format!("{prefix}-{n}"),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            model: shared.model_id.clone(),
+            endpoint: job.endpoint,
+        }
+    }
+
+    fn usage(s: &Summary) -> Value {
+        json!({
+            "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+            "total_tokens": s.prompt_tokens + s.completion_tokens,
+        })
+    }
+
+    /// The whole (non-streamed) response.
+    fn full(&self, text: &str, s: &Summary) -> Value {
+        match self.endpoint {
+            Endpoint::Completions => json!({
+                "id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "text": text, "logprobs": null,
+                             "finish_reason": s.finish_reason}],
+                "usage": Self::usage(s),
+                "diffusion": s.diffusion,
+            }),
+            Endpoint::Chat => json!({
+                "id": self.id, "object": "chat.completion", "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0,
+                             "message": {"role": "assistant", "content": text},
+                             "logprobs": null, "finish_reason": s.finish_reason}],
+                "usage": Self::usage(s),
+                "diffusion": s.diffusion,
+            }),
+        }
+    }
+
+    /// A streamed chunk: a text delta, the first chunk of a chat (`role`), or the last
+    /// (`finish_reason`).
+    fn chunk(&self, delta: &str, first: bool, finish: Option<&str>) -> Value {
+        match self.endpoint {
+            Endpoint::Completions => json!({
+                "id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "text": delta, "logprobs": null,
+                             "finish_reason": finish}],
+            }),
+            Endpoint::Chat => {
+                let d = if first {
+                    json!({"role": "assistant", "content": delta})
+                } else if finish.is_some() && delta.is_empty() {
+                    json!({})
+                } else {
+                    json!({"content": delta})
+                };
+                json!({
+                    "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                    "model": self.model,
+                    "choices": [{"index": 0, "delta": d, "logprobs": null,
+                                 "finish_reason": finish}],
+                })
+            }
+        }
+    }
+
+    /// The usage chunk of `stream_options.include_usage` (no choices).
+    fn usage_chunk(&self, s: &Summary) -> Value {
+        let object = match self.endpoint {
+            Endpoint::Completions => "text_completion",
+            Endpoint::Chat => "chat.completion.chunk",
+        };
+        json!({
+            "id": self.id, "object": object, "created": self.created, "model": self.model,
+            "choices": [], "usage": Self::usage(s),
+        })
+    }
+}
+
+fn data(v: &Value) -> SseEvent {
+    SseEvent::default().data(v.to_string())
+}
+
+/// The SSE stream of a request: chunks of final text (and, with `canvas`, one chunk per step
+/// carrying the canvas), the last chunk with `finish_reason` and the `diffusion` summary, the
+/// usage chunk when asked for, then `[DONE]`. Dropping the stream (the client went away) cancels
+/// the sequence.
+fn stream_events(
+    meta: Meta,
+    first: Event,
+    rx: mpsc::UnboundedReceiver<Event>,
+    guard: Guard,
+    job: Prepared,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    struct St {
+        meta: Meta,
+        pending: Option<Event>,
+        rx: mpsc::UnboundedReceiver<Event>,
+        guard: Guard,
+        sent_first: bool,
+        finished: bool,
+        include_usage: bool,
+    }
+    let st = St {
+        meta,
+        pending: Some(first),
+        rx,
+        guard,
+        sent_first: false,
+        finished: false,
+        include_usage: job.include_usage,
+    };
+    stream::unfold(st, |mut st| async move {
+        if st.finished {
+            return None;
+        }
+        let ev = match st.pending.take() {
+            Some(e) => e,
+            None => match st.rx.recv().await {
+                Some(e) => e,
+                None => {
+                    st.finished = true;
+                    let e = ApiError::server("the decoding thread ended without a word");
+                    return Some((vec![Ok(data(&e.body()))], st));
+                }
+            },
+        };
+        let first = !st.sent_first;
+        st.sent_first = true;
+        let out: Vec<Result<SseEvent, Infallible>> = match ev {
+            Event::Step { delta, canvas } => {
+                let mut c = st.meta.chunk(&delta, first, None);
+                if let Some(cv) = canvas {
+                    c["canvas"] = cv;
+                }
+                vec![Ok(data(&c))]
+            }
+            Event::Done { delta, summary } => {
+                st.finished = true;
+                st.guard.done = true;
+                let mut v = Vec::new();
+                if first && !delta.is_empty() {
+                    v.push(Ok(data(&st.meta.chunk("", true, None))));
+                }
+                let mut last = st.meta.chunk(
+                    &delta,
+                    first && delta.is_empty(),
+                    Some(summary.finish_reason),
+                );
+                last["diffusion"] = summary.diffusion.clone();
+                v.push(Ok(data(&last)));
+                if st.include_usage {
+                    v.push(Ok(data(&st.meta.usage_chunk(&summary))));
+                }
+                v.push(Ok(SseEvent::default().data("[DONE]")));
+                v
+            }
+            Event::Failed(e) => {
+                st.finished = true;
+                st.guard.done = true;
+                vec![Ok(data(&e.body()))]
+            }
+        };
+        Some((out, st))
+    })
+    .flat_map(stream::iter)
+}
