@@ -276,6 +276,16 @@ fn mbsd(revision: RevisionParams) -> DecodeParams {
 
 const PROMPT: &[u32] = &[1, 2, 3];
 
+/// The paper's thresholds (0.7 / 0.9), which the scripted model's confidences are written around
+/// (the library's defaults are higher: chosen on the shipped model, see the README).
+fn paper() -> RevisionParams {
+    RevisionParams {
+        theta_visible: 0.7,
+        theta_stable: 0.9,
+        ..RevisionParams::default()
+    }
+}
+
 #[test]
 fn visible_tokens_are_refreshed_revised_and_stabilised() {
     let mut m = Scripted::new();
@@ -284,7 +294,7 @@ fn visible_tokens_are_refreshed_revised_and_stabilised() {
         revised_seen.extend_from_slice(e.revised);
         Control::Continue
     };
-    let g = generate(&mut m, PROMPT, &mbsd(RevisionParams::default()), &mut obs).unwrap();
+    let g = generate(&mut m, PROMPT, &mbsd(paper()), &mut obs).unwrap();
     // Odd positions are predicted at 0.8: Visible, then refreshed. Those divisible by 3 flip.
     assert!(g.refreshes > 0, "{g:?}");
     assert!(g.revised > 0);
@@ -308,7 +318,7 @@ fn visible_tokens_are_refreshed_revised_and_stabilised() {
 #[test]
 fn refreshes_merge_only_at_step_boundaries() {
     let mut m = Scripted::new();
-    generate(&mut m, PROMPT, &mbsd(RevisionParams::default()), &mut ()).unwrap();
+    generate(&mut m, PROMPT, &mbsd(paper()), &mut ()).unwrap();
     // Every merge follows the forward it ran beside and precedes the next forward: the forward of
     // a step never sees the refresh computed beside it.
     let log = &m.log;
@@ -330,7 +340,7 @@ fn refreshes_merge_only_at_step_boundaries() {
 #[test]
 fn skipped_logits_rows_are_never_requested_and_switching_off_works() {
     let mut m = Scripted::new();
-    let g = generate(&mut m, PROMPT, &mbsd(RevisionParams::default()), &mut ()).unwrap();
+    let g = generate(&mut m, PROMPT, &mbsd(paper()), &mut ()).unwrap();
     assert!(g.logits_rows_skipped > 0);
     for (ids, rows) in &m.requested {
         assert!(
@@ -342,7 +352,7 @@ fn skipped_logits_rows_are_never_requested_and_switching_off_works() {
     let mut m2 = Scripted::new();
     let no_sls = RevisionParams {
         sls: false,
-        ..Default::default()
+        ..paper()
     };
     let g2 = generate(&mut m2, PROMPT, &mbsd(no_sls), &mut ()).unwrap();
     assert_eq!(g2.logits_rows_skipped, 0);
@@ -350,7 +360,7 @@ fn skipped_logits_rows_are_never_requested_and_switching_off_works() {
     // Without STS nothing is Visible: no refresh, no revision.
     let no_sts = RevisionParams {
         sts: false,
-        ..Default::default()
+        ..paper()
     };
     let mut m3 = Scripted::new();
     let g3 = generate(&mut m3, PROMPT, &mbsd(no_sts), &mut ()).unwrap();
@@ -361,7 +371,7 @@ fn skipped_logits_rows_are_never_requested_and_switching_off_works() {
     // Without SCR, visible tokens stay visible and unrevised.
     let no_scr = RevisionParams {
         scr: false,
-        ..Default::default()
+        ..paper()
     };
     let mut m4 = Scripted::new();
     let g4 = generate(&mut m4, PROMPT, &mbsd(no_scr), &mut ()).unwrap();
@@ -370,7 +380,7 @@ fn skipped_logits_rows_are_never_requested_and_switching_off_works() {
 
 #[test]
 fn threshold_with_sts_and_bad_thetas_are_named_errors() {
-    let mut p = mbsd(RevisionParams::default());
+    let mut p = mbsd(paper());
     p.threshold = Some(0.9);
     let e = generate(&mut Scripted::new(), PROMPT, &p, &mut ())
         .unwrap_err()
@@ -392,7 +402,7 @@ fn threshold_with_sts_and_bad_thetas_are_named_errors() {
             scr: false,
             ..Default::default()
         },
-        ..mbsd(RevisionParams::default())
+        ..mbsd(paper())
     };
     let e = generate(&mut Scripted::new(), PROMPT, &p, &mut ())
         .unwrap_err()
@@ -420,7 +430,7 @@ fn deterministic_over_runs_and_thread_counts_with_a_concurrent_refresh() {
             theta_stable: 0.9999,
             ..Default::default()
         },
-        ..mbsd(RevisionParams::default())
+        ..mbsd(paper())
     };
     let prompt: &[u32] = &[2, 40, 41, 42, 43, 44, 45, 46, 4];
     let run = |threads: usize| -> Generation {
@@ -558,7 +568,7 @@ fn drafts_are_judged_on_the_confidence_of_the_forward_that_makes_their_block_cur
             ..Default::default()
         },
         mbsd: MbsdParams::default(),
-        ..mbsd(RevisionParams::default())
+        ..mbsd(paper())
     };
     let mut m = Scripted::new();
     m.fickle = Some(Vec::new());
