@@ -36,7 +36,7 @@ use crate::session::{Counters, Limits, Shared};
 #[derive(Parser, Debug)]
 #[command(version, about, long_about = None)]
 struct Args {
-    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (owner/name[@revision])
+    /// Model: a Hugging Face model directory, a .gguf file, or a hub id (`owner/name[@revision]`)
     /// [default: the embedded tiny LLaDA trained on the task suite].
     #[arg(long, visible_alias = "model-id")]
     model: Option<String>,

@@ -127,7 +127,7 @@ async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiErr
     })
 }
 
-/// Cancels the request's sequence when dropped before [`Guard::finish`]: the client went away
+/// Cancels the request's sequence when dropped before `Guard::finish`: the client went away
 /// (hyper drops the response future or the stream).
 struct Guard {
     cancel: Arc<Cancel>,
