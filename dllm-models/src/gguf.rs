@@ -264,7 +264,8 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
     // or a scaled RoPE would be computed differently, so they are errors, as `rope_scaling` is
     // in config.json.
     if let Some(d) = m.int(&k("rope.dimension_count"))? {
-        let head_dim = cfg.head_dim() as u64;
+        // A zero head count is reported by `validate` below; the head dimension needs one.
+        let head_dim = cfg.hidden_size.checked_div(cfg.num_heads).unwrap_or(0) as u64;
         if cfg.num_heads > 0 && d != head_dim {
             return Err(Error::invalid(
                 &k("rope.dimension_count"),
