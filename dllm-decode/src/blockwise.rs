@@ -88,10 +88,12 @@ fn check_plan(
             plan.start, plan.end
         ));
     }
-    if let Some(p) = cands.iter().find(|&&p| p < plan.start || p >= plan.end) {
+    if !cands.iter().any(|&p| p >= plan.start && p < plan.end) {
         return bad(format!(
-            "window [{}, {}) leaves out position {p}, undecided in the current block",
-            plan.start, plan.end
+            "window [{}, {}) holds none of the current block's undecided positions {:?}",
+            plan.start,
+            plan.end,
+            &cands[..cands.len().min(8)]
         ));
     }
     Ok(())
@@ -282,18 +284,16 @@ pub(crate) fn run(
                     })
                     .collect(),
             };
-            // Decided positions whose cached K/V came from another input. Under the refresh,
-            // those before the block are the CPU path's to recompute.
+            // Decided positions whose cached K/V came from another input: the window recomputes
+            // them (the next forward reads the cache, so a CPU recompute merged after it would
+            // come one forward late), except the ones the refresh revised, which are its own.
             let mut stale: Vec<usize> = (prompt_len..len)
                 .filter(|&k| {
                     canvas[k] != mask && kv_input[k].is_some() && kv_input[k] != Some(canvas[k])
                 })
                 .collect();
-            if let Some(r) = reviser.as_mut() {
-                for &k in stale.iter().filter(|&&k| k < block.start) {
-                    r.pending_kv.insert(k);
-                }
-                stale.retain(|&k| k >= block.start && !r.pending_kv.contains(&k));
+            if let Some(r) = reviser.as_ref() {
+                stale.retain(|k| !r.pending_kv.contains(k));
             }
             let view = DecodeView {
                 canvas: &canvas,
@@ -309,6 +309,12 @@ pub(crate) fn run(
             };
             let plan = policy.plan(&view)?;
             check_plan(policy, &plan, len, view.cache_len, &cands)?;
+            // Undecided positions a window leaves out (cut to a latency bucket) wait for a later
+            // forward.
+            let cands: Vec<usize> = cands
+                .into_iter()
+                .filter(|&k| (plan.start..plan.end).contains(&k))
+                .collect();
             let draft_rows: Vec<usize> = if plan.drafts {
                 (plan.start..plan.end)
                     .filter(|&k| !block.contains(&k) && canvas[k] == mask)

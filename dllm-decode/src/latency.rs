@@ -228,6 +228,20 @@ impl LatencyTable {
         interp(&pts, window, self.interpolation)
     }
 
+    /// On a table in tile buckets (step interpolation), the largest bucket edge below `window`
+    /// (a profiled window the forward would fit by dropping its last positions): `None` on a
+    /// linear table, or when `window` is not above the smallest bucket.
+    pub fn bucket_edge_below(&self, window: usize) -> Option<usize> {
+        if self.interpolation != Interpolation::Step {
+            return None;
+        }
+        self.points
+            .iter()
+            .map(|p| p.window)
+            .filter(|&w| w < window)
+            .max()
+    }
+
     /// Milliseconds per position of the table's smallest measured forward (its cost divided by
     /// its window): the price of a sparse pass over a few positions, proportional to their number.
     /// A linear fit through the measured windows would instead charge every small pass the fit's

@@ -78,9 +78,9 @@ impl Strategy {
 }
 
 /// Staged token stabilization: the confidence at which a prediction becomes visible context.
-pub const DEFAULT_THETA_VISIBLE: f32 = 0.97;
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.9;
 /// Staged token stabilization: the confidence at which a token becomes final.
-pub const DEFAULT_THETA_STABLE: f32 = 0.97;
+pub const DEFAULT_THETA_STABLE: f32 = 0.9;
 
 /// Largest accepted sampling temperature: LLaDA's Gumbel noise divides by `(-ln u)^t`, which
 /// leaves f64's range (and turns every candidate into a tie at 0 or infinity) around t = 18.
@@ -146,6 +146,11 @@ pub struct MbsdParams {
     pub sliding: bool,
     /// Extend the window late in a block while the latency table says it is nearly free.
     pub lookahead: bool,
+    /// Fit the window to the latency table's bucket: on a table in tile buckets (step
+    /// interpolation), a window a few positions wider than a bucket edge is cut back to the edge
+    /// (the block's last undecided positions wait for the next forward) instead of paying for the
+    /// next bucket.
+    pub fit_bucket: bool,
     /// Look ahead once the current block has at most this many undecided positions.
     pub trigger: usize,
     /// The extra latency lookahead may add, as a fraction of the window's own latency.
@@ -162,6 +167,7 @@ impl Default for MbsdParams {
         Self {
             sliding: true,
             lookahead: true,
+            fit_bucket: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
             budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
@@ -612,6 +618,9 @@ impl DecodeParams {
             }
             if m.lookahead != d.lookahead {
                 return why("mbsd.lookahead");
+            }
+            if m.fit_bucket != d.fit_bucket {
+                return why("mbsd.fit_bucket");
             }
             if m.trigger != d.trigger {
                 return why("mbsd.trigger");

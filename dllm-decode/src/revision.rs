@@ -10,7 +10,7 @@
 //!   positions are taken while their CPU cost (the CPU latency table's cost per position, see
 //!   [`LatencyTable::per_position_ms`]) fits in `refresh_budget` times the forward's cost (the
 //!   NPU latency table, the one lookahead uses). Positions whose K/V must be recomputed (revised
-//!   at the previous step, or decided where no window will recompute them) come first.
+//!   at the previous step) come first.
 //! * **Re-score.** Each candidate is predicted with itself alone masked and everything else as it
 //!   stands ([`dllm_models::DiffusionLm::rescore`]) against the cache, which holds the latest
 //!   K/V of every position the windows computed. If another token beats the current one by at
@@ -55,7 +55,7 @@ pub(crate) struct Reviser {
     pub oracle: Option<Vec<Option<u32>>>,
     /// Last known confidence of each position (the priority of a Visible one).
     pub conf: Vec<f64>,
-    /// Positions whose cached K/V no longer match their token and that no window will recompute.
+    /// Revised positions whose cached K/V no longer match their token (the refresh recomputes them).
     pub pending_kv: BTreeSet<usize>,
 }
 

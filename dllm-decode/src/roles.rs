@@ -38,9 +38,8 @@ pub struct DecodeView<'a> {
     /// Positions `[0, cache_len)` with cached K/V.
     pub cache_len: usize,
     /// Decided positions whose cached K/V were computed from another input (the mask, or a token
-    /// since revised) and that a window should recompute, ascending. (Under sparse cache refresh,
-    /// stale positions before the current block are recomputed by the refresh instead and are not
-    /// listed.)
+    /// since revised) and that a window should recompute, ascending. (Positions the sparse refresh
+    /// revised are recomputed by the refresh and are not listed.)
     pub stale: &'a [usize],
     /// The model.
     pub info: &'a ModelInfo,
@@ -124,7 +123,8 @@ pub struct WindowPlan {
 /// # }
 /// ```
 pub trait WindowPolicy {
-    /// The next forward.
+    /// The next forward. It must hold at least one undecided position of the current block;
+    /// undecided positions it leaves out wait for a later forward.
     fn plan(&mut self, view: &DecodeView<'_>) -> Result<WindowPlan>;
 
     /// After the forward of `plan` (`view` shows the canvas the forward saw): the range

@@ -16,6 +16,12 @@
 //!   position of the block, or an earlier decided one whose cached K/V are stale (decided after the
 //!   last forward that computed it, [`DecodeView::stale`]). Positions decided and recomputed leave
 //!   it on the left, so as the block fills the window shrinks to the undecided region.
+//! * **Bucket fit.** On a latency table in tile buckets, a window a few positions wider than a
+//!   bucket edge is cut back to the edge (while it still holds an undecided position of the
+//!   block): the block's last undecided positions wait for the next forward instead of the
+//!   forward paying for a whole extra bucket. This is what lets the stale positions at a block
+//!   start be recomputed by the window itself (the block start's window is those few positions
+//!   plus a block).
 //! * **Adaptive lookahead.** When the current block has at most `trigger` undecided positions, the
 //!   window is extended past the block end, position by position, while the latency table says the
 //!   forward's extra cost stays within `allowance` of the window's own cost and the extra K/V and
@@ -173,6 +179,31 @@ impl MbsdWindow {
     }
 }
 
+impl MbsdWindow {
+    /// Cut `[start, end)` back to the bucket edge below it when the cut window still holds an
+    /// undecided position of the block and costs less (on a bucketed table a few positions past
+    /// an edge cost a whole bucket: at a block start the stale positions of the previous block's
+    /// last forward plus a full block are one bucket and a few positions).
+    fn fit_bucket(&self, v: &DecodeView<'_>, start: usize, end: usize) -> usize {
+        let Some(edge) = self.table.bucket_edge_below(end - start) else {
+            return end;
+        };
+        let cut = start + edge;
+        let cached = v
+            .cache_len
+            .saturating_sub(end.min(v.cache_len) - start.min(v.cache_len));
+        let rows = |e: usize| (start..e).filter(|&p| v.is_masked(p)).count();
+        let holds_work = (start..cut).any(|p| v.block.contains(&p) && v.is_masked(p));
+        let cheaper = self.table.cost_ms(edge, rows(cut), cached)
+            < self.table.cost_ms(end - start, rows(end), cached);
+        if holds_work && cheaper {
+            cut
+        } else {
+            end
+        }
+    }
+}
+
 impl WindowPolicy for MbsdWindow {
     fn plan(&mut self, v: &DecodeView<'_>) -> Result<WindowPlan> {
         if v.cache_len == 0 {
@@ -186,7 +217,14 @@ impl WindowPolicy for MbsdWindow {
         };
         let start = v.stale.first().map_or(anchor, |&s| s.min(anchor));
         let mut end = v.block.end;
-        if self.params.lookahead && v.masked_in_block() <= self.params.trigger {
+        let fitted = if self.params.fit_bucket {
+            self.fit_bucket(v, start, end)
+        } else {
+            end
+        };
+        if fitted < end {
+            end = fitted;
+        } else if self.params.lookahead && v.masked_in_block() <= self.params.trigger {
             end = self.lookahead(v, start, end);
         }
         Ok(WindowPlan {

@@ -321,23 +321,60 @@ fn flat_table(bucket: usize, ms: f64) -> LatencyTable {
     }
 }
 
+/// The forward windows of one generation on the synthetic model, threshold 0.9.
+fn windows(table: LatencyTable, mbsd: MbsdParams) -> Vec<Range<usize>> {
+    let mut spy = Spy {
+        inner: synthetic(),
+        last_canvas: vec![],
+        last_window: 0..0,
+        commits: vec![],
+        windows: vec![],
+    };
+    let p = params(Strategy::Mbsd, Some(0.9), mbsd);
+    Decoder::new(p)
+        .latency_table(Arc::new(table))
+        .run(&mut spy, PROMPT, &mut ())
+        .unwrap();
+    spy.windows
+}
+
+#[test]
+fn a_window_just_past_a_bucket_edge_is_cut_back_to_it() {
+    // An 8-position bucket and 8-position blocks: at a block start the window holds the previous
+    // block's last decided positions (their K/V are stale) plus the whole block, a few positions
+    // past the edge.
+    let fit = MbsdParams {
+        lookahead: false,
+        ..Default::default()
+    };
+    let unfit = MbsdParams {
+        fit_bucket: false,
+        ..fit
+    };
+    let plen = PROMPT.len();
+    let w = windows(flat_table(8, 100.0), unfit);
+    assert!(
+        w.iter().skip(1).any(|r| r.len() > 8),
+        "without the fit some window pays for a second bucket: {w:?}"
+    );
+    let w = windows(flat_table(8, 100.0), fit);
+    assert!(w.iter().skip(1).all(|r| r.len() <= 8), "{w:?}");
+    // Some window was cut: without lookahead only a cut ends a window inside its block (the
+    // block ends are plen + 8k).
+    assert!(
+        w.iter().skip(1).any(|r| !(r.end - plen).is_multiple_of(8)),
+        "{w:?}"
+    );
+    // A linear table has no bucket edge: nothing is cut.
+    let mut linear = flat_table(8, 100.0);
+    linear.interpolation = Interpolation::Linear;
+    let a = windows(linear.clone(), fit);
+    let b = windows(linear, unfit);
+    assert_eq!(a, b);
+}
+
 #[test]
 fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
-    let windows = |table: LatencyTable, mbsd: MbsdParams| {
-        let mut spy = Spy {
-            inner: synthetic(),
-            last_canvas: vec![],
-            last_window: 0..0,
-            commits: vec![],
-            windows: vec![],
-        };
-        let p = params(Strategy::Mbsd, Some(0.9), mbsd);
-        Decoder::new(p)
-            .latency_table(Arc::new(table))
-            .run(&mut spy, PROMPT, &mut ())
-            .unwrap();
-        spy.windows
-    };
     let look = MbsdParams {
         sliding: false,
         trigger: 8,

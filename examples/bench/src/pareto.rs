@@ -61,6 +61,9 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Vec<RowSpec> {
     };
     m("no refresh (--no-scr)", &|p| p.revision.scr = false);
     m("no lookahead", &|p| p.mbsd.lookahead = false);
+    m("no bucket fit (--no-bucket-fit)", &|p| {
+        p.mbsd.fit_bucket = false
+    });
     m("no sliding", &|p| p.mbsd.sliding = false);
     m("no sliding, no lookahead", &|p| {
         p.mbsd.sliding = false;
@@ -98,9 +101,15 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Vec<RowSpec> {
             p.revision.scr = false
         });
     }
-    let mut o = mbsd;
-    (o.revision.theta_visible, o.revision.theta_stable) = (0.5, 0.9);
-    v.push(spec("mbsd, theta 0.5 / 0.9, oracle revision", o, true));
+    for tv in [0.5f32, 0.7, 0.8] {
+        let mut o = mbsd;
+        (o.revision.theta_visible, o.revision.theta_stable) = (tv, 0.9);
+        v.push(spec(
+            format!("mbsd, theta {tv} / 0.9, oracle revision"),
+            o,
+            true,
+        ));
+    }
     v.extend([
         spec("prefix-cache", with(Strategy::PrefixCache, None), false),
         spec("dual-cache", with(Strategy::DualCache, None), false),

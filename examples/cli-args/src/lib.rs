@@ -80,6 +80,9 @@ pub struct DecodeArgs {
     /// mbsd: never extend the window late in a block.
     #[arg(long)]
     pub no_lookahead: bool,
+    /// mbsd: never cut the window back to the latency table's bucket edge.
+    #[arg(long)]
+    pub no_bucket_fit: bool,
     /// mbsd: look ahead once the current block has at most this many undecided positions.
     #[arg(long, default_value_t = dllm_decode::params::DEFAULT_LOOKAHEAD_TRIGGER)]
     pub lookahead_trigger: usize,
@@ -118,10 +121,10 @@ pub struct DecodeArgs {
     /// SM8750 CPU profile derived from the paper's Table 2, not measured].
     #[arg(long)]
     pub cpu_latency_table: Option<PathBuf>,
-    /// mbsd: confidence at which a prediction becomes visible context [default: 0.97].
+    /// mbsd: confidence at which a prediction becomes visible context [default: 0.9].
     #[arg(long)]
     pub theta_visible: Option<f32>,
-    /// mbsd: confidence at which a token becomes final [default: 0.97].
+    /// mbsd: confidence at which a token becomes final [default: 0.9].
     #[arg(long)]
     pub theta_stable: Option<f32>,
 }
@@ -232,6 +235,7 @@ impl DecodeArgs {
             mbsd: MbsdParams {
                 sliding: !self.no_sliding,
                 lookahead: !self.no_lookahead,
+                fit_bucket: !self.no_bucket_fit,
                 trigger: self.lookahead_trigger,
                 allowance: self.lookahead_allowance,
                 budget_mib: self.lookahead_budget,
@@ -592,6 +596,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("mbsd.allowance", "--lookahead-allowance"),
     ("mbsd.trigger", "--lookahead-trigger"),
     ("mbsd.lookahead", "--no-lookahead"),
+    ("mbsd.fit_bucket", "--no-bucket-fit"),
     ("mbsd.sliding", "--no-sliding"),
     ("dream.alg_temp", "--alg-temp"),
     ("dream.top_p", "--top-p"),
