@@ -541,9 +541,12 @@ fn a_re_score_masks_each_position_alone_where_joint_masking_is_wrong() {
     assert_eq!(argmax(&j.logits.unwrap()), vec![0, 3]);
 }
 
+/// One offer of drafts (position, confidence) and the positions accepted.
+type Offer = (Vec<(usize, f64)>, Vec<usize>);
+
 /// Records every offer of drafts and answers with the threshold rule.
 struct Recording {
-    offers: std::rc::Rc<std::cell::RefCell<Vec<(Vec<(usize, f64)>, Vec<usize>)>>>,
+    offers: std::rc::Rc<std::cell::RefCell<Vec<Offer>>>,
 }
 
 impl dllm_decode::Selector for Recording {
