@@ -5,7 +5,6 @@
 //! `gemm_reps <path> <type> <n> <k> <m> <reps>`, e.g. `gemm_reps neon-i8mm q4_0 512 768 64 2`;
 //! types `q4_0 q8_0 q4_k q6_k f32 f16 bf16`.
 
-#[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
 mod common;
 

@@ -20,7 +20,7 @@
 //! (default `qemu-aarch64`), `LLADA_AARCH64_TARGET_DIR` (default: `aarch64` under cargo's
 //! per-target temporary directory). Nothing here measures ARM speed: qemu translates the code.
 
-#[allow(dead_code)]
+// The shared module allows its own dead code (`#![allow(dead_code)]` inside it).
 #[path = "../../../kernels-cpu/tests/common/mod.rs"]
 mod kernels_common;
 

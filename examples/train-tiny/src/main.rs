@@ -339,7 +339,7 @@ fn run(a: Args) -> Result<Option<i32>> {
             bail!("{flag} must be positive");
         }
     }
-    if a.gen_len == 0 || a.block_length == 0 || a.gen_len % a.block_length != 0 {
+    if a.gen_len == 0 || a.block_length == 0 || !a.gen_len.is_multiple_of(a.block_length) {
         bail!(
             "--block-length {} must be positive and divide --gen-len {}",
             a.block_length,
