@@ -143,6 +143,22 @@ pub trait WindowPolicy {
     }
 }
 
+/// A borrowed policy is a policy: the caller keeps it and can read what it recorded after the run.
+impl<P: WindowPolicy + ?Sized> WindowPolicy for &mut P {
+    fn plan(&mut self, view: &DecodeView<'_>) -> Result<WindowPlan> {
+        (**self).plan(view)
+    }
+    fn commit(&mut self, view: &DecodeView<'_>, plan: &WindowPlan) -> Option<(usize, usize)> {
+        (**self).commit(view, plan)
+    }
+    fn draft_context(&self) -> Option<f64> {
+        (**self).draft_context()
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+}
+
 /// Which undecided positions of the current block a step decides: `select` gets the step's
 /// candidates as `(position, confidence)` (the current block's undecided canvas positions in
 /// ascending order, confidence per [`crate::Remasking`]) and returns the positions to decide now,
