@@ -179,3 +179,31 @@ fn the_dual_path_runs_in_a_one_thread_pool() {
     };
     assert_eq!(run(true), run(false));
 }
+
+#[test]
+fn load_options_threads_give_the_loaded_model_its_pool() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
+    let src = dllm_models::ModelSource::parse(dir).unwrap();
+    let opts = dllm_models::LoadOptions {
+        threads: Some(2),
+        cpu_linears: CpuLinears::Candle,
+        ..Default::default()
+    };
+    let m = dllm_models::load(&src, &opts).unwrap().model;
+    assert_eq!(
+        m.weights().cpu_options(),
+        CpuOptions {
+            linears: CpuLinears::Candle,
+            threads: Some(2)
+        }
+    );
+    assert_eq!(m.weights().install(rayon::current_num_threads), 2);
+    // Its sequences share the weights, and with them the pool.
+    let s = m.new_sequence().unwrap();
+    assert_eq!(s.weights().install(rayon::current_num_threads), 2);
+    let bad = dllm_models::LoadOptions {
+        threads: Some(0),
+        ..Default::default()
+    };
+    assert!(dllm_models::load(&src, &bad).is_err());
+}
