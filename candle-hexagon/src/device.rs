@@ -187,6 +187,7 @@ impl HexagonDevice {
             bytes_streamed: s.bytes_streamed,
             stall_ns: s.stall_ns,
             overlapped_ns: s.overlapped_ns,
+            plans_built: s.plans,
         }
     }
 
@@ -546,6 +547,9 @@ pub struct DeviceCounters {
     pub stall_ns: u64,
     /// Staging time hidden behind DSP work.
     pub overlapped_ns: u64,
+    /// Placement plans the memory runtime built (`somr`: one per placement, a re-plan after the
+    /// window filled up counts again; profiling forwards are not plans).
+    pub plans_built: u64,
 }
 
 impl DeviceCounters {
@@ -573,6 +577,7 @@ impl DeviceCounters {
             bytes_streamed: d(self.bytes_streamed, earlier.bytes_streamed),
             stall_ns: d(self.stall_ns, earlier.stall_ns),
             overlapped_ns: d(self.overlapped_ns, earlier.overlapped_ns),
+            plans_built: d(self.plans_built, earlier.plans_built),
         }
     }
 }

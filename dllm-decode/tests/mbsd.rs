@@ -155,8 +155,8 @@ impl DiffusionLm for Spy {
     fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
         self.inner.truncate_cache(len)
     }
-    fn epoch(&self) -> u64 {
-        self.inner.epoch()
+    fn token(&self) -> dllm_models::SequenceToken {
+        self.inner.token()
     }
     fn compute_refresh(
         &self,

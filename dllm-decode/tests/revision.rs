@@ -10,8 +10,8 @@ use dllm_decode::{
     generate, Control, DecodeParams, Generation, MbsdParams, RevisionParams, StepEvent, Strategy,
 };
 use dllm_models::{
-    load, Arch, DiffusionLm, DualPathTiming, LoadOptions, ModelInfo, ModelSource, Refresh,
-    RefreshRequest, Rows, SpecialTokens,
+    load, Arch, DiffusionLm, DualPathTiming, LoadOptions, ModelId, ModelInfo, ModelSource, Refresh,
+    RefreshRequest, Rows, SequenceToken, SpecialTokens,
 };
 
 const VOCAB: usize = 8;
@@ -26,6 +26,8 @@ struct Scripted {
     info: ModelInfo,
     device: Device,
     cache_len: usize,
+    /// The model and sequence ids (its epoch is `epoch`).
+    id: SequenceToken,
     epoch: u64,
     pending: Option<Range<usize>>,
     /// (what happened, epoch at that moment)
@@ -76,6 +78,7 @@ impl Scripted {
             info,
             device: Device::Cpu,
             cache_len: 0,
+            id: SequenceToken::new_sequence(ModelId::fresh()),
             epoch: 0,
             pending: None,
             log: vec![],
@@ -178,8 +181,11 @@ impl DiffusionLm for Scripted {
         self.epoch += 1;
         Ok(())
     }
-    fn epoch(&self) -> u64 {
-        self.epoch
+    fn token(&self) -> SequenceToken {
+        SequenceToken {
+            epoch: self.epoch,
+            ..self.id
+        }
     }
     fn rescore(&self, c: &Tensor, positions: &[usize]) -> dllm_models::Result<Tensor> {
         self.rescored.borrow_mut().extend_from_slice(positions);
@@ -220,7 +226,7 @@ impl DiffusionLm for Scripted {
             self.logits(&rows)
         });
         Ok(Refresh {
-            epoch: self.epoch,
+            token: self.token(),
             positions: positions.to_vec(),
             keys: vec![kv.clone()],
             values: vec![kv],
@@ -230,7 +236,7 @@ impl DiffusionLm for Scripted {
         })
     }
     fn apply_refresh(&mut self, r: &Refresh) -> dllm_models::Result<()> {
-        assert_eq!(r.epoch, self.epoch, "stale refresh merged");
+        assert_eq!(r.token, self.token(), "stale refresh merged");
         self.epoch += 1;
         self.log
             .push((format!("merge {:?}", r.positions), self.epoch));
@@ -476,8 +482,8 @@ impl DiffusionLm for Neighbour {
     fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
         self.0.truncate_cache(len)
     }
-    fn epoch(&self) -> u64 {
-        self.0.epoch
+    fn token(&self) -> SequenceToken {
+        self.0.token()
     }
     fn compute_refresh(
         &self,
@@ -495,7 +501,7 @@ impl DiffusionLm for Neighbour {
             })
             .collect();
         Ok(Refresh {
-            epoch: self.0.epoch,
+            token: self.0.token(),
             positions: positions.to_vec(),
             keys: vec![],
             values: vec![],

@@ -390,6 +390,9 @@ macro_rules! candle_model {
         // (`forward_with_refresh` runs its two paths on two threads, `rescore` scores all
         // positions in one pass). A method added to `DiffusionLm` needs its line here.
         impl crate::DiffusionLm for Model {
+            fn token(&self) -> crate::SequenceToken {
+                crate::DiffusionLm::token(&self.inner)
+            }
             fn epoch(&self) -> u64 {
                 crate::DiffusionLm::epoch(&self.inner)
             }

@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use crate::lm::{ModelId, SequenceId};
+
 /// Errors from loading or running a diffusion language model.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -132,6 +134,27 @@ pub enum Error {
         /// Epoch of the cache now.
         current: u64,
     },
+    /// A refresh computed by another model's weights (its K/V mean nothing in this cache).
+    #[error(
+        "refresh from another model: computed by {computed}, this sequence belongs to {current}"
+    )]
+    RefreshFromOtherModel {
+        /// The model that computed the refresh.
+        computed: ModelId,
+        /// The model of the sequence it was merged into.
+        current: ModelId,
+    },
+    /// A refresh computed against another sequence's cache.
+    #[error("refresh from another sequence: computed for {computed}, merged into {current}")]
+    RefreshFromOtherSequence {
+        /// The sequence the refresh was computed for.
+        computed: SequenceId,
+        /// The sequence it was merged into.
+        current: SequenceId,
+    },
+    /// A refresh whose contents do not fit the cache (see [`RefreshDefect`]); nothing was written.
+    #[error("malformed refresh: {0}")]
+    MalformedRefresh(RefreshDefect),
     /// An error from a CPU kernel (a shape it cannot take, a weight type or shape it cannot pack,
     /// a thread count).
     #[error(transparent)]
@@ -144,6 +167,81 @@ pub enum Error {
     #[cfg(feature = "hexagon")]
     #[error("hexagon: {0}")]
     Hexagon(candle_hexagon::Error),
+}
+
+/// What is wrong with a [`Refresh`](crate::Refresh) that `apply_refresh` rejects
+/// ([`Error::MalformedRefresh`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefreshDefect {
+    /// Positions out of order: they must be sorted ascending.
+    #[error(
+        "positions[{index}] = {position} follows {previous}: positions must be sorted ascending"
+    )]
+    UnsortedPositions {
+        /// Index of the first position smaller than its predecessor.
+        index: usize,
+        /// The position.
+        position: usize,
+        /// Its predecessor.
+        previous: usize,
+    },
+    /// A position listed twice.
+    #[error("position {position} is listed twice (at indices {} and {index})", index - 1)]
+    DuplicatePosition {
+        /// Index of the second occurrence.
+        index: usize,
+        /// The position.
+        position: usize,
+    },
+    /// A position the cache does not hold.
+    #[error("position {position} is not cached (the cache covers [0, {cache_len}))")]
+    PositionNotCached {
+        /// The position.
+        position: usize,
+        /// Positions cached.
+        cache_len: usize,
+    },
+    /// Keys or values for another number of layers than the model has.
+    #[error("{tensor} for {got} layers, the model has {expected}")]
+    LayerCount {
+        /// `"keys"` or `"values"`.
+        tensor: &'static str,
+        /// Layers in the refresh.
+        got: usize,
+        /// Layers of the model.
+        expected: usize,
+    },
+    /// A layer's keys or values with another number of rows than there are positions.
+    #[error("layer {layer} {tensor} hold {rows} rows for {positions} positions")]
+    RowCount {
+        /// The layer.
+        layer: usize,
+        /// `"keys"` or `"values"`.
+        tensor: &'static str,
+        /// Rows (dimension 1) of the tensor.
+        rows: usize,
+        /// Positions of the refresh.
+        positions: usize,
+    },
+    /// A layer's keys or values of another shape than the cache's rows `(batch, positions,
+    /// kv_heads, head_dim)`.
+    #[error("layer {layer} {tensor} have shape {got:?}, the cache needs {expected:?}")]
+    Shape {
+        /// The layer.
+        layer: usize,
+        /// `"keys"` or `"values"`.
+        tensor: &'static str,
+        /// Shape of the tensor.
+        got: Vec<usize>,
+        /// `(batch, positions, kv_heads, head_dim)` of the cache.
+        expected: Vec<usize>,
+    },
+}
+
+impl From<RefreshDefect> for Error {
+    fn from(d: RefreshDefect) -> Self {
+        Error::MalformedRefresh(d)
+    }
 }
 
 #[cfg(feature = "hexagon")]

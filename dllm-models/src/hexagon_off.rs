@@ -57,6 +57,9 @@ impl DeviceKv {
     pub(crate) fn truncate(&mut self, _: usize) -> Result<()> {
         match *self {}
     }
+    pub(crate) fn read_rows(&self, _: usize, _: Range<usize>) -> Result<(Tensor, Tensor)> {
+        match *self {}
+    }
 }
 
 impl HexLinear {
@@ -86,7 +89,7 @@ pub(crate) mod npu_seq {
         _: &TransformerWeights,
         hex: &HexTransformer,
         _: &mut DeviceKv,
-        _: u64,
+        _: crate::lm::SequenceToken,
         _: &Tensor,
         _: Range<usize>,
         _: Rows<'_>,
@@ -98,7 +101,7 @@ pub(crate) mod npu_seq {
     pub(crate) fn refresh_on_cpu(
         _: &TransformerWeights,
         kv: &DeviceKv,
-        _: u64,
+        _: crate::lm::SequenceToken,
         _: &Tensor,
         _: &[usize],
         _: Option<&[usize]>,

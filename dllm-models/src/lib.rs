@@ -41,16 +41,17 @@ pub use candle_core;
 /// candle-nn version.
 pub use candle_nn;
 pub use candle_style::safetensors_var_builder;
-pub use error::{Error, Result};
+pub use error::{Error, RefreshDefect, Result};
 #[cfg(feature = "hub")]
 pub use hub::HubRepo;
 /// The Hexagon device [`Backend::Hexagon`] holds (an uninhabited stand-in without the `hexagon`
 /// feature).
 pub use layers::HexagonDevice;
 pub use layers::{Backend, OpMode};
-pub use linear::CpuLinears;
+pub use linear::{CpuLinears, CpuOptions};
 pub use lm::{
-    Arch, DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
+    Arch, DiffusionLm, DualPathTiming, ModelId, ModelInfo, Refresh, RefreshRequest, Rows,
+    SequenceId, SequenceToken, SpecialTokens,
 };
 pub use source::{load, read_config, DecodeDefaults, LoadOptions, LoadedModel, ModelSource};
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};

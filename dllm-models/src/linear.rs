@@ -9,7 +9,6 @@
 //! weights ([`Linear::Hex`]), and GGUF types kernels-cpu has no kernel for stay on candle's
 //! `QMatMul`.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 #[cfg(not(feature = "hexagon"))]
@@ -34,7 +33,8 @@ pub enum Param {
     Quant(Arc<QTensor>),
 }
 
-/// Which implementation runs the linear layers of a model built on the CPU.
+/// Which implementation runs the linear layers of a model built on the CPU: a field of the
+/// model's [`CpuOptions`] (and of `LoadOptions`), fixed when it is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CpuLinears {
     /// kernels-cpu GEMMs over weights packed once at load ([`CpuLinear`]).
@@ -45,26 +45,17 @@ pub enum CpuLinears {
     Candle,
 }
 
-thread_local! {
-    static CPU_LINEARS: Cell<CpuLinears> = const { Cell::new(CpuLinears::Packed) };
-}
-
-/// Build a model (run `f`) with `which` implementing the linear layers [`Linear::new`] and
-/// [`Linear::for_inference`] create on this thread meanwhile. The setting is scoped to the
-/// call and to the thread, so concurrent loads do not see each other's choice.
-pub fn with_cpu_linears<T>(which: CpuLinears, f: impl FnOnce() -> T) -> T {
-    struct Restore(CpuLinears);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CPU_LINEARS.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(CPU_LINEARS.with(|c| c.replace(which)));
-    f()
-}
-
-fn cpu_linears() -> CpuLinears {
-    CPU_LINEARS.with(|c| c.get())
+/// How a model runs its CPU work, fixed when it is built and held by its weights: nothing here is
+/// process-wide, so two models in one process can differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuOptions {
+    /// What runs the linear layers.
+    pub linears: CpuLinears,
+    /// A pool of this many threads (in `1..=`[`crate::threads::MAX_THREADS`]) owned by the model,
+    /// on which every forward, refresh and re-score of it runs its CPU kernels (the kernels-cpu
+    /// GEMMs and attention, candle's gemm). `None`: the caller's current rayon pool (rayon's
+    /// global pool unless the caller installed another).
+    pub threads: Option<usize>,
 }
 
 /// The kernels-cpu type of a ggml dtype, when it has a kernel.
@@ -331,8 +322,9 @@ pub enum Linear {
 
 impl Linear {
     /// Build from a checkpoint parameter: dense tensors stay candle tensors (differentiable);
-    /// GGUF tensors are packed for kernels-cpu (or use `QMatMul` for types it lacks).
-    pub fn new(weight: Param, bias: Option<Tensor>) -> Result<Self> {
+    /// GGUF tensors are packed for kernels-cpu (or use `QMatMul` for types it lacks, and for
+    /// every type under [`CpuLinears::Candle`]).
+    pub fn new(weight: Param, bias: Option<Tensor>, which: CpuLinears) -> Result<Self> {
         Ok(match weight {
             Param::Dense(weight) => Linear::Dense {
                 weight,
@@ -340,7 +332,7 @@ impl Linear {
                 bias,
             },
             Param::Quant(q) => {
-                let packed = match cpu_linears() {
+                let packed = match which {
                     CpuLinears::Packed => CpuLinear::from_qtensor(&q, bias.as_ref())?,
                     CpuLinears::Candle => None,
                 };
@@ -363,14 +355,19 @@ impl Linear {
     /// Build from a checkpoint parameter on `backend`: on the Hexagon NPU when the device takes
     /// the weights (dense -> fp16 tiles, Q4_0 -> Q4_0 tiles), otherwise exactly [`Linear::new`]
     /// (the device counts the decision and its reason).
-    pub fn on_backend(weight: Param, bias: Option<Tensor>, backend: &Backend) -> Result<Self> {
+    pub fn on_backend(
+        weight: Param,
+        bias: Option<Tensor>,
+        backend: &Backend,
+        which: CpuLinears,
+    ) -> Result<Self> {
         let Some(dev) = backend.hexagon() else {
-            return Linear::new(weight, bias);
+            return Linear::new(weight, bias, which);
         };
         #[cfg(not(feature = "hexagon"))]
         match *dev {}
         #[cfg(feature = "hexagon")]
-        Self::place_on(dev, weight, bias)
+        Self::place_on(dev, weight, bias, which)
     }
 
     #[cfg(feature = "hexagon")]
@@ -378,6 +375,7 @@ impl Linear {
         dev: &candle_hexagon::HexagonDevice,
         weight: Param,
         bias: Option<Tensor>,
+        which: CpuLinears,
     ) -> Result<Self> {
         let placed = match &weight {
             Param::Dense(t) => HexLinear::from_dense(dev, t, bias.as_ref())?,
@@ -391,25 +389,25 @@ impl Linear {
         };
         match placed {
             Placed::Npu(h) => Ok(Linear::Hex(h)),
-            Placed::Cpu(_) => Linear::new(weight, bias),
+            Placed::Cpu(_) => Linear::new(weight, bias, which),
         }
     }
 
     /// Prepare for inference: pack a dense weight for the kernels-cpu GEMM (f16/bf16 stay half;
     /// no-op for other kinds). Under [`CpuLinears::Candle`], store it `(in, out)` contiguous
     /// instead (candle's gemm runs 1.2-2x faster on a contiguous right-hand side).
-    pub fn for_inference(self) -> Result<Self> {
+    pub fn for_inference(self, which: CpuLinears) -> Result<Self> {
         Ok(match self {
             Linear::Dense {
                 weight,
                 transposed: false,
                 bias,
-            } if cpu_linears() == CpuLinears::Candle => Linear::Dense {
+            } if which == CpuLinears::Candle => Linear::Dense {
                 weight: weight.t()?.contiguous()?,
                 transposed: true,
                 bias,
             },
-            Linear::Dense { .. } if cpu_linears() == CpuLinears::Candle => self,
+            Linear::Dense { .. } if which == CpuLinears::Candle => self,
             Linear::Dense {
                 weight,
                 transposed,

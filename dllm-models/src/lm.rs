@@ -18,8 +18,9 @@
 //!   touching the cache; [`DiffusionLm::apply_refresh`] merges the result.
 //!   [`DiffusionLm::forward_with_refresh`] computes a refresh beside a window forward (on two threads
 //!   in this crate's model) and returns it for a merge at the step boundary. Every change of the
-//!   cache bumps the [epoch](DiffusionLm::epoch); a refresh computed against an older epoch is
-//!   rejected, never merged silently.
+//!   cache bumps the [epoch](DiffusionLm::epoch); a refresh carries the [token](SequenceToken)
+//!   (model, sequence, epoch) it was computed against, and one from another model, another sequence
+//!   or an older epoch is rejected, never merged silently.
 //! * [`DiffusionLm::cache_len`] / [`DiffusionLm::truncate_cache`] snapshot and roll back.
 //!
 //! ## Logits
@@ -202,12 +203,81 @@ impl RefreshRequest<'_> {
     }
 }
 
+/// Hands out process-unique ids (model and sequence ids share the counter; a counter of
+/// identities, not configuration: nothing reads it but [`ModelId::fresh`] / [`SequenceId::fresh`]).
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The identity of a model's weights: process-unique, given to every
+/// [`TransformerWeights`](crate::TransformerWeights) when it is built (every sequence over the
+/// same weights shares it; two loads of one checkpoint are two models).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModelId(u64);
+
+impl ModelId {
+    /// A new id, different from every other [`ModelId`] of this process.
+    pub fn fresh() -> Self {
+        Self(next_id())
+    }
+}
+
+impl std::fmt::Display for ModelId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "model #{}", self.0)
+    }
+}
+
+/// The identity of one sequence's cache: process-unique, given to every sequence when it is
+/// created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SequenceId(u64);
+
+impl SequenceId {
+    /// A new id, different from every other [`SequenceId`] of this process.
+    pub fn fresh() -> Self {
+        Self(next_id())
+    }
+}
+
+impl std::fmt::Display for SequenceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sequence #{}", self.0)
+    }
+}
+
+/// Which cache state a [`Refresh`] was computed against: the model, the sequence and the
+/// sequence's cache epoch ([`DiffusionLm::token`]). A refresh merges only into the same sequence
+/// of the same model at the same epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SequenceToken {
+    /// The model whose weights computed the K/V.
+    pub model: ModelId,
+    /// The sequence whose cache they were computed against.
+    pub sequence: SequenceId,
+    /// The cache's epoch then (bumped by every change of the cache, emptying it included).
+    pub epoch: u64,
+}
+
+impl SequenceToken {
+    /// The token of a new sequence of `model`: a fresh sequence id, epoch 0.
+    pub fn new_sequence(model: ModelId) -> Self {
+        Self {
+            model,
+            sequence: SequenceId::fresh(),
+            epoch: 0,
+        }
+    }
+}
+
 /// The result of [`DiffusionLm::compute_refresh`]: new K/V rows for some cached positions.
 #[derive(Debug, Clone)]
 pub struct Refresh {
-    /// The cache epoch ([`DiffusionLm::epoch`]) the refresh was computed against; it can only be
-    /// merged into a cache still at that epoch.
-    pub epoch: u64,
+    /// The model, sequence and cache epoch ([`DiffusionLm::token`]) the refresh was computed
+    /// against; it can only be merged into that sequence while its cache is still at that epoch.
+    pub token: SequenceToken,
     /// Sorted, unique canvas positions whose K/V were recomputed.
     pub positions: Vec<usize>,
     /// Per layer, `(batch, positions, kv_heads, head_dim)` keys (RoPE applied).
@@ -228,10 +298,17 @@ pub struct Refresh {
 // `llada::Model` / `dream::Model` (candle_style.rs) forward every method, provided ones included,
 // to `DiffusionTransformer`: a method added here needs its line there.
 pub trait DiffusionLm: Send {
-    /// The cache's epoch: a counter bumped by every change of the KV cache (`commit`,
-    /// `apply_refresh`, `truncate_cache`); forwards do not change it. A [`Refresh`] records the epoch
-    /// it was computed against, and `apply_refresh` rejects one from another epoch.
-    fn epoch(&self) -> u64;
+    /// The identity of this sequence's cache state: the model, the sequence and the cache's epoch
+    /// (a counter bumped by every change of the KV cache: `commit`, `apply_refresh`,
+    /// `truncate_cache`, `clear_cache`; forwards do not change it). A [`Refresh`] carries the token
+    /// it was computed against, and `apply_refresh` rejects one from another model, another
+    /// sequence or another epoch.
+    fn token(&self) -> SequenceToken;
+
+    /// The cache's epoch (`self.token().epoch`).
+    fn epoch(&self) -> u64 {
+        self.token().epoch
+    }
 
     /// Static facts about the model.
     fn info(&self) -> &ModelInfo;
@@ -263,8 +340,11 @@ pub trait DiffusionLm: Send {
         logits: Option<&[usize]>,
     ) -> Result<Refresh>;
 
-    /// Overwrite cached K/V with a [`Refresh`] (its positions must still be cached, and the cache must
-    /// still be at the refresh's epoch: otherwise `Error::StaleRefresh`).
+    /// Overwrite cached K/V with a [`Refresh`]. Everything is checked before anything is written,
+    /// so a rejected refresh leaves the cache as it was: the refresh's token must be this
+    /// sequence's (`Error::RefreshFromOtherModel`, `Error::RefreshFromOtherSequence`,
+    /// `Error::StaleRefresh` otherwise), and its positions must be sorted, unique and cached, with
+    /// one K/V row per position in every layer (`Error::MalformedRefresh` naming the defect).
     fn apply_refresh(&mut self, refresh: &Refresh) -> Result<()>;
 
     /// Logits `(batch, positions, vocab)` of each of `positions` (cached, unique) predicted with

@@ -18,7 +18,7 @@ use crate::config::{MatrixDims, TransformerConfig};
 use crate::kv_cache::CachedRows;
 use crate::layers::{CpuLinear, Linear, Param};
 use crate::linear::TileFormat;
-use crate::lm::{DualPathTiming, Refresh, RefreshRequest, Rows};
+use crate::lm::{DualPathTiming, Refresh, RefreshRequest, Rows, SequenceToken};
 use crate::weights::{Role, WeightSource};
 use crate::weights_model::{dense, TransformerWeights};
 use crate::{Error, Result};
@@ -57,7 +57,7 @@ pub(crate) fn forward(
     w: &TransformerWeights,
     hex: &HexTransformer,
     kv: &mut DeviceKv,
-    epoch: u64,
+    token: SequenceToken,
     canvas: &Tensor,
     window: Range<usize>,
     rows: Rows<'_>,
@@ -82,7 +82,7 @@ pub(crate) fn forward(
             let t = Instant::now();
             let res = r.run_with(
                 canvas,
-                |c, p, l| refresh_on_cpu(w, kv, epoch, c, p, l),
+                |c, p, l| refresh_on_cpu(w, kv, token, c, p, l),
                 |c, p| rescore_on_cpu(w, kv, c, p),
             )?;
             Some((res, (t, Instant::now())))
@@ -106,7 +106,7 @@ pub(crate) fn forward(
 pub(crate) fn refresh_on_cpu(
     w: &TransformerWeights,
     kv: &DeviceKv,
-    epoch: u64,
+    token: SequenceToken,
     canvas: &Tensor,
     positions: &[usize],
     logits: Option<&[usize]>,
@@ -117,7 +117,7 @@ pub(crate) fn refresh_on_cpu(
         host_rows(kv, positions)?
     };
     let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
-    w.refresh::<f16>(&cached, kv.len(), epoch, canvas, positions, logits)
+    w.refresh::<f16>(&cached, kv.len(), token, canvas, positions, logits)
 }
 
 /// [`crate::DiffusionLm::rescore`] on the CPU against the device cache's rows `[0, len)`.

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use candle_core::{Device, Tensor};
 
-use crate::lm::{DiffusionLm, ModelInfo, Refresh, Rows};
+use crate::lm::{DiffusionLm, ModelInfo, Refresh, Rows, SequenceToken};
 use crate::Result;
 
 /// One recorded forward: the requested positions and their batch-0 logits, row by row.
@@ -61,6 +61,9 @@ impl DiffusionLm for LogitsRecorder<'_> {
     }
     fn apply_refresh(&mut self, r: &Refresh) -> Result<()> {
         self.inner.apply_refresh(r)
+    }
+    fn token(&self) -> SequenceToken {
+        self.inner.token()
     }
     fn epoch(&self) -> u64 {
         self.inner.epoch()

@@ -10,7 +10,7 @@ use crate::gguf::GgufWeights;
 #[cfg(feature = "hub")]
 use crate::hub::HubRepo;
 use crate::layers::{Backend, OpMode};
-use crate::linear::{with_cpu_linears, CpuLinears};
+use crate::linear::{CpuLinears, CpuOptions};
 use crate::lm::{Arch, DiffusionLm, ModelInfo, SpecialTokens};
 use crate::tokenizer::TextTokenizer;
 use crate::transformer::{DiffusionTransformer, TransformerConfig};
@@ -123,8 +123,11 @@ pub struct LoadOptions {
     /// Where the fused inference ops run (CPU, or the Hexagon NPU with per-op CPU fallback).
     pub backend: Backend,
     /// What runs the linear layers on the CPU: the kernels-cpu GEMMs over weights packed at load
-    /// (default), or candle's previous path (for comparisons and bisecting).
+    /// (default), or candle's previous path (for comparisons and bisecting). Held by the model.
     pub cpu_linears: CpuLinears,
+    /// Threads of the model's own pool for its CPU kernels ([`CpuOptions::threads`]); `None`
+    /// (default): the caller's current rayon pool.
+    pub threads: Option<usize>,
 }
 
 impl LoadOptions {
@@ -133,11 +136,17 @@ impl LoadOptions {
         self.mode == OpMode::Fused && self.cpu_linears == CpuLinears::Packed
     }
 
-    /// Build the model with this load's choice of CPU linear layers.
+    /// The CPU options of the model this load builds.
+    pub fn cpu_options(&self) -> CpuOptions {
+        CpuOptions {
+            linears: self.cpu_linears,
+            threads: self.threads,
+        }
+    }
+
+    /// Build the model with this load's CPU options.
     fn build(&self, cfg: TransformerConfig, w: &dyn WeightSource) -> Result<DiffusionTransformer> {
-        with_cpu_linears(self.cpu_linears, || {
-            DiffusionTransformer::new_on(cfg, w, self.mode, &self.backend)
-        })
+        DiffusionTransformer::new_with(cfg, w, self.mode, &self.backend, self.cpu_options())
     }
 }
 
@@ -150,6 +159,7 @@ impl Default for LoadOptions {
             tokenizer: None,
             backend: Backend::Cpu,
             cpu_linears: CpuLinears::Packed,
+            threads: None,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! [`DiffusionTransformer`]: shared weights ([`TransformerWeights`], behind an `Arc`) plus the state
-//! of one sequence (its KV cache, the pending K/V of the last forward, and an epoch), implementing
+//! of one sequence (its KV cache, the pending K/V of the last forward, and its token: sequence id
+//! and epoch), implementing
 //! [`DiffusionLm`].
 //!
 //! LLaDA and Dream are the same block (pre-RMSNorm, RoPE attention, SwiGLU MLP); they differ in
@@ -10,7 +11,13 @@
 //! The cache changes only through `commit`, `apply_refresh`, `truncate_cache` and `clear_cache`;
 //! each bumps the sequence's *epoch*. A forward does not change the cache (its K/V wait in the free
 //! rows after it), so a sparse refresh computed against epoch `e` can run beside it and is merged
-//! only if the cache is still at `e` — otherwise [`Error::StaleRefresh`]. The dual path of the paper
+//! only if the cache is still at `e` — otherwise [`Error::StaleRefresh`]. Every sequence has a
+//! process-unique id and every model ([`TransformerWeights::id`]) one too; a refresh carries all
+//! three ([`SequenceToken`]), so one computed for another sequence or by another model is rejected
+//! ([`Error::RefreshFromOtherSequence`], [`Error::RefreshFromOtherModel`]). `apply_refresh` checks
+//! the token and the refresh's contents (positions sorted, unique and cached; one K/V row per
+//! position in every layer, of the cache's shape: [`Error::MalformedRefresh`]) before it writes a
+//! byte, so a rejected refresh leaves the cache untouched. The dual path of the paper
 //! is [`DiffusionLm::forward_with_refresh`]: the refresh runs on a second thread while this thread
 //! runs the window, both reading the same cached rows, and the caller merges at the step boundary.
 
@@ -22,14 +29,17 @@ use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 
 pub use crate::config::{ConfigNames, TransformerConfig};
+use crate::error::RefreshDefect;
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::npu_seq;
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::DeviceKv;
 use crate::kv_cache::{KvCache, KvElem, Pending};
 use crate::layers::{Backend, OpMode};
+use crate::linear::CpuOptions;
 use crate::lm::{
-    DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SpecialTokens,
+    DiffusionLm, DualPathTiming, ModelInfo, Refresh, RefreshRequest, Rows, SequenceToken,
+    SpecialTokens,
 };
 #[cfg(feature = "hexagon")]
 use crate::npu_seq;
@@ -48,7 +58,8 @@ pub struct DiffusionTransformer {
     /// The device cache, when the weights run on the NPU's block-level module.
     npu_kv: Option<DeviceKv>,
     pending: Option<Pending>,
-    epoch: u64,
+    /// The model's id, this sequence's id and the cache's epoch.
+    token: SequenceToken,
     last_dual: Option<DualPathTiming>,
     /// The threads of the last CPU dual path: (the window forward's, the refresh's).
     last_dual_threads: Option<(std::thread::ThreadId, std::thread::ThreadId)>,
@@ -69,10 +80,24 @@ impl DiffusionTransformer {
         mode: OpMode,
         backend: &Backend,
     ) -> Result<Self> {
-        Self::from_weights(Arc::new(TransformerWeights::new(cfg, w, mode, backend)?))
+        Self::new_with(cfg, w, mode, backend, CpuOptions::default())
     }
 
-    /// A new sequence (empty cache, epoch 0) over shared weights.
+    /// [`new_on`](Self::new_on) with explicit [`CpuOptions`] (what runs the linear layers, the
+    /// model's own thread pool), held by this model's weights only.
+    pub fn new_with(
+        cfg: TransformerConfig,
+        w: &dyn WeightSource,
+        mode: OpMode,
+        backend: &Backend,
+        cpu: CpuOptions,
+    ) -> Result<Self> {
+        Self::from_weights(Arc::new(TransformerWeights::new_with(
+            cfg, w, mode, backend, cpu,
+        )?))
+    }
+
+    /// A new sequence (empty cache, a fresh sequence id, epoch 0) over shared weights.
     pub fn from_weights(weights: Arc<TransformerWeights>) -> Result<Self> {
         let c = &weights.cfg;
         let cache = KvCache::new(
@@ -82,11 +107,11 @@ impl DiffusionTransformer {
             weights.info.dtype,
         )?;
         Ok(Self {
+            token: SequenceToken::new_sequence(weights.id()),
             weights,
             cache,
             npu_kv: None,
             pending: None,
-            epoch: 0,
             last_dual: None,
             last_dual_threads: None,
         })
@@ -176,7 +201,9 @@ impl DiffusionTransformer {
 
     /// The threads of the last CPU [`DiffusionLm::forward_with_refresh`]: the window forward's
     /// (the caller's) and the refresh's, which is its own (None before the first, and on the NPU,
-    /// where the DSP runs the forward and the caller the refresh).
+    /// where the DSP runs the forward and the caller the refresh). These are the threads that run
+    /// each path; with a pool of its own (`CpuOptions::threads`) the model runs both paths'
+    /// kernels on the pool's workers.
     pub fn last_dual_path_threads(&self) -> Option<(std::thread::ThreadId, std::thread::ThreadId)> {
         self.last_dual_threads
     }
@@ -239,7 +266,123 @@ impl DiffusionTransformer {
     }
 
     fn bump(&mut self) {
-        self.epoch += 1;
+        self.token.epoch += 1;
+    }
+
+    /// A copy of every layer's cached K/V, each `(batch, cache_len, kv_heads, head_dim)` in the
+    /// cache's dtype (f16 on the NPU), keys with RoPE applied; empty when nothing is cached. For
+    /// tests and debugging (it copies the whole cache).
+    pub fn cache_snapshot(&self) -> Result<Vec<(Tensor, Tensor)>> {
+        let len = self.len();
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let layers = self.weights.cfg.num_layers;
+        match self.npu_kv.as_ref().filter(|_| self.weights.hex.is_some()) {
+            Some(kv) => (0..layers)
+                .map(|li| Ok(kv.read_rows(li, 0..len)?))
+                .collect(),
+            None => (0..layers)
+                .map(|li| {
+                    let (k, v) = self.cache.layer_tensors(li, &self.weights.device)?;
+                    Ok((k.contiguous()?, v.contiguous()?))
+                })
+                .collect(),
+        }
+    }
+
+    /// Everything [`DiffusionLm::apply_refresh`] checks before it writes: the token, then the
+    /// positions, then every layer's key and value shapes against the cache.
+    fn check_refresh(&self, r: &Refresh) -> Result<()> {
+        let (got, me) = (r.token, self.token);
+        if got.model != me.model {
+            return Err(Error::RefreshFromOtherModel {
+                computed: got.model,
+                current: me.model,
+            });
+        }
+        if got.sequence != me.sequence {
+            return Err(Error::RefreshFromOtherSequence {
+                computed: got.sequence,
+                current: me.sequence,
+            });
+        }
+        if got.epoch != me.epoch {
+            return Err(Error::StaleRefresh {
+                computed: got.epoch,
+                current: me.epoch,
+            });
+        }
+        if r.positions.is_empty() && r.keys.is_empty() && r.values.is_empty() {
+            // A refresh that only re-scored: nothing to merge.
+            return Ok(());
+        }
+        for (index, pair) in r.positions.windows(2).enumerate() {
+            let (previous, position) = (pair[0], pair[1]);
+            if position == previous {
+                return Err(RefreshDefect::DuplicatePosition {
+                    index: index + 1,
+                    position,
+                }
+                .into());
+            }
+            if position < previous {
+                return Err(RefreshDefect::UnsortedPositions {
+                    index: index + 1,
+                    position,
+                    previous,
+                }
+                .into());
+            }
+        }
+        let cache_len = self.len();
+        if let Some(&position) = r.positions.last().filter(|&&p| p >= cache_len) {
+            return Err(RefreshDefect::PositionNotCached {
+                position,
+                cache_len,
+            }
+            .into());
+        }
+        let c = &self.weights.cfg;
+        let layers = c.num_layers;
+        let batch = match self.npu_kv.as_ref().filter(|_| self.weights.hex.is_some()) {
+            Some(kv) => kv.batch(),
+            None => self.cache.batch(),
+        };
+        let n = r.positions.len();
+        let expected = vec![batch, n, c.num_kv_heads, c.head_dim()];
+        for (tensor, ts) in [("keys", &r.keys), ("values", &r.values)] {
+            if ts.len() != layers {
+                return Err(RefreshDefect::LayerCount {
+                    tensor,
+                    got: ts.len(),
+                    expected: layers,
+                }
+                .into());
+            }
+            for (layer, t) in ts.iter().enumerate() {
+                let got = t.dims();
+                if got.len() == 4 && got[1] != n {
+                    return Err(RefreshDefect::RowCount {
+                        layer,
+                        tensor,
+                        rows: got[1],
+                        positions: n,
+                    }
+                    .into());
+                }
+                if got != expected.as_slice() {
+                    return Err(RefreshDefect::Shape {
+                        layer,
+                        tensor,
+                        got: got.to_vec(),
+                        expected,
+                    }
+                    .into());
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Forward (and, with `refresh`, a concurrent refresh) with the cache in element type `T`.
@@ -251,7 +394,7 @@ impl DiffusionTransformer {
         refresh: Option<RefreshRequest<'_>>,
     ) -> Result<(Tensor, Option<Refresh>)> {
         let len = self.cache.len();
-        let epoch = self.epoch;
+        let token = self.token;
         let w = &*self.weights;
         let (cached, mut free) = self
             .cache
@@ -264,7 +407,7 @@ impl DiffusionTransformer {
         let mut threads = None;
         let (logits, pending, refreshed) = match refresh {
             None => {
-                let (l, p) = fwd(&mut free)?;
+                let (l, p) = w.install(|| fwd(&mut free))?;
                 (l, p, None)
             }
             Some(r) => {
@@ -276,17 +419,19 @@ impl DiffusionTransformer {
                     let h = s.spawn(move || {
                         let t0 = Instant::now();
                         let _ = started.send(());
-                        let r = r.run_with(
-                            canvas,
-                            |c, p, l| w.refresh(cached_ref, len, epoch, c, p, l),
-                            |c, p| w.rescore(cached_ref, len, c, p),
-                        );
+                        let r = w.install(|| {
+                            r.run_with(
+                                canvas,
+                                |c, p, l| w.refresh(cached_ref, len, token, c, p, l),
+                                |c, p| w.rescore(cached_ref, len, c, p),
+                            )
+                        });
                         (r, (t0, Instant::now()), std::thread::current().id())
                     });
                     // Start the forward once the refresh is running, so the two really overlap.
                     let _ = is_running.recv();
                     let t0 = Instant::now();
-                    let f = fwd(&mut free);
+                    let f = w.install(|| fwd(&mut free));
                     let forward = (t0, Instant::now());
                     let (rf, refresh, refresh_thread) = h.join().map_err(|_| {
                         Error::InvalidArgument("the refresh thread panicked".into())
@@ -323,16 +468,9 @@ impl DiffusionTransformer {
             self.pending = None;
             let len = self.len();
             let kv = npu_seq::ensure_kv(&hex, &mut self.npu_kv, b, len + n)?;
-            let r = npu_seq::forward(
-                &self.weights,
-                &hex,
-                kv,
-                self.epoch,
-                canvas,
-                window,
-                rows,
-                refresh,
-            )?;
+            let (w, token) = (&*self.weights, self.token);
+            let r =
+                w.install(|| npu_seq::forward(w, &hex, kv, token, canvas, window, rows, refresh))?;
             if let Some(t) = r.1.as_ref().and_then(|r| r.timing) {
                 self.last_dual = Some(t);
             }
@@ -439,8 +577,8 @@ impl DiffusionLm for DiffusionTransformer {
         Ok(())
     }
 
-    fn epoch(&self) -> u64 {
-        self.epoch
+    fn token(&self) -> SequenceToken {
+        self.token
     }
 
     fn compute_refresh(
@@ -449,98 +587,88 @@ impl DiffusionLm for DiffusionTransformer {
         positions: &[usize],
         logits: Option<&[usize]>,
     ) -> Result<Refresh> {
-        self.check_canvas(canvas)?;
-        let w = &*self.weights;
-        if w.hex.is_some() {
-            let kv = self
-                .npu_kv
-                .as_ref()
-                .filter(|k| !k.is_empty())
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "refresh position {} is not cached (the cache is empty)",
-                        positions.first().copied().unwrap_or(0)
-                    ))
-                })?;
-            return npu_seq::refresh_on_cpu(w, kv, self.epoch, canvas, positions, logits);
-        }
-        let len = self.cache.len();
-        macro_rules! go {
-            ($t:ty) => {{
-                let cached = self.cache.cached::<$t>().ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "refresh position {} is not cached (the cache is empty)",
-                        positions.first().copied().unwrap_or(0)
-                    ))
-                })?;
-                w.refresh::<$t>(&cached, len, self.epoch, canvas, positions, logits)
-            }};
-        }
-        match self.cache.dtype() {
-            DType::F32 => go!(f32),
-            DType::F16 => go!(f16),
-            _ => go!(bf16),
-        }
+        self.weights.install(|| {
+            self.check_canvas(canvas)?;
+            let w = &*self.weights;
+            if w.hex.is_some() {
+                let kv = self
+                    .npu_kv
+                    .as_ref()
+                    .filter(|k| !k.is_empty())
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "refresh position {} is not cached (the cache is empty)",
+                            positions.first().copied().unwrap_or(0)
+                        ))
+                    })?;
+                return npu_seq::refresh_on_cpu(w, kv, self.token, canvas, positions, logits);
+            }
+            let len = self.cache.len();
+            macro_rules! go {
+                ($t:ty) => {{
+                    let cached = self.cache.cached::<$t>().ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "refresh position {} is not cached (the cache is empty)",
+                            positions.first().copied().unwrap_or(0)
+                        ))
+                    })?;
+                    w.refresh::<$t>(&cached, len, self.token, canvas, positions, logits)
+                }};
+            }
+            match self.cache.dtype() {
+                DType::F32 => go!(f32),
+                DType::F16 => go!(f16),
+                _ => go!(bf16),
+            }
+        })
     }
 
     fn rescore(&self, canvas: &Tensor, positions: &[usize]) -> Result<Tensor> {
-        self.check_canvas(canvas)?;
-        let w = &*self.weights;
-        if w.hex.is_some() {
-            let kv = self
-                .npu_kv
-                .as_ref()
-                .filter(|k| !k.is_empty())
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "re-score position {} is not cached (the cache is empty)",
-                        positions.first().copied().unwrap_or(0)
-                    ))
-                })?;
-            return npu_seq::rescore_on_cpu(w, kv, canvas, positions);
-        }
-        let len = self.cache.len();
-        macro_rules! go {
-            ($t:ty) => {{
-                let cached = self.cache.cached::<$t>().ok_or_else(|| {
-                    Error::InvalidArgument(format!(
-                        "re-score position {} is not cached (the cache is empty)",
-                        positions.first().copied().unwrap_or(0)
-                    ))
-                })?;
-                w.rescore::<$t>(&cached, len, canvas, positions)
-            }};
-        }
-        match self.cache.dtype() {
-            DType::F32 => go!(f32),
-            DType::F16 => go!(f16),
-            _ => go!(bf16),
-        }
+        self.weights.install(|| {
+            self.check_canvas(canvas)?;
+            let w = &*self.weights;
+            if w.hex.is_some() {
+                let kv = self
+                    .npu_kv
+                    .as_ref()
+                    .filter(|k| !k.is_empty())
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "re-score position {} is not cached (the cache is empty)",
+                            positions.first().copied().unwrap_or(0)
+                        ))
+                    })?;
+                return npu_seq::rescore_on_cpu(w, kv, canvas, positions);
+            }
+            let len = self.cache.len();
+            macro_rules! go {
+                ($t:ty) => {{
+                    let cached = self.cache.cached::<$t>().ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "re-score position {} is not cached (the cache is empty)",
+                            positions.first().copied().unwrap_or(0)
+                        ))
+                    })?;
+                    w.rescore::<$t>(&cached, len, canvas, positions)
+                }};
+            }
+            match self.cache.dtype() {
+                DType::F32 => go!(f32),
+                DType::F16 => go!(f16),
+                _ => go!(bf16),
+            }
+        })
     }
 
     fn apply_refresh(&mut self, r: &Refresh) -> Result<()> {
-        if r.epoch != self.epoch {
-            return Err(Error::StaleRefresh {
-                computed: r.epoch,
-                current: self.epoch,
-            });
-        }
+        // Everything is checked before anything is written: a rejected refresh leaves the cache
+        // (and the epoch) as they were.
+        self.check_refresh(r)?;
         if r.positions.is_empty() {
             // A refresh that only re-scored: nothing to merge.
             return Ok(());
         }
         let layers = self.weights.cfg.num_layers;
-        if r.keys.len() != layers || r.values.len() != layers {
-            return Err(Error::InvalidArgument(
-                "refresh has the wrong number of layers".into(),
-            ));
-        }
-        if let Some(&bad) = r.positions.iter().find(|&&p| p >= self.len()) {
-            return Err(Error::InvalidArgument(format!(
-                "refresh position {bad} is no longer cached (cache covers [0, {}))",
-                self.len()
-            )));
-        }
         match self.npu_kv.as_mut().filter(|_| self.weights.hex.is_some()) {
             Some(kv) => npu_seq::apply(kv, r)?,
             None => {

@@ -6,6 +6,7 @@
 //! Both can therefore run at the same time on two threads (see [`crate::DiffusionTransformer`]).
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
@@ -21,7 +22,8 @@ use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{
     attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
 };
-use crate::lm::{ModelInfo, Refresh, Rows};
+use crate::linear::CpuOptions;
+use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 #[cfg(feature = "hexagon")]
 use crate::npu_seq::{place_blocks, shared_block, shared_head};
 
@@ -44,6 +46,12 @@ pub struct CpuLinearBytes {
 /// `Send + Sync`, shared by any number of sequences.
 #[derive(Debug)]
 pub struct TransformerWeights {
+    /// This model's process-unique identity (stamped on every refresh it computes).
+    id: ModelId,
+    /// How its CPU work runs (linear layers, threads).
+    cpu: CpuOptions,
+    /// Its own thread pool (`cpu.threads`), when it has one.
+    pool: Option<Arc<rayon::ThreadPool>>,
     pub(crate) cfg: TransformerConfig,
     pub(crate) info: ModelInfo,
     pub(crate) device: Device,
@@ -77,13 +85,29 @@ type Attend<'a> = dyn FnMut(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + 'a;
 
 impl TransformerWeights {
     /// Build on `backend`: with [`Backend::Hexagon`] the linear layers' weights are packed into
-    /// NPU memory (where the device takes them) and the fused ops run on the NPU.
+    /// NPU memory (where the device takes them) and the fused ops run on the NPU. CPU options
+    /// are the defaults (packed linear layers, the caller's rayon pool).
     pub fn new(
         cfg: TransformerConfig,
         w: &dyn WeightSource,
         mode: OpMode,
         backend: &Backend,
     ) -> Result<Self> {
+        Self::new_with(cfg, w, mode, backend, CpuOptions::default())
+    }
+
+    /// [`new`](Self::new) with explicit [`CpuOptions`]: what runs the linear layers, and the
+    /// model's own pool of `threads` threads (an error naming the count outside
+    /// `1..=MAX_THREADS`). The options belong to this model only.
+    pub fn new_with(
+        cfg: TransformerConfig,
+        w: &dyn WeightSource,
+        mode: OpMode,
+        backend: &Backend,
+        cpu: CpuOptions,
+    ) -> Result<Self> {
+        let pool = cpu.threads.map(crate::threads::pool).transpose()?;
+        let which = cpu.linears;
         if backend.hexagon().is_some() && mode != OpMode::Fused {
             return Err(Error::InvalidArgument(
                 "the Hexagon backend runs inference only (OpMode::Fused): its ops have no backward pass"
@@ -134,12 +158,17 @@ impl TransformerWeights {
         };
         let prepare = |l: Linear| -> Result<Linear> {
             match mode {
-                OpMode::Fused => l.for_inference(),
+                OpMode::Fused => l.for_inference(which),
                 OpMode::Differentiable => Ok(l),
             }
         };
         let lin = |role: Role, out: usize, inp: usize, b: Option<Tensor>| -> Result<Linear> {
-            prepare(Linear::on_backend(w.get(role, &[out, inp])?, b, backend)?)
+            prepare(Linear::on_backend(
+                w.get(role, &[out, inp])?,
+                b,
+                backend,
+                which,
+            )?)
         };
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
@@ -192,7 +221,7 @@ impl TransformerWeights {
         let head = match npu_head {
             Some(head) => head,
             None if cfg.tie_word_embeddings => {
-                prepare(Linear::on_backend(embed_p.clone(), None, backend)?)?
+                prepare(Linear::on_backend(embed_p.clone(), None, backend, which)?)?
             }
             None => lin(Role::Head, v, h, None)?,
         };
@@ -222,6 +251,9 @@ impl TransformerWeights {
             num_params,
         };
         Ok(Self {
+            id: ModelId::fresh(),
+            cpu,
+            pool,
             cfg,
             info,
             device,
@@ -240,6 +272,27 @@ impl TransformerWeights {
     /// The normalised config.
     pub fn config(&self) -> &TransformerConfig {
         &self.cfg
+    }
+
+    /// The CPU options the model was built with.
+    pub fn cpu_options(&self) -> CpuOptions {
+        self.cpu
+    }
+
+    /// Run `f` on this model's thread pool (on the caller's thread, in the caller's current rayon
+    /// pool, when the model has none): every forward, refresh and re-score of the model runs its
+    /// CPU work inside it. `f` must not block on work that needs another thread of the same pool.
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// This model's process-unique identity: every sequence over these weights carries it in its
+    /// [`SequenceToken`], so a refresh computed by another model is rejected.
+    pub fn id(&self) -> ModelId {
+        self.id
     }
 
     /// Static facts about the model.
@@ -394,22 +447,25 @@ impl TransformerWeights {
     /// Full training forward: logits for every position of `ids` (no cache, differentiable when the
     /// model was built with [`OpMode::Differentiable`]).
     pub fn forward_train(&self, ids: &Tensor) -> Result<Tensor> {
-        let (_, l) = ids.dims2()?;
-        let mut x = self.embed.forward(ids)?;
-        let (cos, sin) = self.rope.range(0, l)?;
-        let scale = self.scale();
-        let (mode, backend) = (self.mode, &self.ops_backend);
-        for blk in &self.blocks {
-            let mut attend =
-                |q: &Tensor, k: &Tensor, v: &Tensor| attention_on(q, k, v, scale, mode, backend);
-            x = self.block(blk, &x, (&cos, &sin), None, &mut attend)?.0;
-        }
-        if self.cfg.shift_logits {
-            let rows = self.idx((0..l).map(|p| self.source_row(p)))?;
-            x = x.index_select(&rows, 1)?;
-        }
-        let x = self.norm.forward(&x, self.mode)?;
-        self.head.forward(&x)
+        self.install(|| {
+            let (_, l) = ids.dims2()?;
+            let mut x = self.embed.forward(ids)?;
+            let (cos, sin) = self.rope.range(0, l)?;
+            let scale = self.scale();
+            let (mode, backend) = (self.mode, &self.ops_backend);
+            for blk in &self.blocks {
+                let mut attend = |q: &Tensor, k: &Tensor, v: &Tensor| {
+                    attention_on(q, k, v, scale, mode, backend)
+                };
+                x = self.block(blk, &x, (&cos, &sin), None, &mut attend)?.0;
+            }
+            if self.cfg.shift_logits {
+                let rows = self.idx((0..l).map(|p| self.source_row(p)))?;
+                x = x.index_select(&rows, 1)?;
+            }
+            let x = self.norm.forward(&x, self.mode)?;
+            self.head.forward(&x)
+        })
     }
 
     fn scale(&self) -> f32 {
@@ -494,13 +550,13 @@ impl TransformerWeights {
     }
 
     /// The sparse refresh of [`crate::DiffusionLm::compute_refresh`] against `len` cached rows.
-    /// The returned [`Refresh`] carries `epoch`.
+    /// The returned [`Refresh`] carries `token`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn refresh<T: KvElem>(
         &self,
         cached: &[CachedRows<'_, T>],
         len: usize,
-        epoch: u64,
+        token: SequenceToken,
         canvas: &Tensor,
         positions: &[usize],
         logits: Option<&[usize]>,
@@ -517,7 +573,7 @@ impl TransformerWeights {
                 values: Vec::new(),
                 logits: None,
                 scored: Vec::new(),
-                epoch,
+                token,
                 timing: None,
             });
         }
@@ -597,7 +653,7 @@ impl TransformerWeights {
             values,
             logits,
             scored: want,
-            epoch,
+            token,
             timing: None,
         })
     }

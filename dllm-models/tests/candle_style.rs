@@ -95,6 +95,39 @@ fn the_full_forward_leaves_the_cache_alone() {
 }
 
 #[test]
+fn a_refresh_from_another_model_is_rejected() {
+    // Two `llada::Model`s of one checkpoint are two models: a refresh of one does not merge into
+    // the other, and the other's cache is left as it was.
+    let dir = checkpoint("token", &tiny_llada());
+    let mut a = llada::Model::new(&llada_config(&dir), var_builder(&dir)).unwrap();
+    let mut b = llada::Model::new(&llada_config(&dir), var_builder(&dir)).unwrap();
+    for m in [&mut a, &mut b] {
+        DiffusionLm::forward(m, &canvas(8), 0..8, Rows::None).unwrap();
+        m.commit(0..8).unwrap();
+    }
+    assert_eq!(a.epoch(), b.epoch());
+    let r = a.compute_refresh(&canvas(8), &[2, 5], None).unwrap();
+    assert_eq!(r.token, DiffusionLm::token(&a));
+    let before = flat(DiffusionLm::forward(&mut b, &canvas(10), 8..10, Rows::All).unwrap());
+    let snapshot = b.cache_snapshot().unwrap();
+    match b.apply_refresh(&r) {
+        Err(dllm_models::Error::RefreshFromOtherModel { computed, current }) => {
+            assert_eq!(computed, a.weights().id());
+            assert_eq!(current, b.weights().id());
+        }
+        other => panic!("expected RefreshFromOtherModel, got {other:?}"),
+    }
+    let after = flat(DiffusionLm::forward(&mut b, &canvas(10), 8..10, Rows::All).unwrap());
+    assert_eq!(before, after);
+    for ((k0, v0), (k1, v1)) in snapshot.iter().zip(&b.cache_snapshot().unwrap()) {
+        assert_eq!(flat(k0.clone()), flat(k1.clone()));
+        assert_eq!(flat(v0.clone()), flat(v1.clone()));
+    }
+    a.apply_refresh(&r).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_bad_field_is_named() {
     let mut v = dllm_models::llada::config_to_json(&tiny_llada());
     v["n_layers"] = serde_json::json!("four");

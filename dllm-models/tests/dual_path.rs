@@ -103,7 +103,13 @@ fn dual_path_equals_sequential(cfg: TransformerConfig, dtype: DType) {
 
     assert_eq!(bits(&la), bits(&lb), "window logits");
     assert_eq!(ra.positions, rb.positions);
-    assert_eq!(ra.epoch, rb.epoch);
+    // Same model and epoch; each refresh belongs to its own sequence.
+    assert_eq!(
+        (ra.token.model, ra.token.epoch),
+        (rb.token.model, rb.token.epoch)
+    );
+    assert_eq!(ra.token.sequence, a.token().sequence);
+    assert_eq!(rb.token.sequence, b.token().sequence);
     for l in 0..ra.keys.len() {
         assert_eq!(
             bits(&ra.keys[l]),
@@ -150,13 +156,13 @@ fn stale_refresh_is_rejected() {
     let mut m = primed(&w, &mut ids);
     let c = canvas(&ids);
     let r = m.compute_refresh(&c, &[3, 6], None).unwrap();
-    assert_eq!(r.epoch, m.epoch());
+    assert_eq!(r.token, m.token());
     // The cache changes (a commit) before the merge: the refresh is stale.
     m.forward(&c, 48..56, Rows::None).unwrap();
     m.commit(48..56).unwrap();
     match m.apply_refresh(&r) {
         Err(Error::StaleRefresh { computed, current }) => {
-            assert_eq!(computed, r.epoch);
+            assert_eq!(computed, r.token.epoch);
             assert_eq!(current, m.epoch());
             assert!(current > computed);
         }

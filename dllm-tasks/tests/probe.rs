@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use candle_core::{Device, Tensor};
-use dllm_models::lm::{ModelInfo, Refresh};
+use dllm_models::lm::{ModelId, ModelInfo, Refresh, SequenceToken};
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource, Rows};
 use dllm_tasks::eval::questions;
 use dllm_tasks::probe::probe_long_math;
@@ -18,6 +18,7 @@ const GEN: usize = 128;
 /// shipped long model only lends its `ModelInfo`.
 struct Scripted<F: FnMut(&[u32], usize) -> u32 + Send> {
     info: ModelInfo,
+    token: SequenceToken,
     answer: F,
 }
 
@@ -56,8 +57,8 @@ impl<F: FnMut(&[u32], usize) -> u32 + Send> DiffusionLm for Scripted<F> {
     fn truncate_cache(&mut self, _: usize) -> dllm_models::Result<()> {
         Ok(())
     }
-    fn epoch(&self) -> u64 {
-        0
+    fn token(&self) -> SequenceToken {
+        self.token
     }
     fn compute_refresh(
         &self,
@@ -113,6 +114,7 @@ fn the_probe_scores_copy_lookup_and_arithmetic_where_it_says() {
         })
         .collect();
     let mut oracle = Scripted {
+        token: SequenceToken::new_sequence(ModelId::fresh()),
         info: info(),
         answer: |c: &[u32], p: usize| {
             let r = refs
@@ -134,6 +136,7 @@ fn the_probe_scores_copy_lookup_and_arithmetic_where_it_says() {
     // operator is never `2`).
     let two = tok.token_to_id("2").unwrap();
     let mut twos = Scripted {
+        token: SequenceToken::new_sequence(ModelId::fresh()),
         info: info(),
         answer: |_: &[u32], _: usize| two,
     };

@@ -127,3 +127,75 @@ fn refresh_over_the_npus_q4_0_tiles_matches_the_dequantized_reference() {
     // Both quantize activations to Q8_0 (the error's main part); the NPU path adds fp16 K/V.
     assert!(e_hex <= 1.5 * e_cpu, "{e_hex:.3e} vs CPU {e_cpu:.3e}");
 }
+
+#[test]
+fn the_npu_cache_rejects_foreign_and_malformed_refreshes_before_writing() {
+    // The device cache is checked as the host cache is: a refresh of another sequence (same
+    // model, same epoch) or one with more K/V rows than positions leaves every cached row as it
+    // was; the sequence's own refresh merges.
+    let cfg = tiny_llada();
+    let dir = TempDir::new("npu-refresh-token").unwrap();
+    write_model(dir.path(), &cfg, 23, DType::F16, 1).unwrap();
+    let hex = load(dir.path(), hexagon());
+    assert!(hex.runs_blocks_on_npu());
+    let x = ids(LEN, cfg.vocab_size as u32 - 3, cfg.special.mask, 7);
+    let mut revised = x.clone();
+    for p in [3usize, 9, 30] {
+        revised[p] = (revised[p] + 11) % (cfg.vocab_size as u32 - 3);
+    }
+    let (mut a, mut b) = (hex.new_sequence().unwrap(), hex.new_sequence().unwrap());
+    for m in [&mut a, &mut b] {
+        m.forward_full(&canvas(&x), Rows::None).unwrap();
+        m.commit(0..LEN).unwrap();
+    }
+    let snapshot = |m: &DiffusionTransformer| -> Vec<Vec<f32>> {
+        m.cache_snapshot()
+            .unwrap()
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .map(|t| {
+                t.to_dtype(DType::F32)
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let r = a
+        .compute_refresh(&canvas(&revised), &[3, 9, 30], None)
+        .unwrap();
+    let before = snapshot(&b);
+    assert_eq!(before.len(), 2 * cfg.num_layers);
+    assert!(matches!(
+        b.apply_refresh(&r),
+        Err(dllm_models::Error::RefreshFromOtherSequence { .. })
+    ));
+    assert!(
+        snapshot(&b) == before,
+        "a foreign refresh changed the device cache"
+    );
+    // 3 positions, 22 rows in the last layer's values.
+    let wide: Vec<usize> = (0..22).collect();
+    let r22 = a.compute_refresh(&canvas(&revised), &wide, None).unwrap();
+    let mut bad = r.clone();
+    bad.values[cfg.num_layers - 1] = r22.values[cfg.num_layers - 1].clone();
+    let before = snapshot(&a);
+    assert!(matches!(
+        a.apply_refresh(&bad),
+        Err(dllm_models::Error::MalformedRefresh(
+            dllm_models::RefreshDefect::RowCount {
+                rows: 22,
+                positions: 3,
+                ..
+            }
+        ))
+    ));
+    assert!(
+        snapshot(&a) == before,
+        "a malformed refresh changed the device cache"
+    );
+    a.apply_refresh(&r).unwrap();
+    assert!(snapshot(&a) != before, "the valid refresh wrote nothing");
+}

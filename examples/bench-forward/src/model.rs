@@ -11,7 +11,8 @@ use candle_core::{DType, Device, Tensor};
 use dllm_models::synthetic::{bench_llada_100m, random_weights};
 use dllm_models::weights::HfWeights;
 use dllm_models::{
-    CpuLinears, DiffusionTransformer, LoadOptions, ModelSource, OpMode, TransformerConfig,
+    Backend, CpuLinears, CpuOptions, DiffusionTransformer, LoadOptions, ModelSource, OpMode,
+    TransformerConfig,
 };
 
 /// The config and its random f32 weights (seed 0).
@@ -25,9 +26,17 @@ pub fn synthetic() -> Result<(TransformerConfig, std::collections::HashMap<Strin
 pub fn in_memory(which: CpuLinears) -> Result<DiffusionTransformer> {
     let (cfg, w) = synthetic()?;
     let src = HfWeights::from_tensors(w, cfg.arch, DType::F32, &Device::Cpu);
-    Ok(dllm_models::linear::with_cpu_linears(which, || {
-        DiffusionTransformer::new(cfg, &src, OpMode::Fused)
-    })?)
+    let cpu = CpuOptions {
+        linears: which,
+        threads: None,
+    };
+    Ok(DiffusionTransformer::new_with(
+        cfg,
+        &src,
+        OpMode::Fused,
+        &Backend::Cpu,
+        cpu,
+    )?)
 }
 
 /// A GGUF file through the public loader.

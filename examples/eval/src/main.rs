@@ -193,8 +193,8 @@ fn main() {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        // Every CPU kernel (kernels-cpu's GEMMs, candle's ops) uses this many threads; set it
-        // before any tensor work, when the pools start.
+        // Rayon's global pool, where the model's CPU kernels run (kernels-cpu's GEMMs and
+        // attention, candle's gemm): sized before any tensor work, when it starts.
         dllm_models::threads::configure(t).context("--threads")?;
     }
     let asked_suite: Option<Suite> = a

@@ -73,8 +73,8 @@ fn parse_dtype(s: &str) -> Result<DType> {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        // Every CPU kernel (kernels-cpu's GEMMs, candle's ops) uses this many threads; set it
-        // before any tensor work, when the pools start.
+        // Rayon's global pool, where the model's CPU kernels run (kernels-cpu's GEMMs and
+        // attention, candle's gemm): sized before any tensor work, when it starts.
         dllm_models::threads::configure(t).context("--threads")?;
     }
     // Every flag is checked before anything is opened or loaded.

@@ -230,6 +230,48 @@ fn generated_ids(args: &[&str]) -> Vec<u32> {
 }
 
 #[test]
+fn hexagon_json_reports_the_placement_plans_built() {
+    let dir = model_dir("plans");
+    let d = dir.to_str().unwrap();
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "--model",
+            d,
+            "--prompt-ids",
+            "5,6,7,8",
+            "--gen-length",
+            "16",
+            "--block-length",
+            "8",
+            "--strategy",
+            "dual-cache",
+            "--no-early-stop",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // somr (the default): the whole model fits the window, so one plan places every weight
+    // resident and stays in force for every forward of every window shape.
+    let v = json(&["--device", "hexagon"]);
+    assert!(v["forwards"].as_u64().unwrap() > 1, "{v}");
+    assert_eq!(v["plans_built"].as_u64(), Some(1), "{v}");
+    // The naive policy maps weights as they come: it builds no plan.
+    let v = json(&["--device", "hexagon", "--memory-policy", "naive"]);
+    assert_eq!(v["plans_built"].as_u64(), Some(0), "{v}");
+    // A CPU run has no device counters at all.
+    let v = json(&[]);
+    assert!(v.get("plans_built").is_none(), "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn hexagon_device_gives_the_cpu_tokens_and_prints_the_routing_report() {
     let dir = model_dir("hexagon");
     let d = dir.to_str().unwrap();

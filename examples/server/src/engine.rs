@@ -379,6 +379,10 @@ impl Drop for SeqLm {
 }
 
 impl DiffusionLm for SeqLm {
+    fn token(&self) -> dllm_models::SequenceToken {
+        self.own.token()
+    }
+
     fn epoch(&self) -> u64 {
         self.own.epoch()
     }
