@@ -217,6 +217,8 @@ fn bad_gguf_metadata_and_tensors_are_named() {
         ("no embedding_length", vec![("llada.embedding_length", None)], None, &["embedding_length"]),
         ("shift contradicts llada", vec![("diffusion.shift_logits", Some(G::Bool(true)))], None, &["diffusion.shift_logits"]),
         ("kv heads do not divide heads", vec![("llada.attention.head_count_kv", Some(G::U32(3)))], None, &["head_count_kv"]),
+        // A zero head count once divided by zero (checking rope.dimension_count) before it was named.
+        ("zero heads", vec![("llada.attention.head_count", Some(G::U32(0)))], None, &["llada.attention.head_count", "positive"]),
         ("block_count is text", vec![("llada.block_count", Some(G::String("two".into())))], None, &["block_count"]),
         ("missing tensor", vec![], Some("blk.1.attn_v.weight"), &["blk.1.attn_v.weight"]),
         ("missing embedding", vec![], Some("token_embd.weight"), &["token_embd.weight"]),
