@@ -177,9 +177,7 @@ impl MbsdWindow {
         }
         end
     }
-}
 
-impl MbsdWindow {
     /// Cut `[start, end)` back to the bucket edge below it when the cut window still holds an
     /// undecided position of the block and costs less (on a bucketed table a few positions past
     /// an edge cost a whole bucket: at a block start the stale positions of the previous block's
