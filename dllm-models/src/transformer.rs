@@ -595,23 +595,16 @@ impl DiffusionLm for DiffusionTransformer {
                     .npu_kv
                     .as_ref()
                     .filter(|k| !k.is_empty())
-                    .ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "refresh position {} is not cached (the cache is empty)",
-                            positions.first().copied().unwrap_or(0)
-                        ))
-                    })?;
+                    .ok_or_else(|| empty_cache("refresh", positions))?;
                 return npu_seq::refresh_on_cpu(w, kv, self.token, canvas, positions, logits);
             }
             let len = self.cache.len();
             macro_rules! go {
                 ($t:ty) => {{
-                    let cached = self.cache.cached::<$t>().ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "refresh position {} is not cached (the cache is empty)",
-                            positions.first().copied().unwrap_or(0)
-                        ))
-                    })?;
+                    let cached = self
+                        .cache
+                        .cached::<$t>()
+                        .ok_or_else(|| empty_cache("refresh", positions))?;
                     w.refresh::<$t>(&cached, len, self.token, canvas, positions, logits)
                 }};
             }
@@ -632,23 +625,16 @@ impl DiffusionLm for DiffusionTransformer {
                     .npu_kv
                     .as_ref()
                     .filter(|k| !k.is_empty())
-                    .ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "re-score position {} is not cached (the cache is empty)",
-                            positions.first().copied().unwrap_or(0)
-                        ))
-                    })?;
+                    .ok_or_else(|| empty_cache("re-score", positions))?;
                 return npu_seq::rescore_on_cpu(w, kv, canvas, positions);
             }
             let len = self.cache.len();
             macro_rules! go {
                 ($t:ty) => {{
-                    let cached = self.cache.cached::<$t>().ok_or_else(|| {
-                        Error::InvalidArgument(format!(
-                            "re-score position {} is not cached (the cache is empty)",
-                            positions.first().copied().unwrap_or(0)
-                        ))
-                    })?;
+                    let cached = self
+                        .cache
+                        .cached::<$t>()
+                        .ok_or_else(|| empty_cache("re-score", positions))?;
                     w.rescore::<$t>(&cached, len, canvas, positions)
                 }};
             }
@@ -681,4 +667,12 @@ impl DiffusionLm for DiffusionTransformer {
         self.bump();
         Ok(())
     }
+}
+
+/// The error of a refresh or re-score asked of an empty cache.
+fn empty_cache(what: &str, positions: &[usize]) -> Error {
+    Error::InvalidArgument(format!(
+        "{what} position {} is not cached (the cache is empty)",
+        positions.first().copied().unwrap_or(0)
+    ))
 }
