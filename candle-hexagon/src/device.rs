@@ -188,6 +188,7 @@ impl HexagonDevice {
             stall_ns: s.stall_ns,
             overlapped_ns: s.overlapped_ns,
             plans_built: s.plans,
+            shape_plans_built: s.shape_plans,
         }
     }
 
@@ -550,6 +551,9 @@ pub struct DeviceCounters {
     /// Placement plans the memory runtime built (`somr`: one per placement, a re-plan after the
     /// window filled up counts again; profiling forwards are not plans).
     pub plans_built: u64,
+    /// Activation layouts the weight-owning modules built: one per shape bucket (rows rounded
+    /// up to whole 32-row tiles) while it stays in a module's bounded cache.
+    pub shape_plans_built: u64,
 }
 
 impl DeviceCounters {
@@ -578,6 +582,7 @@ impl DeviceCounters {
             stall_ns: d(self.stall_ns, earlier.stall_ns),
             overlapped_ns: d(self.overlapped_ns, earlier.overlapped_ns),
             plans_built: d(self.plans_built, earlier.plans_built),
+            shape_plans_built: d(self.shape_plans_built, earlier.shape_plans_built),
         }
     }
 }

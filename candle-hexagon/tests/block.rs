@@ -239,3 +239,28 @@ fn the_cache_grows_on_demand_and_bad_requests_are_named_errors() {
     let e = kv.commit(6..7).unwrap_err().to_string();
     assert!(e.contains("without a preceding forward"), "{e}");
 }
+
+#[test]
+fn window_sizes_of_one_32_row_bucket_share_one_plan() {
+    // A decoder's window changes size every step (mbsd: stale rows + the block's undecided
+    // positions + lookahead): each size must not re-plan. Every forward is still checked against
+    // the reference, so a layout sized for the bucket but wrong for a smaller window would fail.
+    let dev = emulated();
+    let m = Model::random(&spec(2, 4, 96, false, DType::F32), 6);
+    let mut r = Run::new(&dev, &m, 1, 96, 1e-4);
+    let before = dev.counters();
+    r.step(0, 20, None, DType::F32);
+    r.commit(0..20);
+    for n in [1, 5, 17, 31, 32] {
+        r.step(20, n, None, DType::F32); // bucket (1, 32, all rows)
+    }
+    for n in [33, 40, 64] {
+        r.step(20, n, None, DType::F32); // bucket (1, 64, all rows)
+    }
+    r.step(20, 9, Some(&[0, 3, 8]), DType::F32); // bucket (1, 32, 32 selected)
+    r.step(20, 30, Some(&[29]), DType::F32); // the same
+    r.step(20, 50, Some(&[1, 49]), DType::F32); // bucket (1, 64, 32 selected)
+    let used = dev.counters().since(&before);
+    assert_eq!(used.shape_plans_built, 4, "one plan per bucket: {used:?}");
+    assert_eq!(r.t.shape_plans_held(), 4);
+}

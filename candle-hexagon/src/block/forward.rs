@@ -10,7 +10,7 @@ use kernels_dsp::*;
 
 use super::handle::ForwardHandle;
 use super::kv::DeviceKv;
-use super::plan::{Fwd, ShapeKey, ShapePlan};
+use super::plan::{bucket_of, Fwd, ShapeKey, ShapePlan};
 use super::HexTransformer;
 use crate::device::{HexagonDevice, PlanKey};
 use crate::error::{Error, Result};
@@ -76,17 +76,22 @@ fn split_rows(dev: &HexagonDevice, batch: Batch) -> Result<Batch> {
     Ok(out)
 }
 
-/// The plan of a shape (captured once).
+/// The plan of a shape's bucket (captured once per bucket while it stays in the bounded cache).
 fn shape_plan(t: &HexTransformer, key: ShapeKey, kv: &DeviceKv, len: usize) -> Arc<ShapePlan> {
-    if let Some(p) = t.inner.plans.lock().expect("plan lock").get(&key) {
-        return p.clone();
+    let bucket = bucket_of(key);
+    if let Some(p) = t.inner.plans.lock().expect("plan lock").get(bucket) {
+        return p;
     }
-    let p = Arc::new(ShapePlan::new(t, key, kv, len));
-    t.inner
+    // Built outside the lock (a host-side capture); a racing forward of the same bucket may
+    // build it too, and the second insert replaces the first (both are the same plan).
+    let p = Arc::new(ShapePlan::new(t, bucket, kv, len));
+    let evicted = t
+        .inner
         .plans
         .lock()
         .expect("plan lock")
-        .insert(key, p.clone());
+        .insert(bucket, p.clone());
+    t.inner.dev.swap_stats().count_shape_plan(evicted);
     p
 }
 

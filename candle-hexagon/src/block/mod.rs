@@ -41,7 +41,6 @@ mod kv;
 mod packed;
 mod plan;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use candle_core::quantized::QTensor;
@@ -158,7 +157,7 @@ pub(crate) struct Inner {
     /// The packed linear weights and where they live (the memory runtime).
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) tier: Tier,
-    pub(crate) plans: Mutex<HashMap<plan::ShapeKey, Arc<plan::ShapePlan>>>,
+    pub(crate) plans: Mutex<plan::PlanCache>,
 }
 
 /// A stack of transformer blocks (plus final norm and LM head) resident on the NPU, run one
@@ -429,7 +428,7 @@ impl HexTransformer {
                 pinned,
                 runtime: Runtime::new(dev, host),
                 tier,
-                plans: Mutex::new(HashMap::new()),
+                plans: Mutex::new(plan::PlanCache::default()),
             }),
         })
     }
@@ -533,6 +532,13 @@ impl HexTransformer {
         let i = &self.inner;
         let weights: usize = i.runtime.weights.iter().map(|w| w.bytes.len()).sum();
         weights + i.pinned.iter().map(|p| p.len).sum::<usize>()
+    }
+
+    /// Activation layouts held (one per shape bucket: rows rounded up to whole 32-row tiles;
+    /// at most 64, least recently used evicted). [`HexagonDevice::counters`]'s
+    /// `shape_plans_built` counts how many were built.
+    pub fn shape_plans_held(&self) -> usize {
+        self.inner.plans.lock().expect("plan lock").len()
     }
 
     /// The memory plan in force (policy `somr`, after the first forward).

@@ -2,9 +2,14 @@
 //! shape, and the batch of kernel ops of each block (weights named by virtual buffer ids until
 //! the memory runtime places them; matmuls unsplit until their weights have a place).
 //!
-//! Per shape, the forward's batches are built once against a virtual activation buffer with one
-//! region per activation, and captured as a [`Graph`]; under the `somr` policy the regions then
-//! share offsets by live range ([`pack_by_lifetime`]), under the others each keeps its own.
+//! Per shape bucket, the forward's batches are built once against a virtual activation buffer
+//! with one region per activation, and captured as a [`Graph`]; under the `somr` policy the
+//! regions then share offsets by live range ([`pack_by_lifetime`]), under the others each keeps
+//! its own. A bucket is a window's rows (and selected rows) rounded up to whole 32-row tiles: the
+//! regions are sized for the bucket and a forward of any row count in it uses them as they are
+//! (its ops carry their real row counts), so a decoder whose window changes size every step
+//! plans once per bucket, not once per size. The plans are kept in a bounded cache
+//! ([`PlanCache`]).
 
 use kernels_dsp::*;
 
@@ -20,6 +25,62 @@ use crate::transport::Batch;
 
 /// `(b, n, selected rows per item or None for all)`.
 pub(crate) type ShapeKey = (usize, usize, Option<usize>);
+
+/// Rows of a shape bucket: one HMX tile.
+pub(crate) const ROW_BUCKET: usize = 32;
+
+/// The bucket of a shape: rows and selected rows rounded up to whole [`ROW_BUCKET`]s.
+pub(crate) fn bucket_of((b, n, r): ShapeKey) -> ShapeKey {
+    let up = |v: usize| v.div_ceil(ROW_BUCKET) * ROW_BUCKET;
+    (b, up(n), r.map(up))
+}
+
+/// Shape plans kept at most (least recently used evicted). A LLaDA-8B context of 4096
+/// positions has 128 row buckets; a decoder uses a handful.
+pub(crate) const MAX_SHAPE_PLANS: usize = 64;
+
+/// The shape plans of one module, keyed by bucket, bounded by [`MAX_SHAPE_PLANS`].
+#[derive(Debug, Default)]
+pub(crate) struct PlanCache {
+    plans: std::collections::HashMap<ShapeKey, (std::sync::Arc<ShapePlan>, u64)>,
+    tick: u64,
+}
+
+impl PlanCache {
+    /// The plan of `bucket`, marked as just used.
+    pub(crate) fn get(&mut self, bucket: ShapeKey) -> Option<std::sync::Arc<ShapePlan>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.plans.get_mut(&bucket).map(|(p, used)| {
+            *used = tick;
+            p.clone()
+        })
+    }
+
+    /// Keep `plan` for `bucket`; returns how many plans were evicted to make room (0 or 1).
+    pub(crate) fn insert(&mut self, bucket: ShapeKey, plan: std::sync::Arc<ShapePlan>) -> u64 {
+        self.tick += 1;
+        let mut evicted = 0;
+        if !self.plans.contains_key(&bucket) && self.plans.len() >= MAX_SHAPE_PLANS {
+            if let Some(&old) = self
+                .plans
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k)
+            {
+                self.plans.remove(&old);
+                evicted = 1;
+            }
+        }
+        self.plans.insert(bucket, (plan, self.tick));
+        evicted
+    }
+
+    /// Plans held.
+    pub(crate) fn len(&self) -> usize {
+        self.plans.len()
+    }
+}
 
 /// The activation regions, in this order.
 pub(crate) const REGIONS: [&str; 11] = [
@@ -104,23 +165,22 @@ impl ActPlan {
     }
 }
 
-/// Everything known about one shape: the graph and both layouts.
+/// Both activation layouts of one shape bucket.
 #[derive(Debug)]
 pub(crate) struct ShapePlan {
     /// One region per activation (policies without a plan).
     pub(crate) separate: ActPlan,
     /// Regions sharing offsets by live range (`somr`).
     pub(crate) packed: ActPlan,
-    /// The captured graph of one forward of this shape.
-    #[allow(dead_code)]
-    pub(crate) graph: Graph,
 }
 
 impl ShapePlan {
-    /// Capture the graph of a forward of shape `key` (host-side only: nothing is submitted) and
-    /// pack its activations.
-    pub(crate) fn new(t: &HexTransformer, key: ShapeKey, kv: &DeviceKv, len: usize) -> Self {
-        let (b, n, r) = key;
+    /// Capture the graph of a forward of shape `bucket` (host-side only: nothing is submitted)
+    /// and pack its activations by the live ranges the graph shows. The live ranges are those of
+    /// the block's op sequence, the same at every row count (a matmul split into row chunks keeps
+    /// its place in it), so the packing holds for every forward of the bucket.
+    pub(crate) fn new(t: &HexTransformer, bucket: ShapeKey, kv: &DeviceKv, len: usize) -> Self {
+        let (b, n, r) = bucket;
         let separate = ActPlan::separate(t, b, n, r);
         let fwd = Fwd {
             t,
@@ -177,11 +237,7 @@ impl ShapePlan {
             total: (total as usize).max(1),
             width: separate.width,
         };
-        ShapePlan {
-            separate,
-            packed,
-            graph,
-        }
+        ShapePlan { separate, packed }
     }
 }
 
@@ -455,5 +511,47 @@ fn label(kind: u8) -> &'static str {
         MM_GATE_UP => "gate/up matmul",
         MM_DOWN => "down matmul",
         _ => "lm head matmul",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn plan(total: usize) -> Arc<ShapePlan> {
+        let a = ActPlan {
+            off: [0; 11],
+            size: [0; 11],
+            total,
+            width: 1,
+        };
+        Arc::new(ShapePlan {
+            separate: a.clone(),
+            packed: a,
+        })
+    }
+
+    #[test]
+    fn buckets_round_rows_up_to_whole_tiles() {
+        assert_eq!(bucket_of((1, 1, None)), (1, 32, None));
+        assert_eq!(bucket_of((2, 32, Some(0))), (2, 32, Some(0)));
+        assert_eq!(bucket_of((1, 33, Some(5))), (1, 64, Some(32)));
+    }
+
+    #[test]
+    fn the_cache_is_bounded_and_evicts_the_least_recently_used() {
+        let mut c = PlanCache::default();
+        let key = |i: usize| (1, 32 * (i + 1), None);
+        for i in 0..MAX_SHAPE_PLANS {
+            assert_eq!(c.insert(key(i), plan(i)), 0);
+        }
+        assert!(c.get(key(0)).is_some()); // key 0 used again: key 1 is now the oldest
+        assert_eq!(c.insert(key(MAX_SHAPE_PLANS), plan(0)), 1);
+        assert_eq!(c.len(), MAX_SHAPE_PLANS);
+        assert!(c.get(key(1)).is_none(), "the least recently used plan went");
+        assert_eq!(c.get(key(0)).map(|p| p.packed.total), Some(0));
+        assert_eq!(c.insert(key(0), plan(7)), 0, "replacing a key evicts nothing");
+        assert_eq!(c.get(key(0)).map(|p| p.packed.total), Some(7));
     }
 }

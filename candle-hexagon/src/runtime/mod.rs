@@ -99,6 +99,8 @@ pub struct SwapStats {
     stall_ns: AtomicU64,
     overlapped_ns: AtomicU64,
     plans: AtomicU64,
+    shape_plans: AtomicU64,
+    shape_plan_evictions: AtomicU64,
     profiled: AtomicU64,
     evictions: AtomicU64,
     slot_waits: AtomicU64,
@@ -117,6 +119,11 @@ pub struct SwapSnapshot {
     pub overlapped_ns: u64,
     /// Placement plans made (`somr`; a re-plan after the window filled up counts again).
     pub plans: u64,
+    /// Activation layouts built by weight-owning modules, one per shape bucket (a window's rows
+    /// rounded up to whole 32-row tiles) while it stays in the module's bounded cache.
+    pub shape_plans: u64,
+    /// Activation layouts evicted from a module's bounded cache.
+    pub shape_plan_evictions: u64,
     /// Forwards run op-group by op-group to profile them (`somr`).
     pub profiled: u64,
     /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
@@ -135,6 +142,8 @@ impl SwapStats {
             stall_ns: l(&self.stall_ns),
             overlapped_ns: l(&self.overlapped_ns),
             plans: l(&self.plans),
+            shape_plans: l(&self.shape_plans),
+            shape_plan_evictions: l(&self.shape_plan_evictions),
             profiled: l(&self.profiled),
             evictions: l(&self.evictions),
             slot_waits: l(&self.slot_waits),
@@ -181,6 +190,11 @@ impl SwapStats {
             },
             1,
         );
+    }
+
+    pub(crate) fn count_shape_plan(&self, evicted: u64) {
+        Self::add(&self.shape_plans, 1);
+        Self::add(&self.shape_plan_evictions, evicted);
     }
 
     pub(crate) fn count_evictions(&self, n: u64) {

@@ -567,6 +567,7 @@ pub fn device_counters(
         "stall_ms": d.stall_ns as f64 / 1e6,
         "overlapped_ms": d.overlapped_ns as f64 / 1e6,
         "plans_built": d.plans_built,
+        "shape_plans_built": d.shape_plans_built,
     });
     match v {
         serde_json::Value::Object(m) => m,

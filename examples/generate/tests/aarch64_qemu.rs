@@ -210,6 +210,34 @@ fn qemu_run(qemu: &str, cpu: &str, exe: &Path, args: &[&str], dir: &Path) -> Out
         .unwrap_or_else(|e| panic!("{qemu} -cpu {cpu} {}: {e}", exe.display()))
 }
 
+/// Run `jobs` on as many threads as this machine has cores (each job starts a qemu process,
+/// mostly one busy thread: two at once keep both cores of a CI machine busy), results in order.
+fn par_map<T: Sync, R: Send>(jobs: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(jobs.len().max(1));
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<R>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(job) = jobs.get(i) else { break };
+                let r = f(job);
+                out.lock().unwrap()[i] = Some(r);
+            });
+        }
+    });
+    out.into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.expect("every job ran"))
+        .collect()
+}
+
 fn text(o: &Output) -> String {
     format!(
         "{}{}",
@@ -302,32 +330,40 @@ fn the_workspace_on_aarch64_under_qemu() {
     let x86_best = kernels_cpu::Isa::best();
     let x86_print = kernels_common::fingerprint::fingerprint(x86_best);
     let mut prints = BTreeMap::new();
-    for (cpu, paths) in CPUS {
-        for exe in &kernel_tests {
-            let mut cmd = Command::new(&qemu);
-            cmd.args(["-cpu", cpu])
-                .arg(&exe.path)
-                .current_dir(&exe.dir)
-                .env("KERNELS_CPU_EXPECT_PATHS", paths);
-            let o = cmd.output().unwrap();
-            let t = text(&o);
-            assert!(
-                o.status.success(),
-                "kernels-cpu {} on qemu-aarch64 -cpu {cpu}:\n{t}",
-                exe.name
-            );
-            if exe.name == "paths" {
-                let line = t
-                    .lines()
-                    .find(|l| l.starts_with("kernels-cpu paths on aarch64:"))
-                    .unwrap_or_else(|| panic!("no path report on {cpu}:\n{t}"));
-                assert!(line.contains(&format!(": {paths} (")), "{cpu}: {line}");
-                let print = line.rsplit(' ').next().unwrap().to_owned();
-                prints.insert(cpu, (line.to_owned(), print));
-            }
+    let kernel_jobs: Vec<(&str, &str, &Exe)> = CPUS
+        .iter()
+        .flat_map(|&(cpu, paths)| kernel_tests.iter().map(move |&e| (cpu, paths, e)))
+        .collect();
+    let kernel_runs = par_map(&kernel_jobs, |&(cpu, paths, exe)| {
+        Command::new(&qemu)
+            .args(["-cpu", cpu])
+            .arg(&exe.path)
+            .current_dir(&exe.dir)
+            .env("KERNELS_CPU_EXPECT_PATHS", paths)
+            .output()
+            .unwrap()
+    });
+    for (&(cpu, paths, exe), o) in kernel_jobs.iter().zip(&kernel_runs) {
+        let t = text(o);
+        assert!(
+            o.status.success(),
+            "kernels-cpu {} on qemu-aarch64 -cpu {cpu}:\n{t}",
+            exe.name
+        );
+        if exe.name == "paths" {
+            let line = t
+                .lines()
+                .find(|l| l.starts_with("kernels-cpu paths on aarch64:"))
+                .unwrap_or_else(|| panic!("no path report on {cpu}:\n{t}"));
+            assert!(line.contains(&format!(": {paths} (")), "{cpu}: {line}");
+            let print = line.rsplit(' ').next().unwrap().to_owned();
+            prints.insert(cpu, (line.to_owned(), print));
         }
-        lap(&format!("kernels-cpu tests, -cpu {cpu}"), &mut times);
     }
+    lap(
+        &format!("kernels-cpu tests, -cpu {}", CPUS.map(|c| c.0).join(", ")),
+        &mut times,
+    );
     let x86_hex = format!("{x86_print:016x}");
     let first = &prints["max"].1;
     for (cpu, (line, print)) in &prints {
@@ -342,62 +378,82 @@ fn the_workspace_on_aarch64_under_qemu() {
     }
 
     // dllm-models and dllm-decode on the i8mm model.
-    for exe in &model_tests {
-        let o = qemu_run(&qemu, "max", &exe.path, &[], &exe.dir);
+    let model_runs = par_map(&model_tests, |exe| qemu_run(&qemu, "max", &exe.path, &[], &exe.dir));
+    for (exe, o) in model_tests.iter().zip(&model_runs) {
         assert!(
             o.status.success(),
             "{} {} on qemu-aarch64 -cpu max:\n{}",
             exe.package,
             exe.name,
-            text(&o)
+            text(o)
         );
     }
     lap("dllm-models + dllm-decode tests, -cpu max", &mut times);
 
-    // generate: the same tokens as x86.
-    let mut runs_done = 0;
+    // generate: the same tokens as x86. One thread per run (the kernels give the same bits at
+    // every thread count, tested on both sides); the runs themselves go two at a time.
+    let mut runs: Vec<(&str, &str, Vec<String>)> = Vec::new();
     for (model, prompt) in MODELS {
         let dir = root.join("models").join(model);
-        let dir = dir.to_str().unwrap();
         for strategy in STRATEGIES {
-            let mut args = vec![
+            let mut args: Vec<String> = [
                 "--model",
-                dir,
+                dir.to_str().unwrap(),
                 "--prompt",
                 prompt,
                 "--strategy",
                 strategy,
+                "--threads",
+                "1",
                 "--json",
                 "--no-live",
-            ];
+            ]
+            .map(String::from)
+            .to_vec();
             // The long model's one-token-per-step schedule is 110 forwards of ~240 positions:
             // under qemu, four tokens per step (32 steps) keeps the suite's time down and still
             // runs every kernel the schedule does.
             if model == "tiny-llada-long" && strategy != "mbsd" {
-                args.extend(["--steps", "32"]);
+                args.extend(["--steps", "32"].map(String::from));
             }
-            let x86 = Command::new(env!("CARGO_BIN_EXE_generate"))
-                .args(&args)
-                .output()
-                .unwrap();
-            let (want, want_text) = tokens(&x86, &format!("x86 generate {model} {strategy}"));
-            let cpus: &[&str] = if strategy == "vanilla" {
+            runs.push((model, strategy, args));
+        }
+    }
+    let x86 = par_map(&runs, |(model, strategy, args)| {
+        let o = Command::new(env!("CARGO_BIN_EXE_generate"))
+            .args(args)
+            .output()
+            .unwrap();
+        tokens(&o, &format!("x86 generate {model} {strategy}"))
+    });
+    let qemu_jobs: Vec<(usize, &str)> = runs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, strategy, _))| {
+            let cpus: &[&str] = if *strategy == "vanilla" {
                 &["max", "cortex-a76", "cortex-a53"]
             } else {
                 &["max"]
             };
-            for cpu in cpus {
-                let what = format!("aarch64 generate -cpu {cpu} {model} {strategy}");
-                let o = qemu_run(&qemu, cpu, &generate.path, &args, &root);
-                let (got, got_text) = tokens(&o, &what);
-                assert_eq!(
-                    got, want,
-                    "{what}: tokens differ from x86\naarch64: {got_text:?}\nx86: {want_text:?}"
-                );
-                runs_done += 1;
-            }
-        }
+            cpus.iter().map(move |&cpu| (i, cpu))
+        })
+        .collect();
+    let arm = par_map(&qemu_jobs, |&(i, cpu)| {
+        let (model, strategy, args) = &runs[i];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let what = format!("aarch64 generate -cpu {cpu} {model} {strategy}");
+        let o = qemu_run(&qemu, cpu, &generate.path, &args, &root);
+        let got = tokens(&o, &what);
+        (what, got)
+    });
+    for (&(i, _), (what, (got, got_text))) in qemu_jobs.iter().zip(&arm) {
+        let (want, want_text) = &x86[i];
+        assert_eq!(
+            got, want,
+            "{what}: tokens differ from x86\naarch64: {got_text:?}\nx86: {want_text:?}"
+        );
     }
+    let runs_done = arm.len();
     lap("generate comparisons", &mut times);
 
     let total: f64 = times.iter().map(|(_, s)| s).sum();
