@@ -14,7 +14,7 @@ pub(crate) enum Qkv {
     /// One layer each.
     Split { q: Linear, k: Linear, v: Linear },
     /// One layer whose outputs are `nq` query, `nkv` key and `nkv` value features.
-    // Built only by the NPU sequence paths (`npu_seq.rs`, the `hexagon` feature).
+    // Built only by the NPU sequence paths (`npu_load.rs`, the `hexagon` feature).
     #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     Fused { qkv: Linear, nq: usize, nkv: usize },
 }
@@ -25,7 +25,7 @@ pub(crate) enum GateUp {
     /// One layer each.
     Split { gate: Linear, up: Linear },
     /// One layer whose outputs are `ffn` gate then `ffn` up features.
-    // Built only by the NPU sequence paths (`npu_seq.rs`, the `hexagon` feature).
+    // Built only by the NPU sequence paths (`npu_load.rs`, the `hexagon` feature).
     #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     Fused { gate_up: Linear, ffn: usize },
 }

@@ -28,8 +28,10 @@ use serde::de::Error as _;
 use crate::config_json::Fields;
 use crate::layers::OpMode;
 use crate::lm::{Arch, DiffusionLm, Rows};
-use crate::transformer::{DiffusionTransformer, TransformerConfig};
-use crate::weights::{HfWeights, Role};
+use crate::config::TransformerConfig;
+use crate::transformer::DiffusionTransformer;
+use crate::role::Role;
+use crate::weights::HfWeights;
 use crate::{Error, Result};
 
 /// Deserialise any JSON value through the crate's field-by-field parser (`read`), then check the
@@ -58,7 +60,7 @@ pub(crate) fn build(
     check_tensor_list(cfg, &vb, arch)?;
     let w = HfWeights::from_var_builder(vb, arch).described(VAR_BUILDER);
     let mut model = DiffusionTransformer::new(cfg.clone(), &w, OpMode::Fused)?;
-    let special = crate::source::complete_special(model.info(), None, None)?;
+    let special = crate::special::complete_special(model.info(), None, None)?;
     model.set_special_tokens(special)?;
     Ok(model)
 }
@@ -113,30 +115,6 @@ fn check_tensor_list(cfg: &TransformerConfig, vb: &VarBuilder<'_>, arch: Arch) -
     Ok(())
 }
 
-/// A candle error from a `VarBuilder` asked for `name`, as this crate's error naming the tensor
-/// (candle's own messages for a missing tensor or a shape mismatch do not say which config
-/// implied what).
-pub(crate) fn var_builder_error(e: candle_core::Error, name: &str, source_desc: &str) -> Error {
-    let mut inner = &e;
-    while let candle_core::Error::WithBacktrace { inner: i, .. }
-    | candle_core::Error::Context { inner: i, .. } = inner
-    {
-        inner = i;
-    }
-    match inner {
-        candle_core::Error::CannotFindTensor { .. } => Error::MissingTensor {
-            name: name.into(),
-            source_desc: source_desc.into(),
-        },
-        candle_core::Error::UnexpectedShape { expected, got, .. } => Error::TensorShape {
-            name: name.into(),
-            expected: expected.dims().to_vec(),
-            got: got.dims().to_vec(),
-        },
-        _ => Error::Candle(e),
-    }
-}
-
 /// The full-canvas forward of a candle-style model: a fresh sequence over the same weights, so
 /// the model's own KV cache is neither read nor changed.
 pub(crate) fn full_forward(model: &DiffusionTransformer, input_ids: &Tensor) -> Result<Tensor> {
@@ -177,9 +155,9 @@ pub unsafe fn safetensors_var_builder<P: AsRef<Path>>(
     device: &Device,
 ) -> Result<VarBuilder<'static>> {
     if files.is_empty() {
-        return Err(Error::InvalidArgument(
-            "no safetensors files for the VarBuilder".into(),
-        ));
+        return Err(Error::NoWeightFiles {
+            purpose: "for the VarBuilder",
+        });
     }
     let mut owner: HashMap<String, (PathBuf, Vec<usize>)> = HashMap::new();
     for f in files {

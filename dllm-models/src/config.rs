@@ -2,7 +2,7 @@
 //! `config.json` (or GGUF metadata), and their validation.
 
 use crate::lm::{Arch, SpecialTokens};
-use crate::weights::Role;
+use crate::role::Role;
 use crate::{Error, Result};
 
 /// Architecture hyper-parameters, normalised from either model's config.

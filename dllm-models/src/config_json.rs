@@ -10,6 +10,12 @@ use serde_json::{Map, Value};
 use crate::lm::SpecialTokens;
 use crate::{Error, Result};
 
+fn not_an_object() -> Error {
+    Error::InvalidJson {
+        reason: "config is not a JSON object".into(),
+    }
+}
+
 /// A parsed JSON object.
 pub struct Fields {
     map: Map<String, Value>,
@@ -20,7 +26,7 @@ impl Fields {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = crate::files::read_text(path, "JSON", crate::files::MAX_JSON_BYTES)?;
         Self::parse_str(&text).map_err(|e| match e {
-            Error::InvalidArgument(r) => Error::file(path, r),
+            e @ Error::InvalidJson { .. } => Error::file(path, e),
             e => e,
         })
     }
@@ -62,7 +68,7 @@ impl Fields {
     pub fn from_value(v: Value) -> Result<Self> {
         match v {
             Value::Object(map) => Ok(Self { map }),
-            _ => Err(Error::InvalidArgument("config is not a JSON object".into())),
+            _ => Err(not_an_object()),
         }
     }
 
@@ -70,8 +76,10 @@ impl Fields {
     pub fn parse_str(text: &str) -> Result<Self> {
         match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(map)) => Ok(Self { map }),
-            Ok(_) => Err(Error::InvalidArgument("config is not a JSON object".into())),
-            Err(e) => Err(Error::InvalidArgument(format!("invalid JSON: {e}"))),
+            Ok(_) => Err(not_an_object()),
+            Err(e) => Err(Error::InvalidJson {
+                reason: e.to_string(),
+            }),
         }
     }
 

@@ -3,7 +3,11 @@
 //! Variants are structured so callers (and tests) can tell *what* was wrong, and every message names
 //! the offending file, field, tensor or parameter.
 
+use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use candle_core::DType;
 
 use crate::lm::{ModelId, SequenceId};
 
@@ -121,9 +125,105 @@ pub enum Error {
     /// Tokenizer or chat-template failure.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    /// A call with impossible arguments (window out of range, cache hole, batch mismatch, ...).
-    #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    /// A canvas the model cannot run (see [`CanvasDefect`]); nothing was computed.
+    #[error("invalid canvas: {0}")]
+    InvalidCanvas(CanvasDefect),
+    /// A forward window, commit range or cache length the sequence's KV cache cannot take (see
+    /// [`WindowDefect`]); the cache is unchanged.
+    #[error("invalid window: {0}")]
+    InvalidWindow(WindowDefect),
+    /// Positions asked of a refresh, a re-score or a cache write that it cannot serve (see
+    /// [`PositionDefect`]).
+    #[error("invalid positions: {0}")]
+    InvalidPositions(PositionDefect),
+    /// The KV cache's buffers cannot serve a request (see [`KvCacheDefect`]).
+    #[error("KV cache: {0}")]
+    KvCache(KvCacheDefect),
+    /// A tensor handed to the model (a bias, cached keys or values, an NPU-packed matrix) of
+    /// another shape than the model needs.
+    #[error("{what} has shape {got:?}, expected {expected:?}")]
+    Shape {
+        /// The tensor.
+        what: String,
+        /// The shape the model needs.
+        expected: Vec<usize>,
+        /// The shape given.
+        got: Vec<usize>,
+    },
+    /// A compute or storage dtype an op does not take.
+    #[error("{what} in {dtype:?} is not supported (use f32, f16 or bf16)")]
+    UnsupportedDtype {
+        /// The op or buffer (`"attention"`, `"the KV cache"`).
+        what: &'static str,
+        /// The dtype asked for.
+        dtype: DType,
+    },
+    /// A `config.json` text (or value) that is not a JSON object.
+    #[error("invalid JSON: {reason}")]
+    InvalidJson {
+        /// What is wrong (the parser's message, or "config is not a JSON object").
+        reason: String,
+    },
+    /// A safetensors loader given an empty list of files.
+    #[error("no safetensors files {purpose}")]
+    NoWeightFiles {
+        /// What the files were for (`"to load"`, `"for the VarBuilder"`).
+        purpose: &'static str,
+    },
+    /// A quantized parameter that cannot be dequantized (where a dense tensor is needed).
+    #[error("cannot dequantize {tensor}: {reason}")]
+    Dequantize {
+        /// The parameter (its role).
+        tensor: String,
+        /// candle's error.
+        reason: String,
+    },
+    /// The Hexagon backend asked for another op mode than [`OpMode::Fused`](crate::OpMode): its
+    /// ops run inference only.
+    #[error("the Hexagon backend runs inference only (OpMode::Fused): its ops have no backward pass (asked for {mode})")]
+    HexagonNeedsFused {
+        /// The op mode asked for.
+        mode: String,
+    },
+    /// A q/k weight whose rows do not split into `heads` heads of an even size, so llama.cpp's
+    /// rotary permutation cannot be applied or undone.
+    #[error("cannot (un)permute {rows} rows over {heads} heads: the rows must split into heads of an even size")]
+    HeadSplit {
+        /// Rows of the weight.
+        rows: usize,
+        /// Heads asked for.
+        heads: usize,
+    },
+    /// A change that needs the weights to be owned by one sequence, asked while several share them.
+    #[error("{what} cannot change once the weights are shared by several sequences")]
+    SharedWeights {
+        /// What was to change.
+        what: &'static str,
+    },
+    /// The NPU's block-level module holds fewer blocks than a block asked of it.
+    #[error("the NPU module has {blocks} blocks, block {block} was asked for")]
+    NpuBlock {
+        /// The block asked for.
+        block: usize,
+        /// Blocks the module holds.
+        blocks: usize,
+    },
+    /// The thread computing a sparse refresh beside the forward panicked.
+    #[error("the refresh thread panicked")]
+    RefreshThreadPanicked,
+    /// A request cancelled before its result was computed (a serving loop's cancellation).
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// A forward batched with other requests that failed: the one error, handed to each of them.
+    #[error("batched forward: {0}")]
+    BatchedForward(Arc<Error>),
+    /// An internal invariant that does not hold (here or in a serving loop over the models): a bug,
+    /// not a bad call.
+    #[error("internal error (a bug, not a bad call): {what}")]
+    Internal {
+        /// The invariant.
+        what: &'static str,
+    },
     /// A sparse refresh computed against an older state of the KV cache than the current one
     /// (the cache changed between `compute_refresh` and `apply_refresh`); merging it would silently
     /// overwrite newer entries with K/V computed from stale context.
@@ -236,6 +336,237 @@ pub enum RefreshDefect {
         /// `(batch, positions, kv_heads, head_dim)` of the cache.
         expected: Vec<usize>,
     },
+}
+
+/// What is wrong with a canvas ([`Error::InvalidCanvas`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CanvasDefect {
+    /// Not a `(batch, len)` tensor.
+    #[error("canvas must be (batch, len), got shape {dims:?}")]
+    Shape {
+        /// Dimensions of the tensor.
+        dims: Vec<usize>,
+    },
+    /// Not `u32` token ids.
+    #[error("canvas must hold u32 ids, got {dtype:?}")]
+    Dtype {
+        /// Dtype of the tensor.
+        dtype: DType,
+    },
+    /// Longer than the model's positions.
+    #[error("canvas of {len} positions exceeds the model's maximum sequence length {max}")]
+    TooLong {
+        /// Positions of the canvas.
+        len: usize,
+        /// The model's maximum sequence length.
+        max: usize,
+    },
+    /// No batch items or no positions.
+    #[error("empty canvas ({batch} x {len})")]
+    Empty {
+        /// Batch items.
+        batch: usize,
+        /// Positions.
+        len: usize,
+    },
+    /// Another batch size than the KV cache holds.
+    #[error("canvas batch {batch} does not match the cached batch {cached}")]
+    BatchMismatch {
+        /// Batch of the canvas.
+        batch: usize,
+        /// Batch of the cached rows.
+        cached: usize,
+    },
+    /// A token id the embedding table has no row for.
+    #[error("token id {token} is outside the embedding table of {rows} rows")]
+    TokenOutOfRange {
+        /// The first such id.
+        token: u32,
+        /// Rows of the embedding table.
+        rows: usize,
+    },
+}
+
+/// What is wrong with a forward window, commit range or cache length ([`Error::InvalidWindow`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowDefect {
+    /// A window that is empty or reaches past the canvas.
+    #[error("forward window {window:?} is empty or outside the canvas of {canvas_len} positions")]
+    OutsideCanvas {
+        /// The window.
+        window: Range<usize>,
+        /// Positions of the canvas.
+        canvas_len: usize,
+    },
+    /// A window starting after the cached positions (those in between would be invisible).
+    #[error("forward window starts at {start} but the KV cache covers only [0, {cache_len}): positions in between would be invisible")]
+    PastCache {
+        /// First position of the window.
+        start: usize,
+        /// Positions cached.
+        cache_len: usize,
+    },
+    /// Logits asked for a position outside the forward window.
+    #[error("logits requested for position {position}, outside the forward window {window:?}")]
+    RowOutsideWindow {
+        /// The first such position.
+        position: usize,
+        /// The window.
+        window: Range<usize>,
+    },
+    /// A commit with no forward before it (or after the cache dropped its pending window).
+    #[error("commit without a preceding forward")]
+    CommitWithoutForward,
+    /// A commit range not inside the last forward window.
+    #[error("commit range {range:?} is not inside the last forward window {window:?}")]
+    CommitOutsideWindow {
+        /// The range.
+        range: Range<usize>,
+        /// The last forward window.
+        window: Range<usize>,
+    },
+    /// A commit range starting after the cached positions.
+    #[error("commit range {range:?} would leave a hole after the cached [0, {cache_len})")]
+    CommitLeavesHole {
+        /// The range.
+        range: Range<usize>,
+        /// Positions cached.
+        cache_len: usize,
+    },
+    /// A pending window whose rows the cache's buffers no longer hold (they were reallocated).
+    #[error("the pending window {window:?} no longer fits the KV cache buffers")]
+    PendingLost {
+        /// The pending window.
+        window: Range<usize>,
+    },
+    /// A truncation to more positions than are cached.
+    #[error("cannot roll the KV cache forward from {from} to {to} positions")]
+    RollForward {
+        /// Positions cached.
+        from: usize,
+        /// Length asked for.
+        to: usize,
+    },
+}
+
+/// What is wrong with the positions of a refresh, re-score or cache write
+/// ([`Error::InvalidPositions`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PositionDefect {
+    /// A position the cache does not hold.
+    #[error("{what} position {position} is not cached ({})", covers(*cache_len))]
+    NotCached {
+        /// What asked (`"refresh"`, `"re-score"`, `"write"`).
+        what: &'static str,
+        /// The first such position.
+        position: usize,
+        /// Positions cached.
+        cache_len: usize,
+    },
+    /// A re-score position the cache or canvas does not hold (or position 0 of a model that
+    /// shifts its logits).
+    #[error("re-score position {position} is not cached (cache covers [0, {cache_len}), canvas {canvas_len})")]
+    NotRescorable {
+        /// The first such position.
+        position: usize,
+        /// Positions cached.
+        cache_len: usize,
+        /// Positions of the canvas.
+        canvas_len: usize,
+    },
+    /// A position listed twice.
+    #[error("{what} positions {positions:?} repeat position {position}")]
+    Repeated {
+        /// What asked.
+        what: &'static str,
+        /// The positions as given.
+        positions: Vec<usize>,
+        /// The first repeated position.
+        position: usize,
+    },
+    /// Logits asked for a position the refresh does not recompute.
+    #[error("logits asked for position {position}, which is not refreshed")]
+    NotRefreshed {
+        /// The first such position.
+        position: usize,
+    },
+}
+
+fn covers(cache_len: usize) -> String {
+    if cache_len == 0 {
+        "the cache is empty".into()
+    } else {
+        format!("the cache covers [0, {cache_len})")
+    }
+}
+
+/// What the KV cache's buffers cannot serve ([`Error::KvCache`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KvCacheDefect {
+    /// A capacity whose size in elements overflows `usize`.
+    #[error("a KV cache of {rows} rows x {row_elems} elements is too large to address")]
+    Overflow {
+        /// Rows asked for.
+        rows: usize,
+        /// Elements of one row.
+        row_elems: usize,
+    },
+    /// No buffers of the element type asked for (nothing allocated yet, or another dtype).
+    #[error("no {dtype:?} buffers (the cache stores {stored:?} and has allocated {allocated} rows)")]
+    NoBuffers {
+        /// Element type asked for.
+        dtype: DType,
+        /// The cache's dtype.
+        stored: DType,
+        /// Rows allocated.
+        allocated: usize,
+    },
+    /// A layer the cache does not have.
+    #[error("no layer {layer} (the cache has {layers})")]
+    NoLayer {
+        /// The layer asked for.
+        layer: usize,
+        /// Layers of the cache.
+        layers: usize,
+    },
+    /// Keys or values not in CPU memory.
+    #[error("K/V must be on the CPU, got a tensor on {device}")]
+    NotOnCpu {
+        /// The device of the tensor.
+        device: String,
+    },
+    /// A row past the buffer.
+    #[error("row {row} is outside the KV buffer of {rows} rows")]
+    RowOutsideBuffer {
+        /// The row.
+        row: usize,
+        /// Rows of the buffer.
+        rows: usize,
+    },
+}
+
+impl From<CanvasDefect> for Error {
+    fn from(d: CanvasDefect) -> Self {
+        Error::InvalidCanvas(d)
+    }
+}
+
+impl From<WindowDefect> for Error {
+    fn from(d: WindowDefect) -> Self {
+        Error::InvalidWindow(d)
+    }
+}
+
+impl From<PositionDefect> for Error {
+    fn from(d: PositionDefect) -> Self {
+        Error::InvalidPositions(d)
+    }
+}
+
+impl From<KvCacheDefect> for Error {
+    fn from(d: KvCacheDefect) -> Self {
+        Error::KvCache(d)
+    }
 }
 
 impl From<RefreshDefect> for Error {

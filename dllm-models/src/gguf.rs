@@ -19,8 +19,9 @@ use candle_core::{DType, Device};
 
 use crate::layers::Param;
 use crate::lm::{Arch, SpecialTokens};
-use crate::transformer::{ConfigNames, TransformerConfig};
-use crate::weights::{Role, WeightSource};
+use crate::config::{ConfigNames, TransformerConfig};
+use crate::role::Role;
+use crate::weights::WeightSource;
 use crate::{Error, Result};
 
 /// LLaDA-8B's `[MASK]` id, used only when a GGUF of that exact vocabulary lacks the metadata key.
@@ -324,9 +325,7 @@ pub fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
 fn permute_rows_impl(q: &QTensor, heads: usize, forward: bool) -> Result<QTensor> {
     let (rows, cols) = q.shape().dims2()?;
     if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
-        return Err(Error::InvalidArgument(format!(
-            "cannot (un)permute {rows} rows over {heads} heads"
-        )));
+        return Err(Error::HeadSplit { rows, heads });
     }
     let hd = rows / heads;
     let dt = q.dtype();

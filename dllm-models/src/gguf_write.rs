@@ -16,8 +16,8 @@ use tokenizers::Tokenizer;
 
 use crate::gguf::permute_rows;
 use crate::lm::Arch;
-use crate::transformer::TransformerConfig;
-use crate::weights::Role;
+use crate::config::TransformerConfig;
+use crate::role::Role;
 use crate::{Error, Result};
 
 fn roles(cfg: &TransformerConfig) -> Vec<Role> {

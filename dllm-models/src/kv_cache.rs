@@ -17,7 +17,7 @@ use candle_core::{DType, Device, Tensor, WithDType};
 use half::{bf16, f16};
 use kernels_cpu::attention::Element;
 
-use crate::{Error, Result};
+use crate::{CanvasDefect, Error, KvCacheDefect, PositionDefect, Result, WindowDefect};
 
 /// Element types the cache stores: the compute dtypes.
 pub trait KvElem: Element + WithDType {
@@ -132,9 +132,10 @@ impl KvCache {
     /// An empty cache for `num_layers` layers of `kv_heads x head_dim` in `dtype` (f32, f16, bf16).
     pub fn new(num_layers: usize, kv_heads: usize, head_dim: usize, dtype: DType) -> Result<Self> {
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
-            return Err(Error::InvalidArgument(format!(
-                "the KV cache stores f32, f16 or bf16, not {dtype:?}"
-            )));
+            return Err(Error::UnsupportedDtype {
+                what: "the KV cache",
+                dtype,
+            });
         }
         Ok(Self {
             num_layers,
@@ -181,10 +182,11 @@ impl KvCache {
     /// Forget positions `>= len`.
     pub fn truncate(&mut self, len: usize) -> Result<()> {
         if len > self.len {
-            return Err(Error::InvalidArgument(format!(
-                "cannot roll the KV cache forward from {} to {len} positions",
-                self.len
-            )));
+            return Err(WindowDefect::RollForward {
+                from: self.len,
+                to: len,
+            }
+            .into());
         }
         self.len = len;
         Ok(())
@@ -193,10 +195,11 @@ impl KvCache {
     /// Check a batch size against the cached one.
     pub fn check_batch(&self, batch: usize) -> Result<()> {
         if self.len > 0 && self.batch != batch {
-            return Err(Error::InvalidArgument(format!(
-                "canvas batch {batch} does not match the cached batch {}",
-                self.batch
-            )));
+            return Err(CanvasDefect::BatchMismatch {
+                batch,
+                cached: self.batch,
+            }
+            .into());
         }
         Ok(())
     }
@@ -215,7 +218,10 @@ impl KvCache {
         };
         let cap = cap
             .checked_next_multiple_of(ROW_QUANTUM)
-            .ok_or_else(|| Error::InvalidArgument(format!("KV cache of {rows} rows")))?;
+            .ok_or(KvCacheDefect::Overflow {
+                rows,
+                row_elems: self.row(),
+            })?;
         match self.dtype {
             DType::F32 => self.realloc::<f32>(batch, cap),
             DType::F16 => self.realloc::<f16>(batch, cap),
@@ -225,8 +231,9 @@ impl KvCache {
 
     fn realloc<T: KvElem>(&mut self, batch: usize, cap: usize) -> Result<()> {
         let row = batch * self.kv_heads * self.head_dim;
-        let elems = cap.checked_mul(row).ok_or_else(|| {
-            Error::InvalidArgument(format!("KV cache of {cap} rows x {row} elements"))
+        let elems = cap.checked_mul(row).ok_or(KvCacheDefect::Overflow {
+            rows: cap,
+            row_elems: row,
         })?;
         let keep = if batch == self.batch {
             self.len * row
@@ -293,9 +300,10 @@ impl KvCache {
         let row = self.row();
         let n = p.end - p.start;
         if p.at + n > self.capacity || p.batch != self.batch {
-            return Err(Error::InvalidArgument(
-                "the pending window no longer fits the KV cache buffers".into(),
-            ));
+            return Err(WindowDefect::PendingLost {
+                window: p.start..p.end,
+            }
+            .into());
         }
         let src = p.at + (range.start - p.start);
         let dst = range.start;
@@ -336,10 +344,12 @@ impl KvCache {
         v: &Tensor,
     ) -> Result<()> {
         if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
-            return Err(Error::InvalidArgument(format!(
-                "position {bad} is not cached (cache covers [0, {}))",
-                self.len
-            )));
+            return Err(PositionDefect::NotCached {
+                what: "write",
+                position: bad,
+                cache_len: self.len,
+            }
+            .into());
         }
         match self.dtype {
             DType::F32 => self.write_rows_t::<f32>(layer, positions, k, v),
@@ -356,11 +366,17 @@ impl KvCache {
         v: &Tensor,
     ) -> Result<()> {
         let (batch, heads, hd) = (self.batch, self.kv_heads, self.head_dim);
-        let layers = T::layers(&mut self.store)
-            .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
-        let l = layers
-            .get_mut(layer)
-            .ok_or_else(|| Error::InvalidArgument(format!("no layer {layer}")))?;
+        let (stored, allocated) = (self.dtype, self.capacity);
+        let layers = T::layers(&mut self.store).ok_or(KvCacheDefect::NoBuffers {
+            dtype: T::DTYPE,
+            stored,
+            allocated,
+        })?;
+        let n_layers = layers.len();
+        let l = layers.get_mut(layer).ok_or(KvCacheDefect::NoLayer {
+            layer,
+            layers: n_layers,
+        })?;
         scatter_rows(k, &mut l.k, positions.iter().copied(), batch, heads, hd)?;
         scatter_rows(v, &mut l.v, positions.iter().copied(), batch, heads, hd)
     }
@@ -374,10 +390,15 @@ impl KvCache {
     /// per-op NPU path, whose kernel takes one key tensor).
     pub fn layer_tensors(&self, layer: usize, device: &Device) -> Result<(Tensor, Tensor)> {
         fn get<T: KvElem>(c: &KvCache, layer: usize, device: &Device) -> Result<(Tensor, Tensor)> {
-            let rows = c
-                .cached::<T>()
-                .ok_or_else(|| Error::InvalidArgument("the KV cache is empty".into()))?;
-            let l = rows[layer];
+            let rows = c.cached::<T>().ok_or(KvCacheDefect::NoBuffers {
+                dtype: T::DTYPE,
+                stored: c.dtype,
+                allocated: c.capacity,
+            })?;
+            let l = *rows.get(layer).ok_or(KvCacheDefect::NoLayer {
+                layer,
+                layers: rows.len(),
+            })?;
             let shape = (c.len, c.batch, c.kv_heads, c.head_dim);
             let k = Tensor::from_slice(l.k, shape, device)?.transpose(0, 1)?;
             let v = Tensor::from_slice(l.v, shape, device)?.transpose(0, 1)?;
@@ -403,24 +424,32 @@ pub(crate) fn scatter_rows<T: KvElem>(
 ) -> Result<()> {
     let (b, n, h, d) = t.dims4()?;
     if b != batch || h != heads || d != hd {
-        return Err(Error::InvalidArgument(format!(
-            "K/V of shape {:?} for a cache of batch {batch}, {heads} heads of {hd}",
-            t.dims()
-        )));
+        return Err(Error::Shape {
+            what: "K/V for the cache (batch, positions, kv_heads, head_dim)".into(),
+            expected: vec![batch, n, heads, hd],
+            got: t.dims().to_vec(),
+        });
     }
     let t = t.to_dtype(T::DTYPE)?.contiguous()?;
     let (storage, layout) = t.storage_and_layout();
     let candle_core::Storage::Cpu(cpu) = &*storage else {
-        return Err(Error::InvalidArgument("K/V must be on the CPU".into()));
+        return Err(KvCacheDefect::NotOnCpu {
+            device: format!("{:?}", t.device().location()),
+        }
+        .into());
     };
     let src = &cpu.as_slice::<T>()?[layout.start_offset()..];
     let row = h * d;
+    let buffer_rows = dst.len() / (b * row).max(1);
     for (i, r) in dst_rows.enumerate().take(n) {
         for bi in 0..b {
             let s = &src[(bi * n + i) * row..][..row];
             let o = (r * b + bi) * row;
             dst.get_mut(o..o + row)
-                .ok_or_else(|| Error::InvalidArgument(format!("row {r} is outside the KV buffer")))?
+                .ok_or(KvCacheDefect::RowOutsideBuffer {
+                    row: r,
+                    rows: buffer_rows,
+                })?
                 .copy_from_slice(s);
         }
     }

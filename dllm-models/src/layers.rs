@@ -14,37 +14,14 @@
 
 use std::sync::RwLock;
 
-#[cfg(not(feature = "hexagon"))]
-pub use crate::hexagon_off::HexagonDevice;
 use candle_core::{DType, Device, Tensor, D};
-#[cfg(feature = "hexagon")]
-pub use candle_hexagon::HexagonDevice;
+
+pub use crate::backend::HexagonDevice;
 
 pub use crate::linear::{CpuLinear, CpuLinears, Embedding, Linear, Param};
 use crate::Result;
 
-/// Where the fused inference ops run.
-#[derive(Debug, Clone, Default)]
-pub enum Backend {
-    /// The CPU: the linear layers are `kernels-cpu` GEMMs over weights packed once at load
-    /// ([`CpuLinear`]; candle's matmul instead under [`CpuLinears::Candle`], and candle's
-    /// `QMatMul` for GGUF types without a kernel), attention over the KV cache is `kernels-cpu`'s,
-    /// and RMSNorm, RoPE and SwiGLU are candle-nn's fused CPU ops.
-    #[default]
-    Cpu,
-    /// The Hexagon NPU (emulated DSP or FastRPC), with CPU fallback per op.
-    Hexagon(HexagonDevice),
-}
-
-impl Backend {
-    /// The Hexagon device, when that is the backend.
-    pub fn hexagon(&self) -> Option<&HexagonDevice> {
-        match self {
-            Backend::Cpu => None,
-            Backend::Hexagon(d) => Some(d),
-        }
-    }
-}
+pub use crate::backend::Backend;
 
 /// Which implementation of the fused ops a model uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -300,9 +277,10 @@ fn flash_attn_cpu(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tens
                 cpu_flash::<half::bf16>(&qi, &ki, &vi, scale, AttnMask::None, None, None)?
             }
             dt => {
-                return Err(crate::Error::InvalidArgument(format!(
-                    "attention in {dt:?} (use f32, f16 or bf16)"
-                )))
+                return Err(crate::Error::UnsupportedDtype {
+                    what: "attention",
+                    dtype: dt,
+                })
             }
         });
     }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::config::TransformerConfig;
-use crate::weights::Role;
+use crate::role::Role;
 use crate::{Error, Result};
 
 /// How a checkpoint format spells things.

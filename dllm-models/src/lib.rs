@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod backend;
 mod block;
 mod candle_style;
 pub mod config;
@@ -23,10 +24,18 @@ pub mod linear;
 pub mod llada;
 pub mod lm;
 #[cfg(feature = "hexagon")]
+mod npu_load;
+#[cfg(not(feature = "hexagon"))]
+mod npu_load_off;
+#[cfg(feature = "hexagon")]
 mod npu_seq;
+#[cfg(not(feature = "hexagon"))]
+mod npu_seq_off;
 pub mod recorder;
+mod role;
 pub mod safetensors_header;
 pub mod source;
+mod special;
 pub mod synthetic;
 pub mod threads;
 pub mod tokenizer;
@@ -41,7 +50,9 @@ pub use candle_core;
 /// candle-nn version.
 pub use candle_nn;
 pub use candle_style::safetensors_var_builder;
-pub use error::{Error, RefreshDefect, Result};
+pub use error::{
+    CanvasDefect, Error, KvCacheDefect, PositionDefect, RefreshDefect, Result, WindowDefect,
+};
 #[cfg(feature = "hub")]
 pub use hub::HubRepo;
 /// The Hexagon device [`Backend::Hexagon`] holds (an uninhabited stand-in without the `hexagon`

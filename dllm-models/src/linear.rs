@@ -19,8 +19,22 @@ use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
 use candle_hexagon::{HexLinear, Placed};
 use kernels_cpu::{DenseMatrix, DenseType, DenseView, GgmlType, QuantMatrix, QuantView};
 
-use crate::layers::Backend;
-use crate::{Error, Result};
+use crate::backend::Backend;
+use crate::role::Role;
+use crate::{CanvasDefect, Error, Result};
+
+/// The dense tensor of `p` (the parameter of `role`), dequantized when it is quantized.
+pub(crate) fn dense(p: Param, role: Role) -> Result<Tensor> {
+    match p {
+        Param::Dense(t) => Ok(t),
+        Param::Quant(q) => Ok(q
+            .dequantize(&q.device())
+            .map_err(|e| Error::Dequantize {
+                tensor: format!("{role:?}"),
+                reason: e.to_string(),
+            })?),
+    }
+}
 
 /// A weight as it comes out of a checkpoint.
 #[derive(Debug, Clone)]
@@ -194,10 +208,11 @@ impl CpuLinear {
             Some(b) => {
                 let v: Vec<f32> = b.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
                 if v.len() != n {
-                    return Err(Error::InvalidArgument(format!(
-                        "bias of {} values for a layer of {n} outputs",
-                        v.len()
-                    )));
+                    return Err(Error::Shape {
+                        what: "bias".into(),
+                        expected: vec![n],
+                        got: vec![v.len()],
+                    });
                 }
                 Some(Arc::new(v))
             }
@@ -529,9 +544,7 @@ impl Embedding {
         let rows = self.rows()?;
         let flat: Vec<u32> = ids.flatten_all()?.to_dtype(DType::U32)?.to_vec1()?;
         if let Some(&bad) = flat.iter().find(|&&i| i as usize >= rows) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the embedding table of {rows} rows"
-            )));
+            return Err(CanvasDefect::TokenOutOfRange { token: bad, rows }.into());
         }
         match &self.table {
             Param::Dense(t) => {

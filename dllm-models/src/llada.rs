@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::config_json::Fields;
 use crate::lm::{Arch, SpecialTokens};
-use crate::transformer::{ConfigNames, TransformerConfig};
+use crate::config::{ConfigNames, TransformerConfig};
 use crate::{Error, Result};
 
 /// `config.json` field names as they appear in LLaDA checkpoints.
@@ -23,8 +23,7 @@ pub const NAMES: ConfigNames = ConfigNames {
     max_len: "max_sequence_length",
 };
 
-/// LLaDA-8B-Instruct's `<|eot_id|>` (end of turn), used when a tokenizer is not available.
-pub const LLADA_8B_EOT_ID: u32 = 126348;
+pub use crate::special::LLADA_8B_EOT_ID;
 
 /// Parse a LLaDA `config.json`. Unknown fields are ignored; a missing required field or an
 /// unsupported option is an error naming it.

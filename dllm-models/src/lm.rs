@@ -368,8 +368,8 @@ pub trait DiffusionLm: Send {
             }
             let masked = Tensor::from_vec(m, (b, l), canvas.device())?;
             let r = self.compute_refresh(&masked, &[p], Some(&[p]))?;
-            rows.push(r.logits.ok_or_else(|| {
-                crate::Error::InvalidArgument("compute_refresh returned no logits".into())
+            rows.push(r.logits.ok_or(crate::Error::Internal {
+                what: "compute_refresh returned no logits",
             })?);
         }
         if rows.is_empty() {

@@ -11,9 +11,10 @@ use crate::gguf::GgufWeights;
 use crate::hub::HubRepo;
 use crate::layers::{Backend, OpMode};
 use crate::linear::{CpuLinears, CpuOptions};
-use crate::lm::{Arch, DiffusionLm, ModelInfo, SpecialTokens};
+use crate::lm::{Arch, DiffusionLm};
 use crate::tokenizer::TextTokenizer;
-use crate::transformer::{DiffusionTransformer, TransformerConfig};
+use crate::config::TransformerConfig;
+use crate::transformer::DiffusionTransformer;
 use crate::weights::{HfWeights, WeightSource};
 use crate::{dream, llada, Error, Result};
 
@@ -470,7 +471,7 @@ fn finish(
         Some(g) => g.named(g.fields.opt_token_id("bos_token_id"))?,
         None => None,
     };
-    let special = complete_special(&info, tokenizer.as_ref(), bos)?;
+    let special = crate::special::complete_special(&info, tokenizer.as_ref(), bos)?;
     model.set_special_tokens(special)?;
     let defaults = match generation_config {
         Some(g) => g.defaults(info.max_seq_len)?,
@@ -483,48 +484,6 @@ fn finish(
         defaults,
         warnings,
     })
-}
-
-/// The special tokens of a model once its config's are completed: EoT from the tokenizer (or
-/// LLaDA-8B's own id when there is none), BOS from `generation_config.json`; each checked to be a
-/// vocabulary row other than the mask. [`load`] and the candle-style constructors
-/// ([`crate::llada::Model::new`], [`crate::dream::Model::new`]) share this rule.
-pub(crate) fn complete_special(
-    info: &ModelInfo,
-    tokenizer: Option<&TextTokenizer>,
-    bos: Option<u32>,
-) -> Result<SpecialTokens> {
-    let mut special = info.special.clone();
-    if special.eot.is_none() {
-        special.eot = match tokenizer {
-            Some(t) => t.eot_id(),
-            None if info.arch == Arch::Llada && info.vocab_size == 126464 => {
-                Some(llada::LLADA_8B_EOT_ID)
-            }
-            None => None,
-        };
-    }
-    if special.bos.is_none() {
-        special.bos = bos;
-    }
-    for (field, id) in [("bos_token_id", special.bos), ("eot", special.eot)] {
-        match id {
-            Some(id) if id as usize >= info.vocab_size => {
-                return Err(Error::invalid(
-                    field,
-                    format!("{id} is outside the vocabulary ({} rows)", info.vocab_size),
-                ))
-            }
-            Some(id) if id == special.mask => {
-                return Err(Error::invalid(
-                    field,
-                    format!("{id} is the mask token id: the mask must be a token of its own"),
-                ))
-            }
-            _ => {}
-        }
-    }
-    Ok(special)
 }
 
 /// A tokenizer that produces ids beyond the model's embedding is not this model's: an error (the

@@ -10,8 +10,8 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use crate::lm::{Arch, SpecialTokens};
-use crate::transformer::TransformerConfig;
-use crate::weights::Role;
+use crate::config::TransformerConfig;
+use crate::role::Role;
 use crate::{dream, llada, Error, Result};
 
 /// A tiny LLaDA config (vocabulary 256 with `[MASK]` = 255, EOS = 254).

@@ -29,9 +29,7 @@ use candle_core::{DType, Device, Tensor};
 use half::{bf16, f16};
 
 pub use crate::config::{ConfigNames, TransformerConfig};
-use crate::error::RefreshDefect;
-#[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::npu_seq;
+use crate::error::{CanvasDefect, PositionDefect, RefreshDefect, WindowDefect};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::DeviceKv;
 use crate::kv_cache::{KvCache, KvElem, Pending};
@@ -43,6 +41,8 @@ use crate::lm::{
 };
 #[cfg(feature = "hexagon")]
 use crate::npu_seq;
+#[cfg(not(feature = "hexagon"))]
+use crate::npu_seq_off as npu_seq;
 use crate::weights::WeightSource;
 pub use crate::weights_model::{CpuLinearBytes, TransformerWeights};
 use crate::{Error, Result};
@@ -155,11 +155,8 @@ impl DiffusionTransformer {
     /// Replace the special tokens (e.g. with ids found in the tokenizer). Only possible while the
     /// weights are not shared with another sequence.
     pub fn set_special_tokens(&mut self, special: SpecialTokens) -> Result<()> {
-        let w = Arc::get_mut(&mut self.weights).ok_or_else(|| {
-            Error::InvalidArgument(
-                "special tokens cannot change once the weights are shared by several sequences"
-                    .into(),
-            )
+        let w = Arc::get_mut(&mut self.weights).ok_or(Error::SharedWeights {
+            what: "special tokens",
         })?;
         w.info.special = special.clone();
         w.cfg.special = special;
@@ -215,34 +212,32 @@ impl DiffusionTransformer {
 
     fn check_canvas(&self, canvas: &Tensor) -> Result<(usize, usize)> {
         let (b, l) = canvas.dims2().map_err(|_| {
-            Error::InvalidArgument(format!(
-                "canvas must be (batch, len), got shape {:?}",
-                canvas.dims()
-            ))
+            Error::from(CanvasDefect::Shape {
+                dims: canvas.dims().to_vec(),
+            })
         })?;
         if canvas.dtype() != DType::U32 {
-            return Err(Error::InvalidArgument(format!(
-                "canvas must hold u32 ids, got {:?}",
-                canvas.dtype()
-            )));
+            return Err(CanvasDefect::Dtype {
+                dtype: canvas.dtype(),
+            }
+            .into());
         }
         let max = self.weights.cfg.max_seq_len;
         if l > max {
-            return Err(Error::InvalidArgument(format!(
-                "canvas of {l} positions exceeds the model's maximum sequence length {max}"
-            )));
+            return Err(CanvasDefect::TooLong { len: l, max }.into());
         }
         if b == 0 || l == 0 {
-            return Err(Error::InvalidArgument("empty canvas".into()));
+            return Err(CanvasDefect::Empty { batch: b, len: l }.into());
         }
         if self.weights.hex.is_none() {
             self.cache.check_batch(b)?;
         } else if let Some(kv) = self.npu_kv.as_ref().filter(|k| !k.is_empty()) {
             if kv.batch() != b {
-                return Err(Error::InvalidArgument(format!(
-                    "canvas batch {b} does not match the cached batch {}",
-                    kv.batch()
-                )));
+                return Err(CanvasDefect::BatchMismatch {
+                    batch: b,
+                    cached: kv.batch(),
+                }
+                .into());
             }
         }
         Ok((b, l))
@@ -251,16 +246,18 @@ impl DiffusionTransformer {
     fn check_window(&self, canvas: &Tensor, window: &Range<usize>) -> Result<usize> {
         let (b, l) = self.check_canvas(canvas)?;
         if window.start >= window.end || window.end > l {
-            return Err(Error::InvalidArgument(format!(
-                "forward window {window:?} is empty or outside the canvas of {l} positions"
-            )));
+            return Err(WindowDefect::OutsideCanvas {
+                window: window.clone(),
+                canvas_len: l,
+            }
+            .into());
         }
         if window.start > self.len() {
-            return Err(Error::InvalidArgument(format!(
-                "forward window starts at {} but the KV cache covers only [0, {}): positions in between would be invisible",
-                window.start,
-                self.len()
-            )));
+            return Err(WindowDefect::PastCache {
+                start: window.start,
+                cache_len: self.len(),
+            }
+            .into());
         }
         Ok(b)
     }
@@ -399,7 +396,9 @@ impl DiffusionTransformer {
         let (cached, mut free) = self
             .cache
             .split::<T>()
-            .ok_or_else(|| Error::InvalidArgument("KV cache dtype mismatch".into()))?;
+            .ok_or(Error::Internal {
+                what: "the KV cache's buffers are not of the dtype it stores",
+            })?;
         let fwd = |free: &mut [crate::kv_cache::FreeRows<'_, T>]| {
             w.forward_window(&cached, free, len, canvas, window.clone(), rows)
         };
@@ -433,9 +432,8 @@ impl DiffusionTransformer {
                     let t0 = Instant::now();
                     let f = w.install(|| fwd(&mut free));
                     let forward = (t0, Instant::now());
-                    let (rf, refresh, refresh_thread) = h.join().map_err(|_| {
-                        Error::InvalidArgument("the refresh thread panicked".into())
-                    })?;
+                    let (rf, refresh, refresh_thread) =
+                        h.join().map_err(|_| Error::RefreshThreadPanicked)?;
                     timing = Some(DualPathTiming { forward, refresh });
                     threads = Some((std::thread::current().id(), refresh_thread));
                     let (l, p) = f?;
@@ -518,25 +516,29 @@ impl DiffusionLm for DiffusionTransformer {
         refresh: RefreshRequest<'_>,
     ) -> Result<(Tensor, Refresh)> {
         let (l, r) = self.dispatch(canvas, window, rows, Some(refresh))?;
-        let r = r.ok_or_else(|| Error::InvalidArgument("refresh missing".into()))?;
+        let r = r.ok_or(Error::Internal {
+            what: "a forward with a refresh request returned no refresh",
+        })?;
         Ok((l, r))
     }
 
     fn commit(&mut self, range: Range<usize>) -> Result<()> {
         let p = self
             .pending
-            .ok_or_else(|| Error::InvalidArgument("commit without a preceding forward".into()))?;
+            .ok_or(WindowDefect::CommitWithoutForward)?;
         if range.start > range.end || range.start < p.start || range.end > p.end {
-            return Err(Error::InvalidArgument(format!(
-                "commit range {range:?} is not inside the last forward window [{}, {})",
-                p.start, p.end
-            )));
+            return Err(WindowDefect::CommitOutsideWindow {
+                range,
+                window: p.start..p.end,
+            }
+            .into());
         }
         if range.start > self.len() {
-            return Err(Error::InvalidArgument(format!(
-                "commit range {range:?} would leave a hole after the cached [0, {})",
-                self.len()
-            )));
+            return Err(WindowDefect::CommitLeavesHole {
+                range,
+                cache_len: self.len(),
+            }
+            .into());
         }
         if range.is_empty() {
             return Ok(());
@@ -565,9 +567,7 @@ impl DiffusionLm for DiffusionTransformer {
                 Some(kv) => kv.truncate(len)?,
                 None if len == 0 => {}
                 None => {
-                    return Err(Error::InvalidArgument(format!(
-                        "cannot roll the KV cache forward from 0 to {len} positions"
-                    )))
+                    return Err(WindowDefect::RollForward { from: 0, to: len }.into())
                 }
             }
         } else {
@@ -670,9 +670,11 @@ impl DiffusionLm for DiffusionTransformer {
 }
 
 /// The error of a refresh or re-score asked of an empty cache.
-fn empty_cache(what: &str, positions: &[usize]) -> Error {
-    Error::InvalidArgument(format!(
-        "{what} position {} is not cached (the cache is empty)",
-        positions.first().copied().unwrap_or(0)
-    ))
+fn empty_cache(what: &'static str, positions: &[usize]) -> Error {
+    PositionDefect::NotCached {
+        what,
+        position: positions.first().copied().unwrap_or(0),
+        cache_len: 0,
+    }
+    .into()
 }

@@ -14,22 +14,22 @@ use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
 use crate::block::{Block, GateUp, Qkv};
 use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
-use crate::hexagon_off::{
-    npu_seq::{place_blocks, shared_block, shared_head},
-    HexTransformer,
-};
+use crate::hexagon_off::HexTransformer;
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{
-    attention_on, swiglu, Backend, Embedding, Linear, OpMode, Param, RmsNorm, Rope,
+    attention_on, swiglu, Backend, Embedding, Linear, OpMode, RmsNorm, Rope,
 };
-use crate::linear::CpuOptions;
+use crate::linear::{dense, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 #[cfg(feature = "hexagon")]
-use crate::npu_seq::{place_blocks, shared_block, shared_head};
+use crate::npu_load::{place_blocks, shared_block, shared_head};
+#[cfg(not(feature = "hexagon"))]
+use crate::npu_load_off::{place_blocks, shared_block, shared_head};
 
 mod rescore;
-use crate::weights::{Role, WeightSource};
-use crate::{Error, Result};
+use crate::role::Role;
+use crate::weights::WeightSource;
+use crate::{Error, PositionDefect, Result, WindowDefect};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::HexTransformer;
 
@@ -70,15 +70,6 @@ pub struct TransformerWeights {
     rope: Rope,
 }
 
-pub(crate) fn dense(p: Param, role: Role) -> Result<Tensor> {
-    match p {
-        Param::Dense(t) => Ok(t),
-        Param::Quant(q) => Ok(q
-            .dequantize(&q.device())
-            .map_err(|e| Error::InvalidArgument(format!("cannot dequantize {role:?}: {e}")))?),
-    }
-}
-
 /// How the attention of one block gets its keys: the closure receives the block's `q`
 /// `(b, nq, heads, d)` and fresh `k`, `v` `(b, n, kv_heads, d)` and returns `(b, nq, heads * d)`.
 type Attend<'a> = dyn FnMut(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + 'a;
@@ -109,10 +100,9 @@ impl TransformerWeights {
         let pool = cpu.threads.map(crate::threads::pool).transpose()?;
         let which = cpu.linears;
         if backend.hexagon().is_some() && mode != OpMode::Fused {
-            return Err(Error::InvalidArgument(
-                "the Hexagon backend runs inference only (OpMode::Fused): its ops have no backward pass"
-                    .into(),
-            ));
+            return Err(Error::HexagonNeedsFused {
+                mode: format!("{mode:?}"),
+            });
         }
         // Everything the config implies is checked against the checkpoint's tensor list (names,
         // shapes, layer count) and the machine's memory before anything is read or allocated.
@@ -437,9 +427,11 @@ impl TransformerWeights {
             Rows::Positions(p) => p.to_vec(),
         };
         if let Some(&bad) = v.iter().find(|p| !allowed.contains(p)) {
-            return Err(Error::InvalidArgument(format!(
-                "logits requested for position {bad}, outside the forward window {allowed:?}"
-            )));
+            return Err(WindowDefect::RowOutsideWindow {
+                position: bad,
+                window: allowed,
+            }
+            .into());
         }
         Ok(v)
     }
@@ -578,15 +570,16 @@ impl TransformerWeights {
             });
         }
         if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
-            return Err(Error::InvalidArgument(format!(
-                "refresh position {bad} is not cached (cache covers [0, {len}))"
-            )));
+            return Err(PositionDefect::NotCached {
+                what: "refresh",
+                position: bad,
+                cache_len: len,
+            }
+            .into());
         }
         let want: Vec<usize> = logits.map(|l| l.to_vec()).unwrap_or_default();
         if let Some(&bad) = want.iter().find(|p| pos.binary_search(p).is_err()) {
-            return Err(Error::InvalidArgument(format!(
-                "logits asked for position {bad}, which is not refreshed"
-            )));
+            return Err(PositionDefect::NotRefreshed { position: bad }.into());
         }
         if self.cfg.shift_logits {
             pos.extend(want.iter().map(|&p| self.source_row(p)));

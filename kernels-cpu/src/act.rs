@@ -15,6 +15,7 @@
 use half::f16;
 use rayon::prelude::*;
 
+use crate::act_row::{ActSpec, RowOut};
 use crate::isa::Isa;
 
 /// Quantized activations: `m` rows of `k` int8 codes plus per-group scales and sums, stored
@@ -38,29 +39,6 @@ pub(crate) struct Acts {
     pub fsum: Vec<f32>,
 }
 
-/// Which scheme and which sums.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ActSpec {
-    /// Q8_K (256-value scale groups) instead of Q8_0 (32).
-    pub k_quant: bool,
-    /// Values per offset sum (16 or 32).
-    pub off_group: usize,
-    /// The weight code offset `o` (0 for none).
-    pub offset: i32,
-    /// Also produce `fsum`.
-    pub fsum: bool,
-}
-
-impl ActSpec {
-    fn scale_group(self) -> usize {
-        if self.k_quant {
-            256
-        } else {
-            32
-        }
-    }
-}
-
 /// Rows per parallel task when quantizing.
 const ROWS_PER_TASK: usize = 8;
 
@@ -75,14 +53,6 @@ struct Rows {
 // SAFETY: every task writes the rows it was given and nothing else.
 unsafe impl Send for Rows {}
 unsafe impl Sync for Rows {}
-
-/// One row's outputs.
-pub(crate) struct RowOut<'a> {
-    pub q: &'a mut [i8],
-    pub scale: &'a mut [f32],
-    pub off: &'a mut [i32],
-    pub fsum: &'a mut [f32],
-}
 
 type RowFn = unsafe fn(&[f32], RowOut<'_>, ActSpec);
 
@@ -174,32 +144,6 @@ fn group_major(a: Acts, m: usize) -> Acts {
         scale: t(&a.scale, m, 1),
         off: t(&a.off, m, 1),
         fsum: t(&a.fsum, m, 1),
-    }
-}
-
-/// Fill the per-group outputs of one block from its 16-value sums (the SIMD row quantizers).
-#[cfg_attr(
-    not(any(target_arch = "x86_64", target_arch = "aarch64")),
-    allow(dead_code)
-)]
-#[inline(always)]
-pub(crate) fn sums(o: &mut RowOut<'_>, spec: ActSpec, first16: usize, s16: &[i32]) {
-    match spec.off_group {
-        16 => {
-            for (j, &s) in s16.iter().enumerate() {
-                o.off[first16 + j] = -spec.offset * s;
-            }
-        }
-        _ => {
-            for (j, p) in s16.chunks_exact(2).enumerate() {
-                o.off[first16 / 2 + j] = -spec.offset * (p[0] + p[1]);
-            }
-        }
-    }
-    if spec.fsum {
-        for (j, p) in s16.chunks_exact(2).enumerate() {
-            o.fsum[first16 / 2 + j] = (p[0] + p[1]) as f32;
-        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use crate::act::{sums, ActSpec, RowOut};
+use crate::act_row::{sums, ActSpec, RowOut};
 
 /// The largest float below 0.5: `trunc(t + copysign(HALF_DOWN, t)) == t.round()` for every `t`.
 const HALF_DOWN: f32 = 0.499_999_97;

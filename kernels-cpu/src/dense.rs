@@ -20,6 +20,8 @@ use crate::ggml::GgmlType;
 use crate::isa::Isa;
 use crate::par::{self, OutPtr};
 use crate::qgemm::lanes;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::neon::Neon;
 use crate::simd::portable::Portable;
 #[cfg(target_arch = "x86_64")]
 use crate::simd::x86::{V256, V512};
@@ -324,7 +326,7 @@ fn task_for(isa: Isa) -> TaskFn {
         Isa::Avx512 | Isa::Avx512Vnni => task_avx512,
         // The dense kernels use no integer dot: every NEON path runs the same code.
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => crate::aarch64::dense_neon,
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => task_neon,
         _ => task::<Portable>,
     }
 }
@@ -339,6 +341,13 @@ unsafe fn task_avx2(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn task_avx512(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
     task::<V512<false>>(job, slabs, rows)
+}
+
+/// Dense GEMM task, every NEON path (f16 weights widened with `fcvtl`).
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+unsafe fn task_neon(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
+    task::<Neon<false>>(job, slabs, rows)
 }
 
 /// One slab's operands.

@@ -26,6 +26,7 @@
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 mod act;
+mod act_row;
 #[cfg(target_arch = "x86_64")]
 mod act_x86;
 mod aligned;
@@ -36,6 +37,7 @@ pub mod ggml;
 pub mod isa;
 mod par;
 mod qgemm;
+mod qgemm_rows;
 pub mod qlayout;
 mod simd;
 pub mod threads;

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::kv_cache::{CachedRows, KvElem};
 use crate::layers::{attention_on, Backend};
-use crate::{Error, OpMode, Result};
+use crate::{OpMode, PositionDefect, Result};
 
 /// One scored position's rows: canvas positions, whether each row's input is the mask, and the
 /// row whose hidden state gives the logits.
@@ -47,19 +47,25 @@ impl TransformerWeights {
         let (b, l) = canvas.dims2()?;
         let mut seen = positions.to_vec();
         seen.sort_unstable();
-        if seen.windows(2).any(|w| w[0] == w[1]) {
-            return Err(Error::InvalidArgument(format!(
-                "re-score positions {positions:?} repeat a position"
-            )));
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(PositionDefect::Repeated {
+                what: "re-score",
+                positions: positions.to_vec(),
+                position: w[0],
+            }
+            .into());
         }
         let shift = self.cfg.shift_logits;
         if let Some(&bad) = positions
             .iter()
             .find(|&&p| p >= len || p >= l || (shift && p == 0))
         {
-            return Err(Error::InvalidArgument(format!(
-                "re-score position {bad} is not cached (cache covers [0, {len}), canvas {l})"
-            )));
+            return Err(PositionDefect::NotRescorable {
+                position: bad,
+                cache_len: len,
+                canvas_len: l,
+            }
+            .into());
         }
         if positions.is_empty() {
             return Ok(Tensor::zeros(

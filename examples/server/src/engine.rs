@@ -95,7 +95,7 @@ enum Work {
 
 enum Reply {
     Go,
-    Logits(Result<Tensor, String>),
+    Logits(Result<Tensor, Arc<dllm_models::Error>>),
     Cancelled,
 }
 
@@ -222,8 +222,9 @@ impl Engine {
                             }
                         }
                         Err(e) => {
+                            let e = Arc::new(e);
                             for (reply, _, _) in &group {
-                                let _ = reply.send(Reply::Logits(Err(e.to_string())));
+                                let _ = reply.send(Reply::Logits(Err(Arc::clone(&e))));
                             }
                         }
                     }
@@ -283,16 +284,14 @@ impl Engine {
     ) -> dllm_models::Result<Tensor> {
         match self.submit(cancel, Work::Batch { canvas, rows }).recv() {
             Ok(Reply::Logits(Ok(t))) => Ok(t),
-            Ok(Reply::Logits(Err(e))) => Err(dllm_models::Error::InvalidArgument(format!(
-                "batched forward: {e}"
-            ))),
+            Ok(Reply::Logits(Err(e))) => Err(dllm_models::Error::BatchedForward(e)),
             _ => Err(cancelled()),
         }
     }
 }
 
 fn cancelled() -> dllm_models::Error {
-    dllm_models::Error::InvalidArgument("the request was cancelled".into())
+    dllm_models::Error::Cancelled
 }
 
 /// While alive, the sequence holding it computes; dropping it hands the engine back.
@@ -305,7 +304,7 @@ struct Turn {
 fn batched_forward(
     model: &mut DiffusionTransformer,
     asks: &[(&[u32], &[usize])],
-) -> anyhow::Result<Vec<Tensor>> {
+) -> dllm_models::Result<Vec<Tensor>> {
     let len = asks[0].0.len();
     let mut ids = Vec::with_capacity(asks.len() * len);
     for (c, _) in asks {
@@ -324,7 +323,9 @@ fn batched_forward(
             .iter()
             .map(|r| union.binary_search(r).map(|k| k as u32))
             .collect::<Result<_, _>>()
-            .map_err(|_| anyhow::anyhow!("a row outside the union"))?;
+            .map_err(|_| dllm_models::Error::Internal {
+                what: "a row outside the union of the batch's rows",
+            })?;
         let idx = Tensor::from_vec(idx, rows.len(), &dev)?;
         out.push(logits.get(i)?.index_select(&idx, 0)?.unsqueeze(0)?);
     }

@@ -7,7 +7,7 @@ use std::arch::aarch64::*;
 
 use half::f16;
 
-use crate::act::{sums, ActSpec, RowOut};
+use crate::act_row::{sums, ActSpec, RowOut};
 
 /// Store 16 i32 lanes (four vectors) as 16 saturated bytes; returns their sum.
 #[inline(always)]

@@ -21,7 +21,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use crate::act::Acts;
-use crate::qgemm::{Generic, RunRows, Slab};
+use crate::qgemm_rows::{Generic, RunRows, Slab};
 use crate::qlayout::QFormat;
 use crate::simd::neon::{f16x4_to_f32, Neon};
 use crate::simd::Simd;
