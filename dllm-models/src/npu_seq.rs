@@ -104,13 +104,13 @@ pub(crate) fn refresh_on_cpu(
     positions: &[usize],
     logits: Option<&[usize]>,
 ) -> Result<Refresh> {
-    let bufs = if positions.is_empty() && logits.is_none_or(<[usize]>::is_empty) {
-        Vec::new() // nothing to recompute: `refresh` returns an empty refresh without reading
-    } else {
-        host_rows(kv, positions)?
-    };
-    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
-    w.refresh::<f16>(&cached, kv.len(), token, canvas, positions, logits)
+    if positions.is_empty() && logits.is_none_or(<[usize]>::is_empty) {
+        // Nothing to recompute: `refresh` returns an empty refresh without reading.
+        return w.refresh::<f16>(&[], kv.len(), token, canvas, positions, logits);
+    }
+    with_cached(kv, positions, |cached| {
+        w.refresh::<f16>(cached, kv.len(), token, canvas, positions, logits)
+    })
 }
 
 /// [`crate::DiffusionLm::rescore`] on the CPU against the device cache's rows `[0, len)`.
@@ -120,15 +120,21 @@ pub(crate) fn rescore_on_cpu(
     canvas: &Tensor,
     positions: &[usize],
 ) -> Result<Tensor> {
-    let bufs = host_rows(kv, positions)?;
-    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
-    w.rescore::<f16>(&cached, kv.len(), canvas, positions)
+    with_cached(kv, positions, |cached| {
+        w.rescore::<f16>(cached, kv.len(), canvas, positions)
+    })
 }
 
-/// Position-major host copies of every layer's cached rows (the CPU path's working set).
-fn host_rows(kv: &DeviceKv, positions: &[usize]) -> Result<Vec<(Vec<f16>, Vec<f16>)>> {
-    let len = kv.len();
-    if len == 0 {
+/// Run `f` on every layer's cached rows `[0, len)`, position-major. One sequence (the decoders'
+/// case): the device cache's own bytes, read in place — a refresh copies only the rows it
+/// computes (its K/V out, merged later). Several sequences: their rows are not interleaved by
+/// position in the device layout, so they are copied into that order first.
+fn with_cached<R>(
+    kv: &DeviceKv,
+    positions: &[usize],
+    f: impl FnOnce(&[CachedRows<'_, f16>]) -> Result<R>,
+) -> Result<R> {
+    if kv.is_empty() {
         return Err(PositionDefect::NotCached {
             what: "refresh",
             position: positions.first().copied().unwrap_or(0),
@@ -136,6 +142,21 @@ fn host_rows(kv: &DeviceKv, positions: &[usize]) -> Result<Vec<(Vec<f16>, Vec<f1
         }
         .into());
     }
+    if kv.batch() == 1 {
+        return kv.with_cached_rows(|layers| {
+            let cached: Vec<CachedRows<'_, f16>> =
+                layers.iter().map(|&(k, v)| CachedRows { k, v }).collect();
+            f(&cached)
+        })?;
+    }
+    let bufs = host_rows(kv)?;
+    let cached: Vec<CachedRows<'_, f16>> = bufs.iter().map(|(k, v)| CachedRows { k, v }).collect();
+    f(&cached)
+}
+
+/// Position-major host copies of every layer's cached rows (several sequences in one cache).
+fn host_rows(kv: &DeviceKv) -> Result<Vec<(Vec<f16>, Vec<f16>)>> {
+    let len = kv.len();
     let mut bufs: Vec<(Vec<f16>, Vec<f16>)> = Vec::with_capacity(kv.layers());
     for layer in 0..kv.layers() {
         let (k, v) = kv.read_rows(layer, 0..len)?;

@@ -199,3 +199,52 @@ fn the_npu_cache_rejects_foreign_and_malformed_refreshes_before_writing() {
     a.apply_refresh(&r).unwrap();
     assert!(snapshot(&a) != before, "the valid refresh wrote nothing");
 }
+
+#[test]
+fn a_cpu_refresh_copies_bytes_in_proportion_to_its_rows_not_to_the_cache() {
+    // The CPU refresh attends over every cached row of every layer, reading the device cache's
+    // own bytes in place: nothing is copied out of it, and the merge writes only the refreshed
+    // rows' K/V. So the bytes moved by a refresh + merge are the same for a cache of 32 rows and
+    // one of 160, and grow with the refreshed rows alone.
+    let cfg = tiny_llada();
+    let dir = TempDir::new("npu-refresh-bytes").unwrap();
+    write_model(dir.path(), &cfg, 29, DType::F16, 1).unwrap();
+    let dev = HexagonDevice::open(HexagonConfig {
+        va_window_bytes: 64 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let model = load(dir.path(), Backend::Hexagon(dev.clone()));
+    assert!(model.runs_blocks_on_npu());
+    // f16 K and V of one position in every layer.
+    let row_bytes = (2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim() * 2) as u64;
+    for (len, rows) in [(32usize, 1usize), (160, 1), (160, 5)] {
+        let mut s = model.new_sequence().unwrap();
+        let x = ids(len, cfg.vocab_size as u32 - 3, cfg.special.mask, 7);
+        s.forward_full(&canvas(&x), Rows::None).unwrap();
+        s.commit(0..len).unwrap();
+        let mut revised = x.clone();
+        let positions: Vec<usize> = (0..rows).map(|i| 3 + 5 * i).collect();
+        for &p in &positions {
+            revised[p] = (revised[p] + 11) % (cfg.vocab_size as u32 - 3);
+        }
+        let before = dev.counters();
+        let r = s
+            .compute_refresh(&canvas(&revised), &positions, Some(&positions))
+            .unwrap();
+        let read = dev.counters().since(&before);
+        s.apply_refresh(&r).unwrap();
+        let merged = dev.counters().since(&before);
+        assert_eq!(
+            (read.bytes_staged_in, read.bytes_staged_out),
+            (0, 0),
+            "a refresh of {rows} rows over a cache of {len} copied bytes: {read:?}"
+        );
+        assert_eq!(
+            (merged.bytes_staged_in, merged.bytes_staged_out),
+            (rows as u64 * row_bytes, 0),
+            "the merge of {rows} rows (cache of {len})"
+        );
+        assert!(r.logits.is_some());
+    }
+}

@@ -23,7 +23,7 @@ use kernels_dsp::*;
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::{align_tensor, DeviceBuffer};
-use crate::ops::{typed_mut, Wire};
+use crate::ops::{typed, typed_mut, Wire};
 
 /// Growth and copy counters of a [`DeviceKv`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -383,6 +383,55 @@ impl DeviceKv {
             )));
         }
         self.gather(layer, &runs(positions))
+    }
+
+    /// Run `f` on the cached rows `[0, len)` of every layer, read in place: per layer `(k, v)`,
+    /// each `(len, kv_heads, head_dim)` f16 (keys with RoPE applied) — no copy. A batch of one
+    /// sequence only (the rows of several sequences are not contiguous: use [`Self::read_rows`]).
+    /// Allowed while a forward is in flight (it appends after `len`); each layer's buffer is
+    /// locked for host access during `f`, so a batch cannot be registered on it meanwhile (a
+    /// forward submits all its batches before returning its handle, so the one in flight is not
+    /// held up), and host writes to the cache wait.
+    pub fn with_cached_rows<R>(&self, f: impl FnOnce(&[(&[f16], &[f16])]) -> R) -> Result<R> {
+        if self.batch != 1 {
+            return Err(invalid(format!(
+                "in-place reads need a batch of one sequence (this cache holds {})",
+                self.batch
+            )));
+        }
+        let n = self.len * self.row_bytes();
+        let ranges = [(0, n), (self.v_base(self.capacity), n)];
+        let mut layers: Vec<(&[f16], &[f16])> = Vec::with_capacity(self.layers);
+        self.nest(&ranges, &mut layers, f)
+    }
+
+    /// Hold layer `layers.len()`'s buffer for reading and recurse; at the last layer, run `f`.
+    fn nest<'a, R>(
+        &'a self,
+        ranges: &[(usize, usize)],
+        layers: &mut Vec<(&'a [f16], &'a [f16])>,
+        f: impl FnOnce(&[(&[f16], &[f16])]) -> R,
+    ) -> Result<R> {
+        let li = layers.len();
+        if li == self.layers {
+            return Ok(f(layers));
+        }
+        self.bufs[li].read_in_place(ranges, |views| {
+            let (k, v) = (typed::<f16>(views[0])?, typed::<f16>(views[1])?);
+            // SAFETY: the views are valid while this closure runs, and every use of them below
+            // (the recursion and `f`) returns before it does; they are dropped from `layers`
+            // before the lock that guards them is released.
+            let (k, v): (&'a [f16], &'a [f16]) = unsafe {
+                (
+                    std::slice::from_raw_parts(k.as_ptr(), k.len()),
+                    std::slice::from_raw_parts(v.as_ptr(), v.len()),
+                )
+            };
+            layers.push((k, v));
+            let out = self.nest(ranges, layers, f);
+            layers.pop();
+            out
+        })?
     }
 
     fn gather(&self, layer: usize, runs: &[Range<usize>]) -> Result<(Tensor, Tensor)> {

@@ -305,6 +305,36 @@ impl DeviceBuffer {
                 f(bytes)
             })
     }
+
+    /// Run `f` on shared views of the host bytes of `ranges` (`(offset, len)` each) after
+    /// checking them against the batches in flight as reads: no copy. The buffer's lease lock is
+    /// held meanwhile, so no batch can be registered on the buffer during `f` (batches already in
+    /// flight may keep reading anything and writing outside the ranges), and no host writer of
+    /// the buffer can run either (they take the same lock).
+    pub(crate) fn read_in_place<T>(
+        &self,
+        ranges: &[(usize, usize)],
+        f: impl FnOnce(&[&[u8]]) -> T,
+    ) -> Result<T> {
+        for &(off, n) in ranges {
+            self.check_bounds(off, n)?;
+        }
+        let checked: Vec<(u64, u64, Access)> = ranges
+            .iter()
+            .map(|&(off, n)| (off as u64, (off + n) as u64, Access::Read))
+            .collect();
+        self.leases.with_checked(self.id, &checked, || {
+            // SAFETY: bounds checked; no batch in flight writes the ranges and none can be
+            // registered while the lock is held; host writers of this buffer need the same lock
+            // (`with_host_bytes`), so no mutable view of it exists during `f`; the views do not
+            // outlive the call.
+            let views: Vec<&[u8]> = ranges
+                .iter()
+                .map(|&(off, n)| unsafe { self.shm.slice::<u8>(off, n) }.expect("bounds checked"))
+                .collect();
+            f(&views)
+        })
+    }
 }
 
 impl Drop for DeviceBuffer {

@@ -20,11 +20,14 @@ pub struct SharedMemory {
     release: Option<Release>,
 }
 
-// SAFETY: the memory is plain bytes owned by this value; every access goes through raw copies.
-// Once the memory is registered with the DSP (a `DeviceBuffer`), host access goes through the
-// buffer's checked methods, which exclude batches in flight (see `memory::leases`).
+// SAFETY: the memory is plain bytes owned by this value (no thread affinity). Its safe methods
+// copy bytes in and out; the crate-internal views (`slice`, `slice_mut`) are `unsafe` and their
+// callers uphold the aliasing rules: once the memory is registered with the DSP (a
+// `DeviceBuffer`), host views are taken only under the buffer's lease lock, after checking the
+// batches in flight (`memory::leases`), shared for reads and exclusive for writes.
 unsafe impl Send for SharedMemory {}
-// SAFETY: as above; `&SharedMemory` only exposes copies in and out.
+// SAFETY: as above: concurrent `&SharedMemory` users either copy (each copy is a plain read or
+// write of bytes no Rust reference aliases) or hold a view under the lease lock.
 unsafe impl Sync for SharedMemory {}
 
 impl std::fmt::Debug for SharedMemory {
@@ -174,6 +177,18 @@ impl SharedMemory {
         // SAFETY: bounds checked.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), v.as_mut_ptr(), n) };
         Ok(v)
+    }
+
+    /// A shared typed view of `[off, off + n * size_of::<T>())`.
+    ///
+    /// # Safety
+    /// No mutable view of the range may be alive while this one is, and the DSP must not write
+    /// it. `off` must be aligned for `T`.
+    pub(crate) unsafe fn slice<T>(&self, off: usize, n: usize) -> Result<&[T]> {
+        self.check(off, n * std::mem::size_of::<T>())?;
+        let p = self.ptr.as_ptr().add(off);
+        debug_assert_eq!(p as usize % std::mem::align_of::<T>(), 0);
+        Ok(std::slice::from_raw_parts(p as *const T, n))
     }
 
     /// A mutable typed view of `[off, off + n * size_of::<T>())`.

@@ -60,6 +60,25 @@ pub(crate) fn typed_mut<T: Plain>(b: &mut [u8]) -> Result<&mut [T]> {
     Ok(unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut T, b.len() / size) })
 }
 
+/// View host bytes of shared memory as `T`s, read-only.
+pub(crate) fn typed<T: Plain>(b: &[u8]) -> Result<&[T]> {
+    let size = std::mem::size_of::<T>();
+    if !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
+        || !b.len().is_multiple_of(size)
+    {
+        return Err(Error::InvalidInput {
+            op: "read",
+            detail: format!(
+                "{} bytes at {:p} are not a whole, aligned slice",
+                b.len(),
+                b.as_ptr()
+            ),
+        });
+    }
+    // SAFETY: aligned, whole elements, every bit pattern of T is valid; same lifetime as `b`.
+    Ok(unsafe { std::slice::from_raw_parts(b.as_ptr() as *const T, b.len() / size) })
+}
+
 /// The element type of a tensor in shared memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wire {
