@@ -188,6 +188,9 @@ impl HexagonDevice {
             stall_ns: s.stall_ns,
             overlapped_ns: s.overlapped_ns,
             plans_built: s.plans,
+            host_weight_bytes: m.host_weight_bytes,
+            shared_weight_bytes: m.shared_weight_bytes,
+            npu_weight_bytes: m.npu_weight_bytes,
         }
     }
 
@@ -550,6 +553,18 @@ pub struct DeviceCounters {
     /// Placement plans the memory runtime built (`somr`: one per placement, a re-plan after the
     /// window filled up counts again; profiling forwards are not plans).
     pub plans_built: u64,
+    /// Gauge (the value now, kept as is by [`Self::since`]): packed linear weight bytes held in
+    /// host memory the NPU never maps (a host copy beside the NPU's: the transport cannot map
+    /// ranges of shared memory, so resident weights are copied). 0 on the emulated DSP.
+    pub host_weight_bytes: u64,
+    /// Gauge: packed linear weight bytes held once, in shared memory the host reads in place and
+    /// the NPU maps in place when they are resident.
+    pub shared_weight_bytes: u64,
+    /// Gauge: packed linear weight bytes the NPU side holds in mappings that are separate
+    /// copies: resident weights copied into mappings of their own, the `naive` / `paging`
+    /// policies' on-demand mappings, and the `somr` staging slots' capacity. Norm vectors and
+    /// RoPE tables (one pinned copy) are not counted in any of the three.
+    pub npu_weight_bytes: u64,
 }
 
 impl DeviceCounters {
@@ -578,6 +593,10 @@ impl DeviceCounters {
             stall_ns: d(self.stall_ns, earlier.stall_ns),
             overlapped_ns: d(self.overlapped_ns, earlier.overlapped_ns),
             plans_built: d(self.plans_built, earlier.plans_built),
+            // Gauges: what is held now.
+            host_weight_bytes: self.host_weight_bytes,
+            shared_weight_bytes: self.shared_weight_bytes,
+            npu_weight_bytes: self.npu_weight_bytes,
         }
     }
 }
