@@ -181,7 +181,7 @@ impl Memory {
                     if file.shared() {
                         ""
                     } else {
-                        " the transport cannot map in place"
+                        " (the transport cannot map it in place)"
                     }
                 ),
             });

@@ -431,4 +431,28 @@ mod tests {
         w.unmap(m).unwrap();
         assert_eq!(w.stats().mapped_bytes, 0);
     }
+
+    #[test]
+    fn a_range_of_a_file_maps_in_place_at_its_offset() {
+        let w = VaWindow::reserve(4 * MIB, 4).unwrap();
+        let page = w.page() as usize;
+        let shm = crate::memory::SharedMemory::memfd("va-range", 3 * page).unwrap();
+        shm.write(page, &[5, 6, 7]).unwrap();
+        // The second page only, read-only: one page of the window, the file's own bytes.
+        let m = w.map_range(shm.fd(), page as u64, 1, false).unwrap();
+        assert_eq!(m.len(), page as u64);
+        let p = m.npu_addr().unwrap();
+        // SAFETY: the mapping is live and one page long; only read.
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, 3) }, &[5, 6, 7]);
+        // A later host write shows through: the same pages, not a copy.
+        shm.write(page + 1, &[9]).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { *p.add(1) }, 9);
+        assert!(matches!(
+            w.map_range(shm.fd(), 1, 1, false),
+            Err(Error::InvalidInput { .. })
+        ));
+        assert_eq!(w.stats().mapped_bytes, page as u64);
+        w.unmap(m).unwrap();
+    }
 }

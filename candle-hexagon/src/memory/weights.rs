@@ -115,8 +115,9 @@ pub(crate) struct WeightFile {
 }
 
 impl WeightFile {
-    /// The allocation (its fd is what a resident mapping maps).
-    pub(crate) fn shm(&self) -> &SharedMemory {
+    /// The allocation (its fd is what a resident mapping maps). Memory-module only, and never
+    /// written through: the views hand out `&[u8]` of it.
+    pub(super) fn shm(&self) -> &SharedMemory {
         &self.shm
     }
 
