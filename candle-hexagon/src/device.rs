@@ -189,6 +189,9 @@ impl HexagonDevice {
             overlapped_ns: s.overlapped_ns,
             plans_built: s.plans,
             shape_plans_built: s.shape_plans,
+            host_weight_bytes: m.host_weight_bytes,
+            shared_weight_bytes: m.shared_weight_bytes,
+            npu_weight_bytes: m.npu_weight_bytes,
         }
     }
 
@@ -554,6 +557,18 @@ pub struct DeviceCounters {
     /// Activation layouts the weight-owning modules built: one per shape bucket (rows rounded
     /// up to whole 32-row tiles) while it stays in a module's bounded cache.
     pub shape_plans_built: u64,
+    /// Gauge (the value now, kept as is by [`Self::since`]): packed linear weight bytes held in
+    /// host memory the NPU never maps (a host copy beside the NPU's: the transport cannot map
+    /// ranges of shared memory, so resident weights are copied). 0 on the emulated DSP.
+    pub host_weight_bytes: u64,
+    /// Gauge: packed linear weight bytes held once, in shared memory the host reads in place and
+    /// the NPU maps in place when they are resident.
+    pub shared_weight_bytes: u64,
+    /// Gauge: packed linear weight bytes the NPU side holds in mappings that are separate
+    /// copies: resident weights copied into mappings of their own, the `naive` / `paging`
+    /// policies' on-demand mappings, and the `somr` staging slots' capacity. Norm vectors and
+    /// RoPE tables (one pinned copy) are not counted in any of the three.
+    pub npu_weight_bytes: u64,
 }
 
 impl DeviceCounters {
@@ -583,6 +598,10 @@ impl DeviceCounters {
             overlapped_ns: d(self.overlapped_ns, earlier.overlapped_ns),
             plans_built: d(self.plans_built, earlier.plans_built),
             shape_plans_built: d(self.shape_plans_built, earlier.shape_plans_built),
+            // Gauges: what is held now.
+            host_weight_bytes: self.host_weight_bytes,
+            shared_weight_bytes: self.shared_weight_bytes,
+            npu_weight_bytes: self.npu_weight_bytes,
         }
     }
 }

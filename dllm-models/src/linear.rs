@@ -92,7 +92,24 @@ enum Packed {
     Quant(QuantMatrix),
     Dense(DenseMatrix),
     /// Tiles another owner packed (the NPU module's host bytes), read in place.
-    Shared(TileFormat, Arc<[u8]>),
+    Shared(TileFormat, SharedTiles),
+}
+
+/// Bytes another owner holds (the NPU module's weight file in shared memory), read in place.
+struct SharedTiles(Box<dyn AsRef<[u8]> + Send + Sync>);
+
+impl std::ops::Deref for SharedTiles {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        (*self.0).as_ref()
+    }
+}
+
+impl std::fmt::Debug for SharedTiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedTiles({} bytes)", self.len())
+    }
 }
 
 /// The NPU tile layouts kernels-cpu reads directly (byte for byte its own packed layouts).
@@ -158,9 +175,10 @@ impl CpuLinear {
         format: TileFormat,
         n: usize,
         k: usize,
-        bytes: Arc<[u8]>,
+        bytes: impl AsRef<[u8]> + Send + Sync + 'static,
         bias: Option<&Tensor>,
     ) -> Result<Self> {
+        let bytes = SharedTiles(Box::new(bytes));
         match format {
             TileFormat::Q4_0 => drop(QuantView::q4_0_tiles(&bytes, n, k)?),
             TileFormat::F16Hmx => drop(DenseView::hmx_f16_tiles(&bytes, n, k)?),

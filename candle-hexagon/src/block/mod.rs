@@ -54,7 +54,7 @@ use crate::error::{Error, Result};
 use crate::memory::WeightSlot;
 use crate::ops::linear::{PackedFormat, Placed};
 use crate::routing::{Decision, OpDesc, OpKind, Reason, Support, Tier, WeightFormat};
-use crate::runtime::{HostWeight, MemoryPlan, Runtime};
+use crate::runtime::{HostWeights, MemoryPlan, Runtime};
 use packed::{group_format, rope_tables, PackedLinear, Pinned};
 pub use packed::{PackedBlockWeights, PackedWeight};
 
@@ -355,7 +355,21 @@ impl HexTransformer {
         tier: Tier,
     ) -> Result<Self> {
         let (h, nq, ff) = (cfg.hidden, cfg.heads * cfg.head_dim, cfg.ffn);
-        let mut host: Vec<HostWeight> = Vec::new();
+        // The weight file's room: every block's four packed groups and the head (if it ends up
+        // on the CPU its room is never written and costs nothing).
+        let mut lens = Vec::with_capacity(4 * w.blocks.len() + 1);
+        for (b, f) in w.blocks.iter().zip(formats) {
+            lens.push(packed::packed_len(f[0], &[b.q, b.k, b.v], h)?);
+            lens.push(packed::packed_len(f[1], &[b.o], nq)?);
+            lens.push(packed::packed_len(f[2], &[b.gate, b.up], h)?);
+            lens.push(packed::packed_len(f[3], &[b.down], ff)?);
+        }
+        if let Some(hw) = &w.lm_head {
+            if let Ok(f) = packed::format_of(hw) {
+                lens.push(packed::packed_len(f, &[*hw], cfg.hidden)?);
+            }
+        }
+        let mut host = HostWeights::new(dev, lens)?;
         let mut pinned = Pinned::default();
         let mut blocks = Vec::with_capacity(w.blocks.len());
         for (i, (b, f)) in w.blocks.iter().zip(formats).enumerate() {
@@ -426,7 +440,7 @@ impl HexTransformer {
                 cos,
                 sin,
                 pinned,
-                runtime: Runtime::new(dev, host),
+                runtime: Runtime::new(dev, host.seal(dev)),
                 tier,
                 plans: Mutex::new(plan::PlanCache::default()),
             }),
@@ -439,7 +453,7 @@ impl HexTransformer {
         dev: &HexagonDevice,
         cfg: &HexTransformerConfig,
         hw: &WeightRef<'_>,
-        host: &mut Vec<HostWeight>,
+        host: &mut HostWeights,
         pinned: &mut Pinned,
     ) -> Result<(Option<PackedLinear>, Option<Reason>)> {
         let weights = match hw {
@@ -469,7 +483,7 @@ impl HexTransformer {
                     host,
                     pinned,
                 )?;
-                let bytes = host[p.w].bytes.len() as u64;
+                let bytes = host.len_of(p.w) as u64;
                 dev.stats()
                     .record_placement(kind, Decision::Npu(tier), bytes);
                 Ok((Some(p), None))

@@ -1,6 +1,7 @@
 //! Load-time packing for the block module: fused projections (QKV, gate/up) stacked along the
-//! output dimension and packed once into fp16 HMX tiles or Q4_0 tiles (kept in host memory; the
-//! memory runtime decides where the DSP reads them from), fused biases, and the pinned f32
+//! output dimension and packed once into fp16 HMX tiles or Q4_0 tiles (written straight into the
+//! module's shared weight file, the one copy the host reads and the NPU maps; the memory runtime
+//! decides where the DSP reads them from), fused biases, and the pinned f32
 //! vectors (norm weights, biases, RoPE tables), mapped once into one buffer of their own.
 
 use candle_core::quantized::GgmlDType;
@@ -16,7 +17,7 @@ use crate::memory::{align_tensor, WeightSlot};
 use crate::ops::linear::PackedFormat;
 use crate::ops::{tiled, to_f32_vec};
 use crate::routing::Reason;
-use crate::runtime::{virtual_id, HostWeight};
+use crate::runtime::{virtual_id, HostWeight, HostWeights};
 
 /// The packed format a checkpoint weight gets, or why it cannot be packed.
 pub(crate) fn format_of(w: &WeightRef<'_>) -> std::result::Result<PackedFormat, Reason> {
@@ -68,6 +69,18 @@ pub(crate) fn dims_of(w: &WeightRef<'_>) -> Result<(usize, usize)> {
     })
 }
 
+/// Bytes of `parts` (each `(n_i, k)`) stacked and packed in `format`.
+pub(crate) fn packed_len(format: PackedFormat, parts: &[WeightRef<'_>], k: usize) -> Result<usize> {
+    let mut n = 0;
+    for p in parts {
+        n += dims_of(p)?.0;
+    }
+    Ok(match format {
+        PackedFormat::F16Tiles => layout::f16_tiles_len(n, k),
+        PackedFormat::Q4_0Tiles => layout::q4_0_tiles_len(n, k),
+    })
+}
+
 /// A linear layer packed for the NPU: `y = x W^T (+ b)`, `W (n, k)`. The weight is runtime
 /// weight `w` (its descriptor names a virtual buffer until the runtime places it); the bias is
 /// pinned vector `bias`.
@@ -82,15 +95,15 @@ pub(crate) struct PackedLinear {
 
 impl PackedLinear {
     /// Stack `parts` (each `(n_i, k)`, one format) along the output dimension and pack them
-    /// once into host memory as runtime weight `name`. `biases` (one per part, or empty) become
-    /// one fused pinned f32 bias (zeros where a part has none).
+    /// once into the shared weight file as runtime weight `name`. `biases` (one per part, or
+    /// empty) become one fused pinned f32 bias (zeros where a part has none).
     pub(crate) fn pack(
         name: String,
         parts: &[WeightRef<'_>],
         biases: &[Option<&Tensor>],
         format: PackedFormat,
         k: usize,
-        host: &mut Vec<HostWeight>,
+        host: &mut HostWeights,
         pinned: &mut Pinned,
     ) -> Result<Self> {
         let widths: Vec<usize> = parts
@@ -98,7 +111,9 @@ impl PackedLinear {
             .map(|p| dims_of(p).map(|d| d.0))
             .collect::<Result<_>>()?;
         let n: usize = widths.iter().sum();
-        let bytes = match format {
+        // The packed tiles go straight into the (zero-filled) weight file.
+        let len = packed_len(format, parts, k)?;
+        let w = match format {
             PackedFormat::F16Tiles => {
                 let mut w16: Vec<f16> = Vec::with_capacity(n * k);
                 for p in parts {
@@ -107,9 +122,9 @@ impl PackedLinear {
                     };
                     w16.extend(t.to_dtype(DType::F16)?.flatten_all()?.to_vec1::<f16>()?);
                 }
-                let mut dst = vec![0u8; layout::f16_tiles_len(n, k)];
-                layout::pack_f16_tiles_into(&mut dst, &w16, n, k)?;
-                dst
+                host.push(name, len, |dst| {
+                    layout::pack_f16_tiles_into(dst, &w16, n, k)
+                })?
             }
             PackedFormat::Q4_0Tiles => {
                 // ggml Q4_0 rows are independent blocks: stacking rows is concatenating bytes.
@@ -120,9 +135,9 @@ impl PackedLinear {
                     };
                     blocks.extend_from_slice(&q.data()?);
                 }
-                let mut dst = vec![0u8; layout::q4_0_tiles_len(n, k)];
-                layout::pack_q4_0_tiles_into(&mut dst, &blocks, n, k)?;
-                dst
+                host.push(name, len, |dst| {
+                    layout::pack_q4_0_tiles_into(dst, &blocks, n, k)
+                })?
             }
         };
         let bias = if biases.iter().any(Option::is_some) {
@@ -137,12 +152,8 @@ impl PackedLinear {
         } else {
             None
         };
-        host.push(HostWeight {
-            name,
-            bytes: bytes.into(),
-        });
         Ok(PackedLinear {
-            w: host.len() - 1,
+            w,
             format,
             n,
             k,
@@ -169,9 +180,10 @@ impl PackedLinear {
 }
 
 /// A linear weight of a [`super::HexTransformer`] as the host holds it: the packed bytes the
-/// memory runtime maps into the NPU window or streams through staging, shared (not copied) with
-/// any host reader. `bytes` is `W[n][k]` in `format`'s tile layout (fp16 HMX weight tiles or
-/// Q4_0 tiles, see [`crate::layout`]); fused groups are stacked along `n`.
+/// memory runtime maps into the NPU window (in place, when the transport can) or streams through
+/// staging, shared (not copied) with any host reader. `bytes` is `W[n][k]` in `format`'s tile
+/// layout (fp16 HMX weight tiles or Q4_0 tiles, see [`crate::layout`]); fused groups are stacked
+/// along `n`.
 #[derive(Debug, Clone)]
 pub struct PackedWeight {
     /// The tile layout of `bytes`.
@@ -180,8 +192,9 @@ pub struct PackedWeight {
     pub n: usize,
     /// Input features (columns of `W`).
     pub k: usize,
-    /// The packed bytes (`layout::f16_tiles_len(n, k)` or `layout::q4_0_tiles_len(n, k)`).
-    pub bytes: std::sync::Arc<[u8]>,
+    /// The packed bytes (`layout::f16_tiles_len(n, k)` or `layout::q4_0_tiles_len(n, k)`): a
+    /// read-only view of the module's weight file in shared memory.
+    pub bytes: crate::memory::WeightBytes,
 }
 
 /// One block's packed linear weights, fused the way the NPU runs them.

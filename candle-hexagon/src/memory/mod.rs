@@ -11,11 +11,15 @@
 //!   so concurrent calls never wait for each other's buffer).
 //! - leases (`leases.rs`): the byte ranges submitted batches may still touch; every safe host
 //!   access to a [`DeviceBuffer`] is checked against them.
+//! - the weight file (`weights.rs`): a module's packed linear weights, written once at load time
+//!   into shared memory; the host reads them in place ([`WeightBytes`]) and resident weights are
+//!   mapped from the same memory ([`DeviceBuffer`]s over a range of it), not copied.
 
 pub(crate) mod leases;
 mod pool;
 mod shared_buffer;
 mod va_window;
+mod weights;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +28,8 @@ pub(crate) use pool::{BufferPool, PooledBuffer};
 pub use pool::{MAX_IDLE_BUFFERS, MIN_POOLED_BYTES};
 pub use shared_buffer::SharedMemory;
 pub use va_window::{page_size, round_up, Mapping, VaStats, VaWindow};
+pub use weights::WeightBytes;
+pub(crate) use weights::{WeightFile, WeightFileBuilder};
 
 use crate::error::{Error, Result};
 use crate::transport::Transport;
@@ -70,6 +76,18 @@ pub struct MemoryStats {
     pub weight_bytes: u64,
     /// Buffers whose unregister/unmap failed on drop (their id and range are never reused).
     pub release_failures: u64,
+    /// Packed linear weights held now in host memory the NPU never maps (the host copy when the
+    /// transport cannot map ranges of shared memory, so resident weights are copied). Norm
+    /// vectors and RoPE tables (pinned, one copy in one mapping) are not counted.
+    pub host_weight_bytes: u64,
+    /// Packed linear weights held now in shared memory that the host reads in place and the NPU
+    /// maps in place when they are resident: the one copy of the weights.
+    pub shared_weight_bytes: u64,
+    /// Packed linear weight bytes the NPU side holds now in mappings that are separate copies
+    /// (not the memory of the host bytes): resident weights copied into their own mappings,
+    /// the `naive` / `paging` policies' on-demand mappings, and the capacity of the `somr`
+    /// staging slots (streamed weights are copied through them).
+    pub npu_weight_bytes: u64,
 }
 
 /// The transport plus the books: window, buffer ids, counters.
@@ -82,6 +100,9 @@ pub(crate) struct Memory {
     staged_out: AtomicU64,
     weight_bytes: AtomicU64,
     release_failures: AtomicU64,
+    host_weight_bytes: AtomicU64,
+    shared_weight_bytes: AtomicU64,
+    npu_weight_bytes: AtomicU64,
 }
 
 impl Memory {
@@ -96,6 +117,9 @@ impl Memory {
             staged_out: AtomicU64::new(0),
             weight_bytes: AtomicU64::new(0),
             release_failures: AtomicU64::new(0),
+            host_weight_bytes: AtomicU64::new(0),
+            shared_weight_bytes: AtomicU64::new(0),
+            npu_weight_bytes: AtomicU64::new(0),
         }
     }
 
@@ -106,6 +130,9 @@ impl Memory {
             staged_out: self.staged_out.load(Ordering::Relaxed),
             weight_bytes: self.weight_bytes.load(Ordering::Relaxed),
             release_failures: self.release_failures.load(Ordering::Relaxed),
+            host_weight_bytes: self.host_weight_bytes.load(Ordering::Relaxed),
+            shared_weight_bytes: self.shared_weight_bytes.load(Ordering::Relaxed),
+            npu_weight_bytes: self.npu_weight_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -130,6 +157,50 @@ impl Memory {
         }
         let shm = self.transport.alloc(len)?;
         let mapping = self.window.map(shm.fd(), len as u64)?;
+        self.register(Backing::Owned(shm), mapping)
+    }
+
+    /// Map `[offset, offset + len)` of a sealed weight file (`offset` a page multiple) into the
+    /// window, read-only, and register it: resident weights in place, no allocation and no
+    /// copy. The window's budget and entry limit apply as to [`Self::map`]. Only for a file whose
+    /// transport maps shared ranges ([`WeightFile::shared`]).
+    pub(crate) fn map_weights(
+        self: &Arc<Self>,
+        file: &Arc<WeightFile>,
+        offset: usize,
+        len: usize,
+    ) -> Result<DeviceBuffer> {
+        let page = self.window.page();
+        let len = round_up(len.max(1) as u64, page) as usize;
+        if !file.shared() || offset.checked_add(len).is_none_or(|e| e > file.shm().len()) {
+            return Err(Error::InvalidInput {
+                op: "weight mapping",
+                detail: format!(
+                    "{len} bytes at {offset} of a {}-byte weight file{}",
+                    file.shm().len(),
+                    if file.shared() {
+                        ""
+                    } else {
+                        " (the transport cannot map it in place)"
+                    }
+                ),
+            });
+        }
+        let mapping = self
+            .window
+            .map_range(file.shm().fd(), offset as u64, len as u64, false)?;
+        self.register(
+            Backing::Weights {
+                file: file.clone(),
+                offset,
+                len,
+            },
+            mapping,
+        )
+    }
+
+    /// Give `mapping` of `backing` a buffer id and register it with the DSP.
+    fn register(self: &Arc<Self>, backing: Backing, mapping: Mapping) -> Result<DeviceBuffer> {
         let Some(id) = self.ids.lock().expect("id lock").pop() else {
             let _ = self.window.unmap(mapping);
             return Err(Error::MapperEntries {
@@ -137,8 +208,10 @@ impl Memory {
             });
         };
         // SAFETY: the memory becomes a DeviceBuffer, whose host access is checked against the
-        // leases of submitted batches; shm and mapping live in it until Drop detaches them.
-        if let Err(e) = unsafe { self.transport.attach(id, &shm, &mapping) } {
+        // leases of submitted batches (or refused: a weight-file range is read-only, and nothing
+        // writes a sealed weight file); the backing and mapping live in it until Drop detaches
+        // them.
+        if let Err(e) = unsafe { self.transport.attach(id, backing.shm(), &mapping) } {
             let _ = self.window.unmap(mapping);
             self.ids.lock().expect("id lock").push(id);
             return Err(e);
@@ -148,10 +221,34 @@ impl Memory {
         Ok(DeviceBuffer {
             mem: self.clone(),
             id,
-            shm,
+            backing,
             mapping: Some(mapping),
             leases,
+            weight_copy_bytes: 0,
         })
+    }
+}
+
+/// The memory behind a [`DeviceBuffer`].
+enum Backing {
+    /// An allocation of its own, host-writable through the checked methods.
+    Owned(SharedMemory),
+    /// A page-aligned range of a sealed weight file, mapped read-only: the host reads these
+    /// bytes through [`WeightBytes`], never through the buffer.
+    Weights {
+        file: Arc<WeightFile>,
+        offset: usize,
+        len: usize,
+    },
+}
+
+impl Backing {
+    /// The allocation the transport attaches (the whole weight file for a range of it).
+    fn shm(&self) -> &SharedMemory {
+        match self {
+            Backing::Owned(s) => s,
+            Backing::Weights { file, .. } => file.shm(),
+        }
     }
 }
 
@@ -164,17 +261,20 @@ impl Memory {
 pub struct DeviceBuffer {
     mem: Arc<Memory>,
     id: u32,
-    shm: SharedMemory,
+    backing: Backing,
     mapping: Option<Mapping>,
     leases: Arc<BufferLeases>,
+    /// Bytes counted in [`MemoryStats::npu_weight_bytes`] for this buffer.
+    weight_copy_bytes: u64,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBuffer")
             .field("id", &self.id)
-            .field("len", &self.shm.len())
+            .field("len", &self.len())
             .field("window_offset", &self.window_offset())
+            .field("weight_file_range", &self.weight_file_offset().is_some())
             .finish()
     }
 }
@@ -187,12 +287,47 @@ impl DeviceBuffer {
 
     /// Length in bytes (a page multiple).
     pub fn len(&self) -> usize {
-        self.shm.len()
+        match &self.backing {
+            Backing::Owned(s) => s.len(),
+            Backing::Weights { len, .. } => *len,
+        }
     }
 
     /// Always false.
     pub fn is_empty(&self) -> bool {
-        self.shm.is_empty()
+        self.len() == 0
+    }
+
+    /// For a buffer mapping a range of a weight file in place: the range's offset in the file.
+    pub(crate) fn weight_file_offset(&self) -> Option<usize> {
+        match &self.backing {
+            Backing::Owned(_) => None,
+            Backing::Weights { offset, .. } => Some(*offset),
+        }
+    }
+
+    /// The host memory of an owned buffer; a weight-file range has no host access here.
+    fn owned(&self) -> Result<&SharedMemory> {
+        match &self.backing {
+            Backing::Owned(s) => Ok(s),
+            Backing::Weights { .. } => Err(Error::InvalidInput {
+                op: "device buffer",
+                detail: format!(
+                    "buffer {} maps packed weights in place (read-only): the host reads them \
+                     through their WeightBytes",
+                    self.id
+                ),
+            }),
+        }
+    }
+
+    /// Count this buffer's `bytes` as a copy of weights the NPU side holds
+    /// ([`MemoryStats::npu_weight_bytes`]) until the buffer is dropped.
+    pub(crate) fn hold_weight_copy(&mut self, bytes: u64) {
+        self.weight_copy_bytes += bytes;
+        self.mem
+            .npu_weight_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// Offset of the mapping in the NPU window.
@@ -237,6 +372,7 @@ impl DeviceBuffer {
             .checked_add(n)
             .ok_or_else(|| self.bounds(lo, n))?;
         self.check_bounds(lo, hi - lo)?;
+        let shm = self.owned()?;
         let ranges = [
             (src as u64, (src + n) as u64, Access::Read),
             (dst as u64, (dst + n) as u64, Access::Write),
@@ -245,7 +381,7 @@ impl DeviceBuffer {
             // SAFETY: bounds checked; no batch in flight reads or writes the destination nor
             // writes the source, and none can be registered while the lock is held;
             // ptr::copy allows the ranges to overlap.
-            unsafe { std::ptr::copy(self.shm.as_ptr().add(src), self.shm.as_ptr().add(dst), n) }
+            unsafe { std::ptr::copy(shm.as_ptr().add(src), shm.as_ptr().add(dst), n) }
         })
     }
 
@@ -255,7 +391,7 @@ impl DeviceBuffer {
     /// No batch that may read or write `[off, off + data.len())` may be queued or running (its
     /// fence has completed), and no other thread may access those bytes during the call.
     pub unsafe fn write_unchecked(&self, off: usize, data: &[u8]) -> Result<()> {
-        self.shm.write(off, data)
+        self.owned()?.write(off, data)
     }
 
     /// Copy `n` bytes out without checking for batches in flight.
@@ -264,7 +400,7 @@ impl DeviceBuffer {
     /// No batch that may write `[off, off + n)` may be queued or running, and no other thread may
     /// write those bytes during the call.
     pub unsafe fn read_unchecked(&self, off: usize, n: usize) -> Result<Vec<u8>> {
-        self.shm.read(off, n)
+        self.owned()?.read(off, n)
     }
 
     fn bounds(&self, off: usize, n: usize) -> Error {
@@ -273,13 +409,13 @@ impl DeviceBuffer {
             detail: format!(
                 "access of {n} bytes at offset {off} outside buffer {} of {} bytes",
                 self.id,
-                self.shm.len()
+                self.len()
             ),
         }
     }
 
     fn check_bounds(&self, off: usize, n: usize) -> Result<()> {
-        if off.checked_add(n).is_none_or(|e| e > self.shm.len()) {
+        if off.checked_add(n).is_none_or(|e| e > self.len()) {
             return Err(self.bounds(off, n));
         }
         Ok(())
@@ -287,7 +423,8 @@ impl DeviceBuffer {
 
     /// Run `f` on the host bytes `[off, off + n)` after checking `access` against the batches in
     /// flight; the buffer's lease lock is held meanwhile, so no batch touching the buffer can be
-    /// registered (and start) during `f`. The one place host code dereferences shared memory.
+    /// registered (and start) during `f`. The one place host code dereferences shared memory
+    /// of a buffer; a weight-file range refuses (its bytes are read through `WeightBytes`).
     pub(crate) fn with_host_bytes<T>(
         &self,
         off: usize,
@@ -296,12 +433,13 @@ impl DeviceBuffer {
         f: impl FnOnce(&mut [u8]) -> T,
     ) -> Result<T> {
         self.check_bounds(off, n)?;
+        let shm = self.owned()?;
         self.leases
             .with_checked(self.id, &[(off as u64, (off + n) as u64, access)], || {
                 // SAFETY: bounds checked; the range conflicts with no batch in flight and none can
                 // start while the lock is held; the slice does not outlive the call. Host callers
                 // of one buffer are serialised by the same lock, so the slice is exclusive.
-                let bytes = unsafe { self.shm.slice_mut::<u8>(off, n) }.expect("bounds checked");
+                let bytes = unsafe { shm.slice_mut::<u8>(off, n) }.expect("bounds checked");
                 f(bytes)
             })
     }
@@ -319,6 +457,7 @@ impl DeviceBuffer {
         for &(off, n) in ranges {
             self.check_bounds(off, n)?;
         }
+        let shm = self.owned()?;
         let checked: Vec<(u64, u64, Access)> = ranges
             .iter()
             .map(|&(off, n)| (off as u64, (off + n) as u64, Access::Read))
@@ -330,7 +469,7 @@ impl DeviceBuffer {
             // outlive the call.
             let views: Vec<&[u8]> = ranges
                 .iter()
-                .map(|&(off, n)| unsafe { self.shm.slice::<u8>(off, n) }.expect("bounds checked"))
+                .map(|&(off, n)| unsafe { shm.slice::<u8>(off, n) }.expect("bounds checked"))
                 .collect();
             f(&views)
         })
@@ -339,12 +478,18 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        self.mem
+            .npu_weight_bytes
+            .fetch_sub(self.weight_copy_bytes, Ordering::Relaxed);
         let Some(mapping) = self.mapping.take() else {
             return;
         };
         // A failure here cannot be returned; it is counted, and the id / range stay unusable
         // rather than being handed out while the DSP may still reference them.
-        let detached = self.mem.transport.detach(self.id, &self.shm, &mapping);
+        let detached = self
+            .mem
+            .transport
+            .detach(self.id, self.backing.shm(), &mapping);
         if detached.is_err() {
             // Not unmapping keeps the range allocated in the window, so it is never reused.
             self.mem.release_failures.fetch_add(1, Ordering::Relaxed);

@@ -241,6 +241,32 @@ impl VaWindow {
 
     /// Place `len` bytes (rounded up to pages) of `fd` into the window.
     pub fn map(&self, fd: RawFd, len: u64) -> Result<Mapping> {
+        self.map_range(fd, 0, len, true)
+    }
+
+    /// Place `len` bytes (rounded up to pages) of `fd` from `file_offset` (a page multiple) into
+    /// the window, read-only unless `writable`. The same books as [`Self::map`]: the mapping
+    /// takes window space and an entry whether or not the memory is shared with other mappings.
+    pub fn map_range(
+        &self,
+        fd: RawFd,
+        file_offset: u64,
+        len: u64,
+        writable: bool,
+    ) -> Result<Mapping> {
+        if !file_offset.is_multiple_of(self.page) {
+            return Err(Error::InvalidInput {
+                op: "NPU window",
+                detail: format!(
+                    "file offset {file_offset} is not a multiple of the {}-byte page",
+                    self.page
+                ),
+            });
+        }
+        let file_offset = libc::off_t::try_from(file_offset).map_err(|_| Error::InvalidInput {
+            op: "NPU window",
+            detail: format!("file offset {file_offset} does not fit off_t"),
+        })?;
         let need = round_up(len.max(1), self.page);
         let mut st = self.state.lock().expect("window lock");
         if st.stats.entries >= self.entry_limit {
@@ -257,16 +283,21 @@ impl VaWindow {
         let npu_addr = match &self.reservation {
             Some(r) => {
                 let addr = r.base + off as usize;
+                let prot = if writable {
+                    libc::PROT_READ | libc::PROT_WRITE
+                } else {
+                    libc::PROT_READ
+                };
                 // SAFETY: [addr, addr + need) lies inside our reservation and is currently a
                 // PROT_NONE placeholder that nothing else uses; MAP_FIXED replaces it atomically.
                 let p = unsafe {
                     libc::mmap(
                         addr as *mut libc::c_void,
                         need as usize,
-                        libc::PROT_READ | libc::PROT_WRITE,
+                        prot,
                         libc::MAP_SHARED | libc::MAP_FIXED,
                         fd,
-                        0,
+                        file_offset,
                     )
                 };
                 if p == libc::MAP_FAILED {
@@ -399,5 +430,29 @@ mod tests {
         assert_eq!(shm.read(5, 1).unwrap(), vec![9]);
         w.unmap(m).unwrap();
         assert_eq!(w.stats().mapped_bytes, 0);
+    }
+
+    #[test]
+    fn a_range_of_a_file_maps_in_place_at_its_offset() {
+        let w = VaWindow::reserve(4 * MIB, 4).unwrap();
+        let page = w.page() as usize;
+        let shm = crate::memory::SharedMemory::memfd("va-range", 3 * page).unwrap();
+        shm.write(page, &[5, 6, 7]).unwrap();
+        // The second page only, read-only: one page of the window, the file's own bytes.
+        let m = w.map_range(shm.fd(), page as u64, 1, false).unwrap();
+        assert_eq!(m.len(), page as u64);
+        let p = m.npu_addr().unwrap();
+        // SAFETY: the mapping is live and one page long; only read.
+        assert_eq!(unsafe { std::slice::from_raw_parts(p, 3) }, &[5, 6, 7]);
+        // A later host write shows through: the same pages, not a copy.
+        shm.write(page + 1, &[9]).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { *p.add(1) }, 9);
+        assert!(matches!(
+            w.map_range(shm.fd(), 1, 1, false),
+            Err(Error::InvalidInput { .. })
+        ));
+        assert_eq!(w.stats().mapped_bytes, page as u64);
+        w.unmap(m).unwrap();
     }
 }

@@ -6,7 +6,8 @@
 //! from them; it knows nothing of tokens or models. Three policies, one switch
 //! ([`MemoryPolicy`], `HexagonConfig::memory_policy`):
 //!
-//! - **`naive`**: every weight gets its own mapping when a batch first uses it and keeps it;
+//! - **`naive`**: every weight gets its own mapping when a batch first uses it and keeps it
+//!   (its range of the module's weight file mapped in place when the transport can);
 //!   activations come from the device's generic buffer pool. A model larger than the window
 //!   fails with the window's own error ([`crate::Error::VaBudget`] / `MapperEntries`).
 //! - **`paging`**: the same on-demand mappings, with replacement: when the window or the mapper
@@ -14,8 +15,9 @@
 //!   is unmapped (after the batches reading it) and the mapping retried. No graph plan, no
 //!   prefetch: every miss is a synchronous map + copy.
 //! - **`somr`** (the default): [`graph`] capture, [`placement`] under the VA budget from a
-//!   profile, [`packing`] (residents in consumption order inside a few large mappings;
-//!   activations sharing offsets by live range), and double-buffered staging (`somr`): while
+//!   profile, [`packing`] (residents in consumption order inside a few large mappings: mapped in
+//!   place from the weight file when the transport can, else copied; activations sharing
+//!   offsets by live range), and double-buffered staging (`somr`): while
 //!   the DSP runs one stage from a slot, the host fills the other slot for the next stage, and
 //!   slots change hands only when the fence of the stage reading them has completed (the leases
 //!   refuse any host write into a slot a batch in flight still reads).
@@ -40,6 +42,7 @@ pub use report::{MemoryPlan, PlanRow};
 
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
+use crate::memory::{WeightBytes, WeightFileBuilder};
 use crate::transport::{Batch, Completion};
 use pager::Pager;
 use somr::Somr;
@@ -233,15 +236,64 @@ pub(crate) fn op_weight(op: &kernels_dsp::kdsp_op) -> Option<usize> {
     op.src[..n].iter().find_map(|t| weight_of(t.buffer_id))
 }
 
-/// A packed weight kept in host memory; the runtime decides where the DSP reads it from.
+/// A packed weight as the host holds it; the runtime decides where the DSP reads it from.
 #[derive(Debug)]
 pub(crate) struct HostWeight {
     /// Name for the plan printout (`block 3 gate/up`).
     pub(crate) name: String,
-    /// The packed bytes (tiles), shared with whoever else reads them on the host (the CPU
-    /// refresh path of `dllm-models` reads these same bytes; see
-    /// [`crate::HexTransformer::packed_block`]).
-    pub(crate) bytes: std::sync::Arc<[u8]>,
+    /// The packed bytes (tiles): a read-only view of the module's weight file in shared memory,
+    /// shared with whoever else reads them on the host (the CPU refresh path of `dllm-models`
+    /// reads these same bytes; see [`crate::HexTransformer::packed_block`]) and, when resident,
+    /// with the NPU (mapped in place, see [`crate::memory::WeightBytes`]).
+    pub(crate) bytes: WeightBytes,
+}
+
+/// A module's packed weights while they are being written at load time, straight into the
+/// shared weight file (no host heap copy in between).
+pub(crate) struct HostWeights {
+    file: WeightFileBuilder,
+    names: Vec<String>,
+}
+
+impl HostWeights {
+    /// Room for weights of `lens` bytes (an upper bound: room never written costs nothing).
+    pub(crate) fn new(dev: &HexagonDevice, lens: impl IntoIterator<Item = usize>) -> Result<Self> {
+        let page = dev.mem().window.page() as usize;
+        let capacity = lens
+            .into_iter()
+            .map(|l| WeightFileBuilder::footprint(page, l))
+            .sum();
+        Ok(HostWeights {
+            file: WeightFileBuilder::new(dev.mem(), capacity)?,
+            names: Vec::new(),
+        })
+    }
+
+    /// Add weight `name` of `len` bytes, written by `fill`; its index.
+    pub(crate) fn push(
+        &mut self,
+        name: String,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<usize> {
+        let w = self.file.push(len, fill)?;
+        self.names.push(name);
+        Ok(w)
+    }
+
+    /// Bytes of weight `w`.
+    pub(crate) fn len_of(&self, w: usize) -> usize {
+        self.file.len_of(w)
+    }
+
+    /// Seal the file: the weights, read-only from now on.
+    pub(crate) fn seal(self, dev: &HexagonDevice) -> Vec<HostWeight> {
+        self.names
+            .into_iter()
+            .zip(self.file.seal(dev.mem()))
+            .map(|(name, bytes)| HostWeight { name, bytes })
+            .collect()
+    }
 }
 
 /// Where the DSP finds a weight for one batch.
@@ -276,8 +328,8 @@ pub(crate) enum Policy {
     Somr(Box<Somr>),
 }
 
-/// The memory runtime of one weight-owning module: its weights (host copies) and the policy's
-/// state. Forwards of the module are prepared one at a time ([`Runtime::lock`]).
+/// The memory runtime of one weight-owning module: its weights (the one copy, in the module's
+/// shared weight file) and the policy's state. Forwards of the module are prepared one at a time ([`Runtime::lock`]).
 pub(crate) struct Runtime {
     pub(crate) dev: HexagonDevice,
     pub(crate) policy: MemoryPolicy,

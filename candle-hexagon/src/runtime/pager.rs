@@ -1,7 +1,9 @@
-//! The `naive` and `paging` policies: one mapping per weight, made when a batch first needs it
-//! (a synchronous map + copy). `naive` keeps every mapping; `paging` replaces the least recently
-//! used mapping not needed by the batch being prepared when the window or the mapper table is
-//! full. Neither knows the graph: there is no plan and no prefetch.
+//! The `naive` and `paging` policies: one mapping per weight, made when a batch first needs it.
+//! `naive` keeps every mapping, and maps the weight's range of the module's weight file in place
+//! (no copy) when the transport can; `paging` replaces the least recently used mapping not needed
+//! by the batch being prepared when the window or the mapper table is full, and every miss is a
+//! synchronous map + copy (the streaming baseline the `somr` policy is measured against).
+//! Neither knows the graph: there is no plan and no prefetch.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -52,7 +54,25 @@ impl Pager {
             }
             let start = Instant::now();
             let bytes = &rt.weights[w].bytes;
-            let buf = loop {
+            if !p.replace && bytes.file().shared() {
+                // naive: the weight stays mapped for good, so map it in place.
+                let buf =
+                    rt.dev
+                        .mem()
+                        .map_weights(bytes.file(), bytes.file_offset(), bytes.len())?;
+                rt.stats()
+                    .staged(0, start, Instant::now(), st.last.as_ref());
+                out.push((
+                    w,
+                    Loc {
+                        buffer: buf.id(),
+                        offset: 0,
+                    },
+                ));
+                p.mapped.insert(w, (buf, p.tick));
+                continue;
+            }
+            let mut buf = loop {
                 match rt.dev.map_buffer(bytes.len()) {
                     Ok(b) => break b,
                     Err(e) if e.is_resource_exhausted() && p.replace => {
@@ -64,6 +84,8 @@ impl Pager {
                 }
             };
             buf.write(0, bytes)?;
+            // The policy's mappings are copies (map + copy on every miss, by design).
+            buf.hold_weight_copy(bytes.len() as u64);
             rt.stats()
                 .staged(bytes.len() as u64, start, Instant::now(), st.last.as_ref());
             out.push((

@@ -3,8 +3,10 @@
 //! The first forward that needs a plan makes one from the op stream it is about to submit:
 //! its batches (one per block, weights named by virtual ids) are cut into *segments* (the ops
 //! from one weight-consuming op to the next). When every weight fits the budget, all are made
-//! resident at once (packed in consumption order into a few large mappings). Otherwise that
-//! forward is a *profiling* forward: each segment runs as its own batch and is waited for, every
+//! resident at once: mapped in place from the module's weight file (runs of weights adjacent in
+//! the file, which is in consumption order, one mapping each: no copy) when the transport can
+//! map ranges of shared memory, else copied in consumption order into a few large mappings.
+//! Otherwise that forward is a *profiling* forward: each segment runs as its own batch and is waited for, every
 //! weight that fits a slot is copied into one first, and the NPU time per segment and the copy
 //! time per weight are measured. The next forward places the weights from that profile
 //! ([`super::placement::place`]), maps the residents and the two slots, and runs pipelined:
@@ -24,12 +26,12 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use super::packing::pack_in_order;
+use super::packing::{pack_in_order, MappingPlan};
 use super::placement::{self, Placement, Segment, Stage, WeightInfo};
 use super::report::MemoryPlan;
 use super::{op_weight, Loc, Policy, Runtime, State};
 use crate::error::{Error, Result};
-use crate::memory::{align_tensor, DeviceBuffer, TENSOR_ALIGN};
+use crate::memory::{align_tensor, round_up, DeviceBuffer, TENSOR_ALIGN};
 use crate::transport::{Batch, Completion};
 
 /// Largest single mapping (v73: 2 GB per `HAP_mmap`).
@@ -153,7 +155,18 @@ impl Somr {
             }
         };
         let w = &rt.weights;
-        let size = |i: usize| align_tensor(w[i].bytes.len()) as u64;
+        // Mapped in place, a resident weight takes whole pages of the window (its range of the
+        // weight file); copied, it is packed at tensor alignment.
+        let page = rt.dev.mem().window.page();
+        let in_place = in_place(rt);
+        let size = |i: usize| {
+            let len = w[i].bytes.len();
+            if in_place {
+                round_up(len.max(1) as u64, page)
+            } else {
+                align_tensor(len) as u64
+            }
+        };
         // Idle activation buffers of other shapes hold window space the plan can use.
         rt.dev.release_idle_buffers();
         let va = rt.dev.memory_stats().va;
@@ -253,26 +266,42 @@ impl Somr {
             }
         }
         order.extend((0..n).filter(|&w| stage_of[w].is_none()));
-        let items: Vec<(usize, u64)> = order
-            .iter()
-            .map(|&w| (w, rt.weights[w].bytes.len() as u64))
-            .collect();
+        // In place: mappings of runs of residents adjacent in the weight file (the file is in
+        // load order, which is consumption order), nothing copied. Otherwise: residents copied
+        // back to back in consumption order into mappings of their own.
+        let in_place = in_place(rt);
+        let page = rt.dev.mem().window.page();
+        let plan = |ws: &[usize], limit: u64| {
+            if in_place {
+                file_runs(rt, ws, page, limit)
+            } else {
+                let items: Vec<(usize, u64)> = ws
+                    .iter()
+                    .map(|&w| (w, rt.weights[w].bytes.len() as u64))
+                    .collect();
+                pack_in_order(&items, limit, TENSOR_ALIGN as u64)
+            }
+        };
         let mut resident = vec![None; n];
         let mut mappings = Vec::new();
-        let mut pending = pack_in_order(&items, MAX_MAPPING_BYTES, TENSOR_ALIGN as u64);
+        let mut pending = plan(&order, MAX_MAPPING_BYTES);
         pending.reverse();
         while let Some(m) = pending.pop() {
-            let buf = match rt.dev.map_buffer(m.bytes as usize) {
+            let mapped = if in_place {
+                // A run's first member is at offset 0 of the run.
+                let first = &rt.weights[m.members[0].0].bytes;
+                rt.dev
+                    .mem()
+                    .map_weights(first.file(), first.file_offset(), m.bytes as usize)
+            } else {
+                rt.dev.map_buffer(m.bytes as usize)
+            };
+            let mut buf = match mapped {
                 Ok(b) => b,
                 // A fragmented window: the same tensors in smaller mappings.
                 Err(Error::VaBudget { have, .. }) if m.members.len() > 1 && have > 0 => {
-                    let sub: Vec<(usize, u64)> = m
-                        .members
-                        .iter()
-                        .map(|&(w, _)| (w, rt.weights[w].bytes.len() as u64))
-                        .collect();
-                    let mut parts =
-                        pack_in_order(&sub, have.min(m.bytes / 2).max(1), TENSOR_ALIGN as u64);
+                    let sub: Vec<usize> = m.members.iter().map(|&(w, _)| w).collect();
+                    let mut parts = plan(&sub, have.min(m.bytes / 2).max(1));
                     parts.reverse();
                     pending.extend(parts);
                     continue;
@@ -280,25 +309,33 @@ impl Somr {
                 Err(e) => return Err(e),
             };
             for &(w, off) in &m.members {
-                buf.write(off as usize, &rt.weights[w].bytes)?;
+                if !in_place {
+                    buf.write(off as usize, &rt.weights[w].bytes)?;
+                }
                 resident[w] = Some(Loc {
                     buffer: buf.id(),
                     offset: off as usize,
                 });
             }
-            rt.dev.mem().count_weights(
-                m.members
-                    .iter()
-                    .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
-                    .sum(),
-            );
+            let bytes = m
+                .members
+                .iter()
+                .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
+                .sum();
+            rt.dev.mem().count_weights(bytes);
+            if !in_place {
+                buf.hold_weight_copy(bytes);
+            }
             mappings.push(buf);
         }
         let mut slots = Vec::new();
         if placement.slot_bytes > 0 {
             for _ in 0..2 {
+                let mut buf = rt.dev.map_buffer(placement.slot_bytes as usize)?;
+                // Streamed weights are copied through the slots.
+                buf.hold_weight_copy(placement.slot_bytes);
                 slots.push(Slot {
-                    buf: rt.dev.map_buffer(placement.slot_bytes as usize)?,
+                    buf,
                     tag: None,
                     reader: None,
                 });
@@ -521,6 +558,41 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
     rt.stats()
         .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
     Ok(())
+}
+
+/// True when the module's resident weights are mapped from its weight file in place.
+fn in_place(rt: &Runtime) -> bool {
+    rt.weights.first().is_some_and(|w| w.bytes.file().shared())
+}
+
+/// Resident weights `ws` mapped in place: runs of weights adjacent in the weight file (in file
+/// order), each of at most `max_mapping` bytes (a larger weight gets a run of its own); every
+/// member's offset is relative to the run's first byte, the first member's file offset.
+fn file_runs(rt: &Runtime, ws: &[usize], page: u64, max_mapping: u64) -> Vec<MappingPlan> {
+    let mut ws = ws.to_vec();
+    ws.sort_by_key(|&w| rt.weights[w].bytes.file_offset());
+    let mut out: Vec<(u64, MappingPlan)> = Vec::new();
+    for w in ws {
+        let b = &rt.weights[w].bytes;
+        let (off, size) = (
+            b.file_offset() as u64,
+            round_up(b.len().max(1) as u64, page),
+        );
+        match out.last_mut() {
+            Some((start, m)) if *start + m.bytes == off && m.bytes + size <= max_mapping => {
+                m.members.push((w, off - *start));
+                m.bytes += size;
+            }
+            _ => out.push((
+                off,
+                MappingPlan {
+                    bytes: size,
+                    members: vec![(w, 0)],
+                },
+            )),
+        }
+    }
+    out.into_iter().map(|(_, m)| m).collect()
 }
 
 /// The profiling forward's placement: every weight that fits a slot streamed, one stage per

@@ -147,6 +147,11 @@ impl Transport for EmulatedTransport {
         SharedMemory::memfd("candle-hexagon", len)
     }
 
+    fn maps_shared_ranges(&self) -> bool {
+        // attach() registers the window mapping itself, whatever part of a file it shows.
+        true
+    }
+
     unsafe fn attach(&self, id: u32, _shm: &SharedMemory, mapping: &Mapping) -> Result<()> {
         let addr = mapping.npu_addr().ok_or_else(|| {
             Error::Transport("the emulated DSP needs buffers mapped into a reserved window".into())

@@ -166,6 +166,16 @@ pub trait Transport: Send + Sync {
     /// Allocate `len` bytes (a page multiple) of host memory the DSP can map.
     fn alloc(&self, len: usize) -> Result<SharedMemory>;
 
+    /// True when [`Transport::attach`] takes a mapping of a page-aligned *range* of a shared
+    /// allocation (the mapping says where; the allocation is the whole `shm`), so packed weights
+    /// written once into shared memory at load time can be made resident by mapping them in
+    /// place, without a copy. False: every buffer is a whole allocation of its own, and resident
+    /// weights are copied into one (the FastRPC transport today: its register message looks a
+    /// buffer up by fd, one mapping per fd).
+    fn maps_shared_ranges(&self) -> bool {
+        false
+    }
+
     /// Make `shm`, placed at `mapping` in the NPU window, buffer `id` on the DSP.
     ///
     /// # Safety

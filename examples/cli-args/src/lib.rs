@@ -549,7 +549,8 @@ pub fn counters(g: &Generation) -> serde_json::Map<String, serde_json::Value> {
 }
 
 /// The device counters of a run (`dsp_batches`, `bytes_staged`, the memory runtime's `maps`,
-/// `bytes_streamed`, `stall_ms`, ...), from two snapshots.
+/// `bytes_streamed`, `stall_ms`, ...), from two snapshots; the weight-bytes gauges
+/// (`host_weight_bytes`, `shared_weight_bytes`, `npu_weight_bytes`) are `after`'s.
 pub fn device_counters(
     before: &candle_hexagon::DeviceCounters,
     after: &candle_hexagon::DeviceCounters,
@@ -568,6 +569,11 @@ pub fn device_counters(
         "overlapped_ms": d.overlapped_ns as f64 / 1e6,
         "plans_built": d.plans_built,
         "shape_plans_built": d.shape_plans_built,
+        // Gauges at the end of the run (weights held once: host + npu stays near 0 and the
+        // shared bytes are the one copy).
+        "host_weight_bytes": d.host_weight_bytes,
+        "shared_weight_bytes": d.shared_weight_bytes,
+        "npu_weight_bytes": d.npu_weight_bytes,
     });
     match v {
         serde_json::Value::Object(m) => m,

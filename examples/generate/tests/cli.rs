@@ -271,6 +271,81 @@ fn hexagon_json_reports_the_placement_plans_built() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Bytes of the tensors in a safetensors file, from its header (`data_offsets` of each tensor).
+fn checkpoint_weight_bytes(path: &std::path::Path) -> u64 {
+    let data = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(data[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&data[8..8 + n]).unwrap();
+    header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(_, t)| {
+            let o = t["data_offsets"].as_array().unwrap();
+            o[1].as_u64().unwrap() - o[0].as_u64().unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn hexagon_holds_the_weights_once() {
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
+    let ckpt = checkpoint_weight_bytes(&model.join("model.safetensors"));
+    let limit = ckpt as f64 * 1.05;
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            "Cara has 4 stickers. In January she buys 2 more. How many stickers does Cara have at the end?",
+            "--gen-length",
+            "16",
+            "--block-length",
+            "8",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let field =
+        |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    for policy in ["somr", "naive", "paging"] {
+        let v = json(&["--device", "hexagon", "--memory-policy", policy]);
+        let (host, shared, npu) = (
+            field(&v, "host_weight_bytes"),
+            field(&v, "shared_weight_bytes"),
+            field(&v, "npu_weight_bytes"),
+        );
+        // The NPU module holds the blocks and the head: most of the checkpoint.
+        assert!(shared as f64 > 0.5 * ckpt as f64, "{policy}: {v}");
+        assert!((host + npu) as f64 <= limit, "{policy}: {v}");
+        assert_eq!(
+            host, 0,
+            "{policy}: the emulated DSP maps shared memory: {v}"
+        );
+        if policy == "paging" {
+            // paging copies every weight it maps, by design (a synchronous map + copy per miss);
+            // with the whole model in the window that is a second copy, and it is counted.
+            assert_eq!(npu, shared, "{v}");
+        } else {
+            // Every weight resident, mapped in place: everything held is held once.
+            assert_eq!(npu, 0, "{policy}: {v}");
+            assert!((host + shared + npu) as f64 <= limit, "{policy}: {v}");
+        }
+    }
+    // A CPU run has no device counters at all.
+    let v = json(&[]);
+    assert!(v.get("shared_weight_bytes").is_none(), "{v}");
+    assert!(v.get("npu_weight_bytes").is_none(), "{v}");
+}
+
 #[test]
 fn hexagon_device_gives_the_cpu_tokens_and_prints_the_routing_report() {
     let dir = model_dir("hexagon");
