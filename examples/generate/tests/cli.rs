@@ -262,6 +262,11 @@ fn hexagon_json_reports_the_placement_plans_built() {
     let v = json(&["--device", "hexagon"]);
     assert!(v["forwards"].as_u64().unwrap() > 1, "{v}");
     assert_eq!(v["plans_built"].as_u64(), Some(1), "{v}");
+    // Every window here (the 20-position canvas, then blocks of 8 with or without selected
+    // rows) fits one 32-row bucket: at most two activation layouts (all rows / selected rows),
+    // not one per window size.
+    let shape_plans = v["shape_plans_built"].as_u64().unwrap();
+    assert!((1..=2).contains(&shape_plans), "{v}");
     // The naive policy maps weights as they come: it builds no plan.
     let v = json(&["--device", "hexagon", "--memory-policy", "naive"]);
     assert_eq!(v["plans_built"].as_u64(), Some(0), "{v}");
