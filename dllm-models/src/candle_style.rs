@@ -25,12 +25,12 @@ use candle_nn::var_builder::SimpleBackend;
 use candle_nn::VarBuilder;
 use serde::de::Error as _;
 
+use crate::config::TransformerConfig;
 use crate::config_json::Fields;
 use crate::layers::OpMode;
 use crate::lm::{Arch, DiffusionLm, Rows};
-use crate::config::TransformerConfig;
-use crate::transformer::DiffusionTransformer;
 use crate::role::Role;
+use crate::transformer::DiffusionTransformer;
 use crate::weights::HfWeights;
 use crate::{Error, Result};
 

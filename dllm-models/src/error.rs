@@ -512,7 +512,9 @@ pub enum KvCacheDefect {
         row_elems: usize,
     },
     /// No buffers of the element type asked for (nothing allocated yet, or another dtype).
-    #[error("no {dtype:?} buffers (the cache stores {stored:?} and has allocated {allocated} rows)")]
+    #[error(
+        "no {dtype:?} buffers (the cache stores {stored:?} and has allocated {allocated} rows)"
+    )]
     NoBuffers {
         /// Element type asked for.
         dtype: DType,

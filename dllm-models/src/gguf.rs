@@ -17,9 +17,9 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
 
+use crate::config::{ConfigNames, TransformerConfig};
 use crate::layers::Param;
 use crate::lm::{Arch, SpecialTokens};
-use crate::config::{ConfigNames, TransformerConfig};
 use crate::role::Role;
 use crate::weights::WeightSource;
 use crate::{Error, Result};

@@ -14,9 +14,9 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
 use tokenizers::Tokenizer;
 
+use crate::config::TransformerConfig;
 use crate::gguf::permute_rows;
 use crate::lm::Arch;
-use crate::config::TransformerConfig;
 use crate::role::Role;
 use crate::{Error, Result};
 

@@ -27,12 +27,10 @@ use crate::{CanvasDefect, Error, Result};
 pub(crate) fn dense(p: Param, role: Role) -> Result<Tensor> {
     match p {
         Param::Dense(t) => Ok(t),
-        Param::Quant(q) => Ok(q
-            .dequantize(&q.device())
-            .map_err(|e| Error::Dequantize {
-                tensor: format!("{role:?}"),
-                reason: e.to_string(),
-            })?),
+        Param::Quant(q) => Ok(q.dequantize(&q.device()).map_err(|e| Error::Dequantize {
+            tensor: format!("{role:?}"),
+            reason: e.to_string(),
+        })?),
     }
 }
 

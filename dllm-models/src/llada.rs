@@ -7,9 +7,9 @@
 
 use std::path::Path;
 
+use crate::config::{ConfigNames, TransformerConfig};
 use crate::config_json::Fields;
 use crate::lm::{Arch, SpecialTokens};
-use crate::config::{ConfigNames, TransformerConfig};
 use crate::{Error, Result};
 
 /// `config.json` field names as they appear in LLaDA checkpoints.

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
 
+use crate::config::TransformerConfig;
 use crate::config_json::Fields;
 use crate::gguf::GgufWeights;
 #[cfg(feature = "hub")]
@@ -13,7 +14,6 @@ use crate::layers::{Backend, OpMode};
 use crate::linear::{CpuLinears, CpuOptions};
 use crate::lm::{Arch, DiffusionLm};
 use crate::tokenizer::TextTokenizer;
-use crate::config::TransformerConfig;
 use crate::transformer::DiffusionTransformer;
 use crate::weights::{HfWeights, WeightSource};
 use crate::{dream, llada, Error, Result};

@@ -21,9 +21,7 @@ pub(crate) fn complete_special(
     if special.eot.is_none() {
         special.eot = match tokenizer {
             Some(t) => t.eot_id(),
-            None if info.arch == Arch::Llada && info.vocab_size == 126464 => {
-                Some(LLADA_8B_EOT_ID)
-            }
+            None if info.arch == Arch::Llada && info.vocab_size == 126464 => Some(LLADA_8B_EOT_ID),
             None => None,
         };
     }

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::lm::{Arch, SpecialTokens};
 use crate::config::TransformerConfig;
+use crate::lm::{Arch, SpecialTokens};
 use crate::role::Role;
 use crate::{dream, llada, Error, Result};
 

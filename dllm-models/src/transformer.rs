@@ -393,12 +393,9 @@ impl DiffusionTransformer {
         let len = self.cache.len();
         let token = self.token;
         let w = &*self.weights;
-        let (cached, mut free) = self
-            .cache
-            .split::<T>()
-            .ok_or(Error::Internal {
-                what: "the KV cache's buffers are not of the dtype it stores",
-            })?;
+        let (cached, mut free) = self.cache.split::<T>().ok_or(Error::Internal {
+            what: "the KV cache's buffers are not of the dtype it stores",
+        })?;
         let fwd = |free: &mut [crate::kv_cache::FreeRows<'_, T>]| {
             w.forward_window(&cached, free, len, canvas, window.clone(), rows)
         };
@@ -523,9 +520,7 @@ impl DiffusionLm for DiffusionTransformer {
     }
 
     fn commit(&mut self, range: Range<usize>) -> Result<()> {
-        let p = self
-            .pending
-            .ok_or(WindowDefect::CommitWithoutForward)?;
+        let p = self.pending.ok_or(WindowDefect::CommitWithoutForward)?;
         if range.start > range.end || range.start < p.start || range.end > p.end {
             return Err(WindowDefect::CommitOutsideWindow {
                 range,
@@ -566,9 +561,7 @@ impl DiffusionLm for DiffusionTransformer {
             match &mut self.npu_kv {
                 Some(kv) => kv.truncate(len)?,
                 None if len == 0 => {}
-                None => {
-                    return Err(WindowDefect::RollForward { from: 0, to: len }.into())
-                }
+                None => return Err(WindowDefect::RollForward { from: 0, to: len }.into()),
             }
         } else {
             self.cache.truncate(len)?;

@@ -271,9 +271,9 @@ impl WeightSource for HfWeights {
             candle_nn::Init::Const(1.0)
         };
         let t = self.vb.get_with_hints(shape, &name, init);
-        Ok(Param::Dense(t.map_err(|e| {
-            var_builder_error(e, &name, &self.desc)
-        })?))
+        Ok(Param::Dense(
+            t.map_err(|e| var_builder_error(e, &name, &self.desc))?,
+        ))
     }
 
     fn dtype(&self) -> DType {

@@ -16,9 +16,7 @@ use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexTransformer;
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
-use crate::layers::{
-    attention_on, swiglu, Backend, Embedding, Linear, OpMode, RmsNorm, Rope,
-};
+use crate::layers::{attention_on, swiglu, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
 use crate::linear::{dense, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 #[cfg(feature = "hexagon")]

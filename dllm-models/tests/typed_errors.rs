@@ -66,7 +66,10 @@ fn window_requests_out_of_range_are_typed() {
     m.commit(0..4).unwrap();
     assert!(matches!(
         m.truncate_cache(9),
-        Err(Error::InvalidWindow(WindowDefect::RollForward { from: 4, to: 9 }))
+        Err(Error::InvalidWindow(WindowDefect::RollForward {
+            from: 4,
+            to: 9
+        }))
     ));
 }
 
@@ -85,7 +88,9 @@ fn bad_canvases_and_positions_are_typed() {
     let f = Tensor::zeros((1, 4), DType::F32, &Device::Cpu).unwrap();
     assert!(matches!(
         m.forward_full(&f, Rows::All),
-        Err(Error::InvalidCanvas(CanvasDefect::Dtype { dtype: DType::F32 }))
+        Err(Error::InvalidCanvas(CanvasDefect::Dtype {
+            dtype: DType::F32
+        }))
     ));
     // A refresh of a position the cache does not hold.
     let c = canvas(&[1, 2, 3, 4, 5, 6]);

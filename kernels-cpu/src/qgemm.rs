@@ -236,9 +236,7 @@ pub(crate) struct Job<'a> {
     bias: Option<&'a [f32]>,
 }
 
-
 type TaskFn = unsafe fn(&Job<'_>, Range<usize>, Range<usize>);
-
 
 fn task_for(isa: Isa) -> TaskFn {
     match isa {

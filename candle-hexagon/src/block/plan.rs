@@ -551,7 +551,11 @@ mod tests {
         assert_eq!(c.len(), MAX_SHAPE_PLANS);
         assert!(c.get(key(1)).is_none(), "the least recently used plan went");
         assert_eq!(c.get(key(0)).map(|p| p.packed.total), Some(0));
-        assert_eq!(c.insert(key(0), plan(7)), 0, "replacing a key evicts nothing");
+        assert_eq!(
+            c.insert(key(0), plan(7)),
+            0,
+            "replacing a key evicts nothing"
+        );
         assert_eq!(c.get(key(0)).map(|p| p.packed.total), Some(7));
     }
 }

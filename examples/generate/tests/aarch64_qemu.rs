@@ -378,7 +378,9 @@ fn the_workspace_on_aarch64_under_qemu() {
     }
 
     // dllm-models and dllm-decode on the i8mm model.
-    let model_runs = par_map(&model_tests, |exe| qemu_run(&qemu, "max", &exe.path, &[], &exe.dir));
+    let model_runs = par_map(&model_tests, |exe| {
+        qemu_run(&qemu, "max", &exe.path, &[], &exe.dir)
+    });
     for (exe, o) in model_tests.iter().zip(&model_runs) {
         assert!(
             o.status.success(),
