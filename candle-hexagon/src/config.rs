@@ -6,8 +6,7 @@
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
-use crate::routing::OpKind;
-use crate::runtime::MemoryPolicy;
+use crate::kinds::{MemoryPolicy, OpKind};
 
 /// Default DSP worker threads (HVX contexts on a phone; pthreads on the emulated DSP).
 pub const DEFAULT_WORKERS: usize = 2;

@@ -19,6 +19,7 @@ pub use crate::config::{
     MAX_DIM, MAX_HEAD_DIM, MAX_VA_WINDOW_BYTES,
 };
 use crate::error::{Error, KernelStatus, Result};
+use crate::kinds::SwapSnapshot;
 use crate::memory::leases::batch_touches;
 use crate::memory::{
     BufferPool, DeviceBuffer, Memory, MemoryStats, PooledBuffer, VaWindow, WeightArena, WeightSlot,
@@ -26,7 +27,8 @@ use crate::memory::{
 use crate::routing::{
     Decision, OpDesc, Reason, RoutingReport, RoutingStats, Support, Tier, WeightFormat,
 };
-use crate::runtime::{MemoryPlan, SwapSnapshot, SwapStats};
+use crate::runtime::report::MemoryPlan;
+use crate::runtime::stats::SwapStats;
 use crate::transport::emulated::EmulatedTransport;
 use crate::transport::{Batch, Completion, Fence, OpCheck, Transport};
 

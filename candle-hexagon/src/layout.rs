@@ -14,7 +14,7 @@
 use half::f16;
 
 use crate::error::{Error, Result};
-use crate::routing::WeightFormat;
+use crate::kinds::WeightFormat;
 
 const TILE: usize = 32;
 /// Bytes of one fp16 tile.

@@ -56,6 +56,7 @@ pub mod block;
 pub mod config;
 pub mod device;
 pub mod error;
+mod kinds;
 pub mod layout;
 pub mod memory;
 pub mod nn;

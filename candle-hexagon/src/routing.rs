@@ -12,102 +12,10 @@ use std::sync::Mutex;
 
 use candle_core::DType;
 
-use crate::error::{fmt_bytes, Error, Result};
+use crate::error::{fmt_bytes, Error};
+use crate::kinds::{MemoryPolicy, SwapSnapshot};
+pub use crate::kinds::{OpKind, WeightFormat};
 use crate::memory::MemoryStats;
-use crate::runtime::{MemoryPolicy, SwapSnapshot};
-
-/// The ops the backend routes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum OpKind {
-    /// Linear layer over fp16 HMX weight tiles (dense checkpoints).
-    LinearF16,
-    /// Linear layer over Q4_0 tiles (GGUF Q4_0 weights).
-    LinearQ4_0,
-    /// Linear layer over another ggml quantization (no kernel: always CPU).
-    LinearQuant,
-    /// Bidirectional FlashAttention with GQA.
-    FlashAttn,
-    /// RMSNorm.
-    RmsNorm,
-    /// `silu(gate) * up`.
-    Swiglu,
-    /// NeoX rotary embedding.
-    Rope,
-    /// A whole transformer block as one DSP batch ([`crate::block::HexTransformer`]).
-    Block,
-}
-
-impl OpKind {
-    /// Every op kind.
-    pub const ALL: [OpKind; 8] = [
-        OpKind::LinearF16,
-        OpKind::LinearQ4_0,
-        OpKind::LinearQuant,
-        OpKind::FlashAttn,
-        OpKind::RmsNorm,
-        OpKind::Swiglu,
-        OpKind::Rope,
-        OpKind::Block,
-    ];
-
-    /// The name used in deny-lists and reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::LinearF16 => "linear_f16",
-            OpKind::LinearQ4_0 => "linear_q4_0",
-            OpKind::LinearQuant => "linear_quant",
-            OpKind::FlashAttn => "flash_attn",
-            OpKind::RmsNorm => "rms_norm",
-            OpKind::Swiglu => "swiglu",
-            OpKind::Rope => "rope",
-            OpKind::Block => "block",
-        }
-    }
-
-    /// Parse a comma-separated deny-list (`linear` means both linear kinds). Unknown names are an
-    /// error naming the valid ones.
-    pub fn parse_list(s: &str) -> Result<Vec<OpKind>> {
-        let mut out = Vec::new();
-        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            if name == "linear" {
-                out.extend([OpKind::LinearF16, OpKind::LinearQ4_0]);
-                continue;
-            }
-            match OpKind::ALL.iter().find(|k| k.name() == name) {
-                Some(k) => out.push(*k),
-                None => {
-                    return Err(Error::Config {
-                        field: "deny",
-                        reason: format!(
-                            "unknown op `{name}` (expected one of linear, {})",
-                            OpKind::ALL.map(|k| k.name()).join(", ")
-                        ),
-                    })
-                }
-            }
-        }
-        out.sort();
-        out.dedup();
-        Ok(out)
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How a linear layer's weights are stored in the checkpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WeightFormat {
-    /// A dense tensor (converted to fp16 HMX tiles at load).
-    Dense(DType),
-    /// ggml Q4_0 blocks (repacked to Q4_0 tiles at load).
-    Q4_0,
-    /// Another ggml quantization, by name (`q8_0`, `q4k`, ...).
-    OtherQuant(String),
-}
 
 /// A description of one op call (or, with `rows == 0`, of a weight placement at load time).
 #[derive(Debug, Clone, PartialEq)]

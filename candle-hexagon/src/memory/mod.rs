@@ -17,8 +17,8 @@
 
 pub(crate) mod leases;
 mod pool;
-mod shared_buffer;
-mod va_window;
+pub(crate) mod shared_buffer;
+pub(crate) mod va_window;
 mod weights;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -31,14 +31,15 @@ pub mod graph;
 pub mod packing;
 pub(crate) mod pager;
 pub mod placement;
-mod report;
+pub(crate) mod report;
 pub(crate) mod somr;
+pub(crate) mod stats;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
 
+pub use crate::kinds::{MemoryPolicy, SwapSnapshot};
 pub use report::{MemoryPlan, PlanRow};
+pub use stats::SwapStats;
 
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
@@ -46,173 +47,6 @@ use crate::memory::{WeightBytes, WeightFileBuilder};
 use crate::transport::{Batch, Completion};
 use pager::Pager;
 use somr::Somr;
-
-/// How a weight-owning module shares the NPU address window (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MemoryPolicy {
-    /// Map every weight when first used and keep it mapped.
-    Naive,
-    /// On-demand map/unmap with LRU replacement; no plan, no prefetch.
-    Paging,
-    /// Graph-guided placement, lifetime packing and pipelined staging.
-    #[default]
-    Somr,
-}
-
-impl MemoryPolicy {
-    /// Every policy.
-    pub const ALL: [MemoryPolicy; 3] = [
-        MemoryPolicy::Naive,
-        MemoryPolicy::Paging,
-        MemoryPolicy::Somr,
-    ];
-
-    /// The command-line spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            MemoryPolicy::Naive => "naive",
-            MemoryPolicy::Paging => "paging",
-            MemoryPolicy::Somr => "somr",
-        }
-    }
-
-    /// From the command-line spelling (`naive`, `paging`, `somr`).
-    pub fn from_name(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| Error::Config {
-                field: "memory_policy",
-                reason: format!("`{s}` (expected naive, paging or somr)"),
-            })
-    }
-}
-
-impl std::fmt::Display for MemoryPolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Swap counters of a device (all modules), as atomics.
-#[derive(Debug, Default)]
-pub struct SwapStats {
-    forwards: AtomicU64,
-    bytes_streamed: AtomicU64,
-    stall_ns: AtomicU64,
-    overlapped_ns: AtomicU64,
-    plans: AtomicU64,
-    shape_plans: AtomicU64,
-    shape_plan_evictions: AtomicU64,
-    profiled: AtomicU64,
-    evictions: AtomicU64,
-    slot_waits: AtomicU64,
-}
-
-/// A snapshot of [`SwapStats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SwapSnapshot {
-    /// Forwards run by weight-owning modules under the runtime.
-    pub forwards: u64,
-    /// Bytes the host copied into staging slots or on-demand weight mappings.
-    pub bytes_streamed: u64,
-    /// Synchronous stall: time the DSP had no work because weights were still being staged.
-    pub stall_ns: u64,
-    /// Staging time hidden behind DSP work.
-    pub overlapped_ns: u64,
-    /// Placement plans made (`somr`; a re-plan after the window filled up counts again).
-    pub plans: u64,
-    /// Activation layouts built by weight-owning modules, one per shape bucket (a window's rows
-    /// rounded up to whole 32-row tiles) while it stays in the module's bounded cache.
-    pub shape_plans: u64,
-    /// Activation layouts evicted from a module's bounded cache.
-    pub shape_plan_evictions: u64,
-    /// Forwards run op-group by op-group to profile them (`somr`).
-    pub profiled: u64,
-    /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
-    pub evictions: u64,
-    /// Times staging waited for the batch still reading a slot before overwriting it (`somr`;
-    /// counted before the wait begins).
-    pub slot_waits: u64,
-}
-
-impl SwapStats {
-    pub(crate) fn snapshot(&self) -> SwapSnapshot {
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        SwapSnapshot {
-            forwards: l(&self.forwards),
-            bytes_streamed: l(&self.bytes_streamed),
-            stall_ns: l(&self.stall_ns),
-            overlapped_ns: l(&self.overlapped_ns),
-            plans: l(&self.plans),
-            shape_plans: l(&self.shape_plans),
-            shape_plan_evictions: l(&self.shape_plan_evictions),
-            profiled: l(&self.profiled),
-            evictions: l(&self.evictions),
-            slot_waits: l(&self.slot_waits),
-        }
-    }
-
-    fn add(a: &AtomicU64, v: u64) {
-        a.fetch_add(v, Ordering::Relaxed);
-    }
-
-    /// Count staging of `bytes` over `[start, end)`; `last` is the last batch queued before it
-    /// (`None`: nothing was queued, the DSP idled throughout). The part of the staging after the
-    /// DSP finished `last` is stall, the rest was overlapped.
-    pub(crate) fn staged(
-        &self,
-        bytes: u64,
-        start: Instant,
-        end: Instant,
-        last: Option<&Completion>,
-    ) {
-        let total = end.saturating_duration_since(start).as_nanos() as u64;
-        let stall = match last {
-            None => total,
-            Some(c) => match c.done_at() {
-                Some(t) => end.saturating_duration_since(t.max(start)).as_nanos() as u64,
-                None => 0,
-            },
-        };
-        Self::add(&self.bytes_streamed, bytes);
-        Self::add(&self.stall_ns, stall);
-        Self::add(&self.overlapped_ns, total.saturating_sub(stall));
-    }
-
-    pub(crate) fn count_forward(&self) {
-        Self::add(&self.forwards, 1);
-    }
-
-    pub(crate) fn count_plan(&self, profiled: bool) {
-        Self::add(
-            if profiled {
-                &self.profiled
-            } else {
-                &self.plans
-            },
-            1,
-        );
-    }
-
-    pub(crate) fn count_shape_plan(&self, evicted: u64) {
-        Self::add(&self.shape_plans, 1);
-        Self::add(&self.shape_plan_evictions, evicted);
-    }
-
-    pub(crate) fn count_evictions(&self, n: u64) {
-        Self::add(&self.evictions, n);
-    }
-
-    /// Wait for `reader` (the batch still reading a staging slot) before the slot is
-    /// overwritten; a wait on a batch not yet done is counted first.
-    pub(crate) fn wait_for_slot(&self, reader: &Completion) {
-        if !reader.is_done() {
-            Self::add(&self.slot_waits, 1);
-        }
-        reader.wait();
-    }
-}
 
 /// Bit marking a virtual weight buffer id in op descriptors built before placement.
 pub(crate) const VIRTUAL_WEIGHT: u32 = 1 << 30;

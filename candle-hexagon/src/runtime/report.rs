@@ -3,11 +3,8 @@
 
 use std::fmt;
 
-use super::placement::{self, Placement, Segment, Stage};
-use super::somr::Context;
-use super::{Loc, Runtime};
+use super::placement::{self, Stage};
 use crate::error::fmt_bytes;
-use crate::memory::DeviceBuffer;
 
 /// One weight of the plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,99 +63,6 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        rt: &Runtime,
-        p: &Placement,
-        segments: &[Segment],
-        resident: &[Option<Loc>],
-        mappings: &[DeviceBuffer],
-        ctx: Context,
-        budget: u64,
-        headroom: u64,
-        profiling: bool,
-    ) -> Self {
-        let va = rt.dev.memory_stats().va;
-        let mine: u64 = mappings.iter().map(|m| m.len() as u64).sum::<u64>() + 2 * p.slot_bytes;
-        let mut order: Vec<usize> = Vec::new();
-        for s in segments {
-            if let Some(w) = s.weight {
-                if !order.contains(&w) {
-                    order.push(w);
-                }
-            }
-        }
-        let unseen: Vec<usize> = (0..rt.weights.len())
-            .filter(|w| !order.contains(w))
-            .collect();
-        order.extend(unseen);
-        let stage_of = |w: usize| {
-            p.stages.iter().position(|st| {
-                segments[st.segments.clone()]
-                    .iter()
-                    .any(|s| s.weight == Some(w))
-            })
-        };
-        let rows = order
-            .into_iter()
-            .map(|w| {
-                let bytes = rt.weights[w].bytes.len() as u64;
-                let stage = stage_of(w);
-                let place = match resident[w] {
-                    Some(l) => {
-                        let m = mappings
-                            .iter()
-                            .position(|b| b.id() == l.buffer)
-                            .unwrap_or(0);
-                        format!("mapping {m} +{}", fmt_bytes(l.offset as u64))
-                    }
-                    None => {
-                        let (slot, off) = stage
-                            .and_then(|j| {
-                                let st = &p.stages[j];
-                                st.streamed
-                                    .iter()
-                                    .find(|x| x.0 == w)
-                                    .map(|x| (st.slot, x.1))
-                            })
-                            .unwrap_or((None, 0));
-                        match slot {
-                            Some(k) => format!("slot {k} +{}", fmt_bytes(off)),
-                            None => "-".into(),
-                        }
-                    }
-                };
-                PlanRow {
-                    tensor: rt.weights[w].name.clone(),
-                    bytes,
-                    resident: resident[w].is_some(),
-                    place,
-                    stage,
-                }
-            })
-            .collect();
-        MemoryPlan {
-            window_bytes: va.window_bytes,
-            mapped_before: va.mapped_bytes.saturating_sub(mine),
-            kv_bytes: ctx.kv_bytes,
-            act_bytes: ctx.act_bytes,
-            act_unpacked_bytes: ctx.act_unpacked_bytes,
-            pinned_bytes: ctx.pinned_bytes,
-            headroom_bytes: headroom,
-            budget_bytes: budget,
-            resident_bytes: mappings.iter().map(|m| m.len() as u64).sum(),
-            mappings: mappings.iter().map(|m| m.len() as u64).collect(),
-            slot_bytes: p.slot_bytes,
-            blocks: p.stages.last().map_or(0, |s| s.block + 1),
-            stages: p.stages.len(),
-            expected_stall_ns: p.expected_stall_ns,
-            expected_streamed_bytes: p.expected_streamed_bytes,
-            profiling,
-            rows,
-            stage_plan: p.stages.clone(),
-        }
-    }
-
     /// The expected stall per forward if the NPU ran `speedup` times faster than profiled
     /// (staging times unchanged): a projection from the profile, not a measurement.
     pub fn projected_stall_ns(&self, speedup: f64) -> u64 {

@@ -28,9 +28,9 @@ use std::time::Instant;
 
 use super::packing::{pack_in_order, MappingPlan};
 use super::placement::{self, Placement, Segment, Stage, WeightInfo};
-use super::report::MemoryPlan;
+use super::report::{MemoryPlan, PlanRow};
 use super::{op_weight, Loc, Policy, Runtime, State};
-use crate::error::{Error, Result};
+use crate::error::{fmt_bytes, Error, Result};
 use crate::memory::{align_tensor, round_up, DeviceBuffer, TENSOR_ALIGN};
 use crate::transport::{Batch, Completion};
 
@@ -61,6 +61,102 @@ pub(crate) struct Context {
     pub(crate) act_bytes: u64,
     pub(crate) act_unpacked_bytes: u64,
     pub(crate) pinned_bytes: u64,
+}
+
+// Built here rather than in `report.rs`, so the printout does not import the runtime.
+impl MemoryPlan {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        rt: &Runtime,
+        p: &Placement,
+        segments: &[Segment],
+        resident: &[Option<Loc>],
+        mappings: &[DeviceBuffer],
+        ctx: Context,
+        budget: u64,
+        headroom: u64,
+        profiling: bool,
+    ) -> Self {
+        let va = rt.dev.memory_stats().va;
+        let mine: u64 = mappings.iter().map(|m| m.len() as u64).sum::<u64>() + 2 * p.slot_bytes;
+        let mut order: Vec<usize> = Vec::new();
+        for s in segments {
+            if let Some(w) = s.weight {
+                if !order.contains(&w) {
+                    order.push(w);
+                }
+            }
+        }
+        let unseen: Vec<usize> = (0..rt.weights.len())
+            .filter(|w| !order.contains(w))
+            .collect();
+        order.extend(unseen);
+        let stage_of = |w: usize| {
+            p.stages.iter().position(|st| {
+                segments[st.segments.clone()]
+                    .iter()
+                    .any(|s| s.weight == Some(w))
+            })
+        };
+        let rows = order
+            .into_iter()
+            .map(|w| {
+                let bytes = rt.weights[w].bytes.len() as u64;
+                let stage = stage_of(w);
+                let place = match resident[w] {
+                    Some(l) => {
+                        let m = mappings
+                            .iter()
+                            .position(|b| b.id() == l.buffer)
+                            .unwrap_or(0);
+                        format!("mapping {m} +{}", fmt_bytes(l.offset as u64))
+                    }
+                    None => {
+                        let (slot, off) = stage
+                            .and_then(|j| {
+                                let st = &p.stages[j];
+                                st.streamed
+                                    .iter()
+                                    .find(|x| x.0 == w)
+                                    .map(|x| (st.slot, x.1))
+                            })
+                            .unwrap_or((None, 0));
+                        match slot {
+                            Some(k) => format!("slot {k} +{}", fmt_bytes(off)),
+                            None => "-".into(),
+                        }
+                    }
+                };
+                PlanRow {
+                    tensor: rt.weights[w].name.clone(),
+                    bytes,
+                    resident: resident[w].is_some(),
+                    place,
+                    stage,
+                }
+            })
+            .collect();
+        MemoryPlan {
+            window_bytes: va.window_bytes,
+            mapped_before: va.mapped_bytes.saturating_sub(mine),
+            kv_bytes: ctx.kv_bytes,
+            act_bytes: ctx.act_bytes,
+            act_unpacked_bytes: ctx.act_unpacked_bytes,
+            pinned_bytes: ctx.pinned_bytes,
+            headroom_bytes: headroom,
+            budget_bytes: budget,
+            resident_bytes: mappings.iter().map(|m| m.len() as u64).sum(),
+            mappings: mappings.iter().map(|m| m.len() as u64).collect(),
+            slot_bytes: p.slot_bytes,
+            blocks: p.stages.last().map_or(0, |s| s.block + 1),
+            stages: p.stages.len(),
+            expected_stall_ns: p.expected_stall_ns,
+            expected_streamed_bytes: p.expected_streamed_bytes,
+            profiling,
+            rows,
+            stage_plan: p.stages.clone(),
+        }
+    }
 }
 
 struct Slot {

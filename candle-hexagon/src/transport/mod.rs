@@ -20,7 +20,8 @@ pub use queue::{Completion, Fence};
 use kernels_dsp::{kdsp_batch_header, kdsp_op, KDSP_ABI_VERSION, KDSP_BATCH_MAGIC};
 
 use crate::error::{Error, KernelStatus, Result};
-use crate::memory::{Mapping, SharedMemory};
+use crate::memory::shared_buffer::SharedMemory;
+use crate::memory::va_window::Mapping;
 
 /// The result of validating one op on the DSP without running it (`kdsp_op_check`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,177 @@
+//! Small shared vocabulary types (op kinds, weight formats, memory policies, swap snapshots),
+//! kept below `config`, `layout`, `routing` and `runtime` so those modules can share them without
+//! importing each other. Each is re-exported from its public path (`crate::routing`,
+//! `crate::runtime`, the crate root).
+
+use std::fmt;
+
+use candle_core::DType;
+
+use crate::error::{Error, Result};
+
+/// The ops the backend routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum OpKind {
+    /// Linear layer over fp16 HMX weight tiles (dense checkpoints).
+    LinearF16,
+    /// Linear layer over Q4_0 tiles (GGUF Q4_0 weights).
+    LinearQ4_0,
+    /// Linear layer over another ggml quantization (no kernel: always CPU).
+    LinearQuant,
+    /// Bidirectional FlashAttention with GQA.
+    FlashAttn,
+    /// RMSNorm.
+    RmsNorm,
+    /// `silu(gate) * up`.
+    Swiglu,
+    /// NeoX rotary embedding.
+    Rope,
+    /// A whole transformer block as one DSP batch ([`crate::block::HexTransformer`]).
+    Block,
+}
+
+impl OpKind {
+    /// Every op kind.
+    pub const ALL: [OpKind; 8] = [
+        OpKind::LinearF16,
+        OpKind::LinearQ4_0,
+        OpKind::LinearQuant,
+        OpKind::FlashAttn,
+        OpKind::RmsNorm,
+        OpKind::Swiglu,
+        OpKind::Rope,
+        OpKind::Block,
+    ];
+
+    /// The name used in deny-lists and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::LinearF16 => "linear_f16",
+            OpKind::LinearQ4_0 => "linear_q4_0",
+            OpKind::LinearQuant => "linear_quant",
+            OpKind::FlashAttn => "flash_attn",
+            OpKind::RmsNorm => "rms_norm",
+            OpKind::Swiglu => "swiglu",
+            OpKind::Rope => "rope",
+            OpKind::Block => "block",
+        }
+    }
+
+    /// Parse a comma-separated deny-list (`linear` means both linear kinds). Unknown names are an
+    /// error naming the valid ones.
+    pub fn parse_list(s: &str) -> Result<Vec<OpKind>> {
+        let mut out = Vec::new();
+        for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if name == "linear" {
+                out.extend([OpKind::LinearF16, OpKind::LinearQ4_0]);
+                continue;
+            }
+            match OpKind::ALL.iter().find(|k| k.name() == name) {
+                Some(k) => out.push(*k),
+                None => {
+                    return Err(Error::Config {
+                        field: "deny",
+                        reason: format!(
+                            "unknown op `{name}` (expected one of linear, {})",
+                            OpKind::ALL.map(|k| k.name()).join(", ")
+                        ),
+                    })
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a linear layer's weights are stored in the checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// A dense tensor (converted to fp16 HMX tiles at load).
+    Dense(DType),
+    /// ggml Q4_0 blocks (repacked to Q4_0 tiles at load).
+    Q4_0,
+    /// Another ggml quantization, by name (`q8_0`, `q4k`, ...).
+    OtherQuant(String),
+}
+
+/// How a weight-owning module shares the NPU address window (see the [`crate::runtime`] docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MemoryPolicy {
+    /// Map every weight when first used and keep it mapped.
+    Naive,
+    /// On-demand map/unmap with LRU replacement; no plan, no prefetch.
+    Paging,
+    /// Graph-guided placement, lifetime packing and pipelined staging.
+    #[default]
+    Somr,
+}
+
+impl MemoryPolicy {
+    /// Every policy.
+    pub const ALL: [MemoryPolicy; 3] = [
+        MemoryPolicy::Naive,
+        MemoryPolicy::Paging,
+        MemoryPolicy::Somr,
+    ];
+
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryPolicy::Naive => "naive",
+            MemoryPolicy::Paging => "paging",
+            MemoryPolicy::Somr => "somr",
+        }
+    }
+
+    /// From the command-line spelling (`naive`, `paging`, `somr`).
+    pub fn from_name(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| Error::Config {
+                field: "memory_policy",
+                reason: format!("`{s}` (expected naive, paging or somr)"),
+            })
+    }
+}
+
+impl std::fmt::Display for MemoryPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A snapshot of [`SwapStats`](crate::runtime::SwapStats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwapSnapshot {
+    /// Forwards run by weight-owning modules under the runtime.
+    pub forwards: u64,
+    /// Bytes the host copied into staging slots or on-demand weight mappings.
+    pub bytes_streamed: u64,
+    /// Synchronous stall: time the DSP had no work because weights were still being staged.
+    pub stall_ns: u64,
+    /// Staging time hidden behind DSP work.
+    pub overlapped_ns: u64,
+    /// Placement plans made (`somr`; a re-plan after the window filled up counts again).
+    pub plans: u64,
+    /// Activation layouts built by weight-owning modules, one per shape bucket (a window's rows
+    /// rounded up to whole 32-row tiles) while it stays in the module's bounded cache.
+    pub shape_plans: u64,
+    /// Activation layouts evicted from a module's bounded cache.
+    pub shape_plan_evictions: u64,
+    /// Forwards run op-group by op-group to profile them (`somr`).
+    pub profiled: u64,
+    /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
+    pub evictions: u64,
+    /// Times staging waited for the batch still reading a slot before overwriting it (`somr`;
+    /// counted before the wait begins).
+    pub slot_waits: u64,
+}
