@@ -13,23 +13,6 @@ use candle_hexagon::{
 use common::block_ref::{self, compare, values_of, Model, RefKv, Spec};
 use common::*;
 
-/// 3 blocks of ~1.25 MiB of fp16 weights plus a head: ~3.9 MiB, more than the 2 MiB window.
-fn spec() -> Spec {
-    Spec {
-        hidden: 256,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 64,
-        ffn: 512,
-        vocab: 256,
-        layers: 3,
-        bias: true,
-        head: true,
-        dtype: DType::F32,
-        q4: false,
-    }
-}
-
 const MIB: u64 = 1 << 20;
 
 fn device(policy: MemoryPolicy, window: u64, cap: Option<u64>) -> HexagonDevice {
@@ -88,7 +71,7 @@ fn same(a: &[Tensor], b: &[Tensor]) -> bool {
 
 #[test]
 fn every_policy_computes_the_same_bits_and_the_reference() {
-    let m = Model::random(&spec(), 7);
+    let m = Model::random(&Spec::three_blocks(), 7);
     let want = run(&device(MemoryPolicy::Naive, 256 * MIB, None), &m).unwrap();
     // The reference for the first forward (the prefill).
     let mut rkv = RefKv::new(3, 1);
@@ -131,7 +114,7 @@ fn every_policy_computes_the_same_bits_and_the_reference() {
 
 #[test]
 fn naive_fails_with_the_window_error_where_paging_and_somr_complete() {
-    let m = Model::random(&spec(), 8);
+    let m = Model::random(&Spec::three_blocks(), 8);
     // 2 MiB: naive cannot keep the weights; paging cannot hold one block's weights beside the
     // pool's activation buffer (a 1 MiB minimum mapping); somr plans around both.
     for policy in [MemoryPolicy::Naive, MemoryPolicy::Paging] {
@@ -190,7 +173,7 @@ fn t_blocks(plan: &candle_hexagon::MemoryPlan) -> usize {
 
 #[test]
 fn a_slot_is_never_overwritten_while_a_batch_reads_it() {
-    let m = Model::random(&spec(), 9);
+    let m = Model::random(&Spec::three_blocks(), 9);
     let dev = device(MemoryPolicy::Somr, 256 * MIB, Some(0));
     let t = npu(&dev, &m);
     let mut kv = t.new_kv(1, 64).unwrap();
@@ -239,7 +222,7 @@ fn a_slot_is_never_overwritten_while_a_batch_reads_it() {
 
 #[test]
 fn a_larger_activation_buffer_demotes_residents_and_replans() {
-    let m = Model::random(&spec(), 10);
+    let m = Model::random(&Spec::three_blocks(), 10);
     let reference = {
         let dev = device(MemoryPolicy::Naive, 256 * MIB, None);
         let t = npu(&dev, &m);

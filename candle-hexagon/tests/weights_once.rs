@@ -13,23 +13,6 @@ use common::*;
 
 const MIB: u64 = 1 << 20;
 
-/// 3 blocks of ~1.25 MiB of fp16 weights plus a head (the swap test's model).
-fn spec() -> Spec {
-    Spec {
-        hidden: 256,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 64,
-        ffn: 512,
-        vocab: 256,
-        layers: 3,
-        bias: true,
-        head: true,
-        dtype: DType::F32,
-        q4: false,
-    }
-}
-
 /// One line of `/proc/self/maps`: `[start, end)`, file offset, inode.
 #[derive(Debug, Clone, Copy)]
 struct Map {
@@ -82,7 +65,7 @@ fn other_views(all: &[Map], b: &[u8]) -> Vec<usize> {
 }
 
 fn run(policy: MemoryPolicy, window: u64) -> (HexagonDevice, HexTransformer) {
-    let m = Model::random(&spec(), 3);
+    let m = Model::random(&Spec::three_blocks(), 3);
     let dev = HexagonDevice::open(HexagonConfig {
         va_window_bytes: window,
         memory_policy: policy,

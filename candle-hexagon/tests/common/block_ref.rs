@@ -26,6 +26,26 @@ pub struct Spec {
     pub q4: bool,
 }
 
+impl Spec {
+    /// 3 blocks of ~1.25 MiB of fp16 weights plus a head (~3.9 MiB): more than a 2 MiB window,
+    /// so the memory runtime must stream (the swap and weights-once tests).
+    pub fn three_blocks() -> Spec {
+        Spec {
+            hidden: 256,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            ffn: 512,
+            vocab: 256,
+            layers: 3,
+            bias: true,
+            head: true,
+            dtype: DType::F32,
+            q4: false,
+        }
+    }
+}
+
 /// A checkpoint weight: the tensor the device packs, and the values the NPU holds (f16-rounded
 /// for dense weights, dequantized for Q4_0), row-major `[out][in]`.
 pub struct W {

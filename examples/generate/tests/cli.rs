@@ -31,6 +31,17 @@ fn run(args: &[&str]) -> std::process::Output {
         .expect("run generate")
 }
 
+/// `generate` with `base` then `extra` arguments, which must succeed: its `--json` object.
+fn run_json(base: &[&str], extra: &[&str]) -> serde_json::Value {
+    let out = run(&[base, extra].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn json_output_matches_the_library() {
     let dir = model_dir("json");
@@ -233,30 +244,21 @@ fn generated_ids(args: &[&str]) -> Vec<u32> {
 fn hexagon_json_reports_the_placement_plans_built() {
     let dir = model_dir("plans");
     let d = dir.to_str().unwrap();
-    let json = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            "--model",
-            d,
-            "--prompt-ids",
-            "5,6,7,8",
-            "--gen-length",
-            "16",
-            "--block-length",
-            "8",
-            "--strategy",
-            "dual-cache",
-            "--no-early-stop",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let out = run(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
+    let base = [
+        "--model",
+        d,
+        "--prompt-ids",
+        "5,6,7,8",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--strategy",
+        "dual-cache",
+        "--no-early-stop",
+        "--json",
+    ];
+    let json = |extra: &[&str]| run_json(&base, extra);
     // somr (the default): the whole model fits the window, so one plan places every weight
     // resident and stays in force for every forward of every window shape.
     let v = json(&["--device", "hexagon"]);
@@ -298,27 +300,18 @@ fn hexagon_holds_the_weights_once() {
     let model = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
     let ckpt = checkpoint_weight_bytes(&model.join("model.safetensors"));
     let limit = ckpt as f64 * 1.05;
-    let json = |extra: &[&str]| -> serde_json::Value {
-        let mut args = vec![
-            "--model",
-            model.to_str().unwrap(),
-            "--prompt",
-            "Cara has 4 stickers. In January she buys 2 more. How many stickers does Cara have at the end?",
-            "--gen-length",
-            "16",
-            "--block-length",
-            "8",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let out = run(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
+    let base = [
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "Cara has 4 stickers. In January she buys 2 more. How many stickers does Cara have at the end?",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--json",
+    ];
+    let json = |extra: &[&str]| run_json(&base, extra);
     let field =
         |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
     for policy in ["somr", "naive", "paging"] {

@@ -193,7 +193,7 @@ unsafe fn end_superblock<const MP: usize>(
     }
 }
 
-/// Q4_0 (`Q8 = false`) and Q8_0 (`Q8 = true`) against Q8_0 activations (see `qgemm::k_b32`).
+/// Q4_0 (`Q8 = false`) and Q8_0 (`Q8 = true`) against Q8_0 activations (see `qgemm_rows::k_b32`).
 #[inline(always)]
 unsafe fn k_b32<const MP: usize, const Q8: bool>(sl: &Slab, a: &Acts, m0: usize) {
     let mut acc = [[vdupq_n_f32(0.0); 2]; MP];
@@ -224,7 +224,7 @@ unsafe fn k_b32<const MP: usize, const Q8: bool>(sl: &Slab, a: &Acts, m0: usize)
     store_pairs(sl, &acc, m0);
 }
 
-/// Q4_K against Q8_K activations (see `qgemm::k_q4k`).
+/// Q4_K against Q8_K activations (see `qgemm_rows::k_q4k`).
 #[inline(always)]
 unsafe fn k_q4k<const MP: usize>(sl: &Slab, a: &Acts, m0: usize) {
     let zero = vdupq_n_f32(0.0);
@@ -264,7 +264,7 @@ unsafe fn k_q4k<const MP: usize>(sl: &Slab, a: &Acts, m0: usize) {
     store_pairs(sl, &acc, m0);
 }
 
-/// Q6_K against Q8_K activations (see `qgemm::k_q6k`): values 0..16 and 16..32 of a sub-block
+/// Q6_K against Q8_K activations (see `qgemm_rows::k_q6k`): values 0..16 and 16..32 of a sub-block
 /// are two groups with their own scale and code-offset sum.
 #[inline(always)]
 unsafe fn k_q6k<const MP: usize>(sl: &Slab, a: &Acts, m0: usize) {
