@@ -20,9 +20,13 @@ use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor, D};
 use candle_hexagon::{
-    ops, BlockWeights, DeviceKv, HexLinear, HexTransformer, HexTransformerConfig, HexagonDevice,
-    Placed, TransformerWeights, WeightRef,
+    ops, DeviceKv, HexLinear, HexTransformer, HexTransformerConfig, HexagonDevice, LayerWeights,
+    Matrix, Part, Placed, TransformerWeights, WeightRef,
 };
+
+#[path = "../tests/common/llama_program.rs"]
+mod llama_program;
+use llama_program::{llama_program, Geometry};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -122,8 +126,8 @@ fn rope_tables() -> Res<(Tensor, Tensor)> {
         }
     }
     Ok((
-        Tensor::from_vec(c, (MAX_POS, half), &Device::Cpu)?.to_dtype(DType::F16)?,
-        Tensor::from_vec(s, (MAX_POS, half), &Device::Cpu)?.to_dtype(DType::F16)?,
+        Tensor::from_vec(c, (MAX_POS, half), &Device::Cpu)?,
+        Tensor::from_vec(s, (MAX_POS, half), &Device::Cpu)?,
     ))
 }
 
@@ -162,7 +166,9 @@ fn main() -> Res<()> {
             down: lin(&dev, b(i, "ff_out")?)?,
         });
     }
-    let (cos, sin) = rope_tables()?;
+    // f32 tables for the block path (as it pins them); f16 for the per-op path.
+    let (rope_cos, rope_sin) = rope_tables()?;
+    let (cos, sin) = (rope_cos.to_dtype(DType::F16)?, rope_sin.to_dtype(DType::F16)?);
     let per_op = OpsModel {
         dev: dev.clone(),
         layers,
@@ -173,38 +179,73 @@ fn main() -> Res<()> {
     };
 
     let cfg = HexTransformerConfig {
-        hidden: HIDDEN,
+        program: llama_program(&Geometry {
+            hidden: HIDDEN,
+            heads: HEADS,
+            kv_heads: HEADS,
+            head_dim: HEAD_DIM,
+            ffn: 384,
+            vocab: Some(913),
+            eps: EPS,
+        }),
         heads: HEADS,
         kv_heads: HEADS,
         head_dim: HEAD_DIM,
-        ffn: 384,
-        vocab: 913,
-        rope_theta: THETA,
-        rms_eps: EPS,
         max_positions: MAX_POS,
     };
-    let blocks = (0..LAYERS)
-        .map(|i| -> Res<BlockWeights<'_>> {
-            Ok(BlockWeights {
-                attn_norm: b(i, "attn_norm")?,
-                q: WeightRef::Dense(b(i, "q_proj")?),
-                k: WeightRef::Dense(b(i, "k_proj")?),
-                v: WeightRef::Dense(b(i, "v_proj")?),
-                q_bias: None,
-                k_bias: None,
-                v_bias: None,
-                o: WeightRef::Dense(b(i, "attn_out")?),
-                ffn_norm: b(i, "ff_norm")?,
-                gate: WeightRef::Dense(b(i, "ff_proj")?),
-                up: WeightRef::Dense(b(i, "up_proj")?),
-                down: WeightRef::Dense(b(i, "ff_out")?),
+    let matrix = |name: String, parts: &[&str], i: usize| -> Res<Matrix<'_>> {
+        Ok(Matrix {
+            name,
+            parts: parts
+                .iter()
+                .map(|p| -> Res<(String, Part<'_>)> {
+                    Ok((
+                        format!("block {i} {p}"),
+                        Part {
+                            weight: WeightRef::Dense(b(i, p)?),
+                            bias: None,
+                        },
+                    ))
+                })
+                .collect::<Res<_>>()?,
+        })
+    };
+    let layers = (0..LAYERS)
+        .map(|i| -> Res<LayerWeights<'_>> {
+            Ok(LayerWeights {
+                vectors: vec![
+                    (format!("block {i} attn norm"), b(i, "attn_norm")?),
+                    (format!("block {i} ffn norm"), b(i, "ff_norm")?),
+                ],
+                matrices: vec![
+                    matrix(format!("block {i} q/k/v"), &["q_proj", "k_proj", "v_proj"], i)?,
+                    matrix(format!("block {i} o"), &["attn_out"], i)?,
+                    matrix(format!("block {i} gate/up"), &["ff_proj", "up_proj"], i)?,
+                    matrix(format!("block {i} down"), &["ff_out"], i)?,
+                ],
             })
         })
         .collect::<Res<Vec<_>>>()?;
     let tw = TransformerWeights {
-        blocks,
-        final_norm: get("model.transformer.ln_f.weight")?,
-        lm_head: Some(WeightRef::Dense(get("model.transformer.ff_out.weight")?)),
+        layers,
+        tail: LayerWeights {
+            vectors: vec![(
+                "final norm".into(),
+                get("model.transformer.ln_f.weight")?,
+            )],
+            matrices: vec![Matrix {
+                name: "lm head".into(),
+                parts: vec![(
+                    "lm head".into(),
+                    Part {
+                        weight: WeightRef::Dense(get("model.transformer.ff_out.weight")?),
+                        bias: None,
+                    },
+                )],
+            }],
+        },
+        rope_cos: &rope_cos,
+        rope_sin: &rope_sin,
     };
     let block = match HexTransformer::new(&dev, &cfg, &tw)? {
         Placed::Npu(t) => t,

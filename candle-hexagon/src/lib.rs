@@ -69,8 +69,8 @@ pub mod transport;
 pub use kernels_dsp as abi;
 
 pub use block::{
-    BlockWeights, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
-    PackedBlockWeights, PackedWeight, TransformerWeights, WeightRef,
+    Cols, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
+    LayerWeights, Matrix, Node, PackedWeight, Part, Program, TransformerWeights, WeightRef,
 };
 pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{Error, Result};

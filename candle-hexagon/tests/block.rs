@@ -175,7 +175,7 @@ fn without_a_head_the_normalised_hidden_rows_come_back() {
     sp.head = false;
     let m = Model::random(&sp, 4);
     let mut r = Run::new(&dev, &m, 1, 16, 1e-4);
-    assert_eq!(r.t.output(), candle_hexagon::ForwardOutput::Hidden);
+    assert_eq!(r.t.output(), candle_hexagon::ForwardOutput::Complete);
     r.step(0, 7, Some(&[6, 0]), DType::BF16);
 }
 

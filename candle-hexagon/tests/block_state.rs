@@ -60,13 +60,13 @@ fn refusals_are_counted_decisions_with_their_reason() {
     let q8 = QTensor::quantize(&m.layers[0].down.dense.clone().unwrap(), GgmlDType::Q8_0).unwrap();
     let q4 = QTensor::quantize(&m.layers[0].k.dense.clone().unwrap(), GgmlDType::Q4_0).unwrap();
     let mut w = m.weights();
-    w.blocks[0].down = WeightRef::Quant(&q8);
+    w.layers[0].matrices[3].parts[0].1.weight = WeightRef::Quant(&q8);
     match HexTransformer::new(&dev, &m.config(64), &w).unwrap() {
         Placed::Cpu(Reason::Dtype(s)) => assert!(s.contains("q8_0"), "{s}"),
         p => panic!("{p:?}"),
     }
     let mut w = m.weights();
-    w.blocks[1].k = WeightRef::Quant(&q4);
+    w.layers[1].matrices[0].parts[1].1.weight = WeightRef::Quant(&q4);
     match HexTransformer::new(&dev, &m.config(64), &w).unwrap() {
         Placed::Cpu(Reason::Dtype(s)) => assert!(s.contains("block 1 q/k/v"), "{s}"),
         p => panic!("{p:?}"),
@@ -89,12 +89,12 @@ fn refusals_are_counted_decisions_with_their_reason() {
     )
     .unwrap();
     let mut w = m.weights();
-    w.lm_head = Some(WeightRef::Quant(&head_q8));
+    w.tail.matrices[0].parts[0].1.weight = WeightRef::Quant(&head_q8);
     let Placed::Npu(t) = HexTransformer::new(&dev, &m.config(64), &w).unwrap() else {
         panic!("the stack should run without its head")
     };
-    assert_eq!(t.output(), ForwardOutput::Hidden);
-    assert!(matches!(t.head_reason(), Some(Reason::Dtype(_))));
+    assert_eq!(t.output(), ForwardOutput::BeforeTailNode(1));
+    assert!(matches!(t.tail_reason(), Some(Reason::Dtype(_))));
     assert_eq!(dev.stats().cpu_placements(OpKind::LinearQuant), 1);
     assert_eq!(
         dev.stats().npu_placements(OpKind::Block),
@@ -104,23 +104,23 @@ fn refusals_are_counted_decisions_with_their_reason() {
 
     // Malformed input is an error, not a routing decision.
     let mut w = m.weights();
-    w.blocks[0].q = m.head.as_ref().unwrap().r();
+    w.layers[0].matrices[0].parts[0].1.weight = m.head.as_ref().unwrap().r();
     let e = HexTransformer::new(&dev, &m.config(64), &w)
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("block 0 q is (40, 64), expected (64, 64)"),
+        e.contains("block 0 q/k/v: its parts have 104 output rows (block 0 q 40 + block 0 k 32"),
         "{e}"
     );
     let mut cfg = m.config(64);
-    cfg.vocab = 0;
+    cfg.heads = 0;
     let e = HexTransformer::new(&dev, &cfg, &m.weights())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("`vocab` is 0"), "{e}");
+    assert!(e.contains("`heads` is 0"), "{e}");
     let mut w = m.weights();
     let bad = Tensor::ones(63, DType::F32, &Device::Cpu).unwrap();
-    w.final_norm = &bad;
+    w.tail.vectors[0].1 = &bad;
     let e = HexTransformer::new(&dev, &m.config(64), &w)
         .unwrap_err()
         .to_string();

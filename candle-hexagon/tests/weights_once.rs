@@ -88,10 +88,9 @@ fn run(policy: MemoryPolicy, window: u64) -> (HexagonDevice, HexTransformer) {
 fn weights(t: &HexTransformer) -> Vec<candle_hexagon::PackedWeight> {
     let mut out = Vec::new();
     for i in 0..t.num_blocks() {
-        let b = t.packed_block(i).unwrap();
-        out.extend([b.qkv, b.o, b.gate_up, b.down]);
+        out.extend((0..4).map(|j| t.packed_matrix(i, j).unwrap()));
     }
-    out.extend(t.packed_head());
+    out.extend(t.packed_tail_matrix(0));
     out
 }
 

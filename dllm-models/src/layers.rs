@@ -113,7 +113,9 @@ impl Rope {
         })
     }
 
-    fn build(
+    /// `(cos, sin)` tables `(n, head_dim / 2)` for positions `0..n`: `theta^(-2i/d)` and the
+    /// angle in f64, rounded once to f32, then to `dtype`.
+    pub(crate) fn build(
         theta: f64,
         head_dim: usize,
         n: usize,

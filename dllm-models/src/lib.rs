@@ -3,6 +3,7 @@
 
 mod backend;
 mod block;
+mod block_def;
 mod candle_style;
 pub mod config;
 pub mod config_json;

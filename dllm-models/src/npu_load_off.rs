@@ -19,7 +19,7 @@ pub(crate) fn shared_block(
     match *hex {}
 }
 
-pub(crate) fn shared_head(hex: &HexTransformer) -> Result<Option<Linear>> {
+pub(crate) fn shared_head(hex: &HexTransformer, _: &TransformerConfig) -> Result<Option<Linear>> {
     match *hex {}
 }
 

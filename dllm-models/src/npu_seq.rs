@@ -84,8 +84,9 @@ pub(crate) fn forward(
     let out = handle.wait()?;
     let forward = (t0, Instant::now());
     let logits = match hex.output() {
-        ForwardOutput::Logits => out,
-        ForwardOutput::Hidden => w.head_only(&out)?,
+        ForwardOutput::Complete => out,
+        // The tail stopped before the head's matmul (its weights stay on the CPU).
+        ForwardOutput::BeforeTailNode(_) => w.head_only(&out)?,
     };
     let refreshed = refreshed.map(|(mut r, refresh)| {
         r.timing = Some(DualPathTiming { forward, refresh });

@@ -16,7 +16,7 @@ use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexTransformer;
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
-use crate::layers::{attention_on, swiglu, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
+use crate::layers::{attention_on, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
 use crate::linear::{dense, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 #[cfg(feature = "hexagon")]
@@ -24,12 +24,15 @@ use crate::npu_load::{place_blocks, shared_block, shared_head};
 #[cfg(not(feature = "hexagon"))]
 use crate::npu_load_off::{place_blocks, shared_block, shared_head};
 
+mod cpu_ops;
 mod rescore;
+use crate::block_def;
 use crate::role::Role;
 use crate::weights::WeightSource;
 use crate::{Error, PositionDefect, Result, WindowDefect};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::HexTransformer;
+use cpu_ops::{Act, CpuBlock, CpuHead};
 
 /// [`TransformerWeights::cpu_linear_bytes`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -203,7 +206,7 @@ impl TransformerWeights {
         }
         let embed_p = w.get(Role::Embed, &[v, h])?;
         let npu_head = match &hex {
-            Some(hex) => shared_head(hex)?,
+            Some(hex) => shared_head(hex, &cfg)?,
             None => None,
         };
         let head = match npu_head {
@@ -322,8 +325,10 @@ impl TransformerWeights {
         Ok(Tensor::new(v, &self.device)?)
     }
 
-    /// One block. `q_rows` restricts queries (and the block's output) to those rows of `x`;
-    /// `attend` runs the attention of the block's queries over whatever keys it chooses.
+    /// One block (the definition in `block_def.rs`, interpreted on the CPU). `q_rows`
+    /// restricts queries (and the block's output) to those rows of `x`; `attend` runs the
+    /// attention of the block's queries over whatever keys it chooses. Returns the block's
+    /// output and its fresh K/V.
     fn block(
         &self,
         blk: &Block,
@@ -332,41 +337,19 @@ impl TransformerWeights {
         q_rows: Option<&Tensor>,
         attend: &mut Attend<'_>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        let (b, n, _) = x.dims3()?;
-        let hd = self.cfg.head_dim();
-        let m = self.mode;
-        let h = blk.attn_norm.forward(x, m)?;
-        let (q, k, v) = blk.project(&h, q_rows)?;
-        let k = k.reshape((b, n, self.cfg.num_kv_heads, hd))?;
-        let v = v.reshape((b, n, self.cfg.num_kv_heads, hd))?;
-        let k = Rope::apply_on(&k, rope.0, rope.1, m, &self.ops_backend)?;
-        let (xq, cos, sin) = match q_rows {
-            None => (x.clone(), rope.0.clone(), rope.1.clone()),
-            Some(idx) => (
-                x.index_select(idx, 1)?,
-                rope.0.index_select(idx, 0)?,
-                rope.1.index_select(idx, 0)?,
-            ),
+        let mut ops = CpuBlock {
+            w: self,
+            blk,
+            rope,
+            q_rows,
+            attend,
+            kv: None,
         };
-        let nq = xq.dim(1)?;
-        let q = match q {
-            None => Tensor::zeros((b, 0, self.cfg.num_heads, hd), x.dtype(), x.device())?,
-            Some(q) => {
-                let q = q.reshape((b, nq, self.cfg.num_heads, hd))?;
-                Rope::apply_on(&q, &cos, &sin, m, &self.ops_backend)?
-            }
-        };
-        // Called even without queries: a forward's closure stores the block's K/V.
-        let attn = attend(&q, &k, &v)?;
-        if nq == 0 {
-            return Ok((xq, k, v));
-        }
-        let x = (xq + blk.o.forward(&attn)?)?;
-        let h2 = blk.ffn_norm.forward(&x, m)?;
-        let (gate, up) = blk.gate_up(&h2)?;
-        let act = swiglu(&gate, &up, m, &self.ops_backend)?;
-        let x = (x + blk.down.forward(&act)?)?;
-        Ok((x, k, v))
+        let x = block_def::block(&mut ops, Act::all(x.clone()))?;
+        let (k, v) = ops.kv.ok_or(Error::Internal {
+            what: "a block that cached no K/V",
+        })?;
+        Ok((x.t, k, v))
     }
 
     /// The LM head alone over rows that are already normalised (the NPU stack's hidden output).
@@ -394,8 +377,8 @@ impl TransformerWeights {
                 &self.device,
             )?);
         }
-        let x = self.norm.forward(x, self.mode)?;
-        self.finite_logits(self.head.forward(&x)?.to_dtype(DType::F32)?)
+        let logits = block_def::head(&mut CpuHead { w: self }, x)?;
+        self.finite_logits(logits.to_dtype(DType::F32)?)
     }
 
     /// `logits` unchanged when every value is finite; else an error naming the first bad one. A
@@ -453,8 +436,7 @@ impl TransformerWeights {
                 let rows = self.idx((0..l).map(|p| self.source_row(p)))?;
                 x = x.index_select(&rows, 1)?;
             }
-            let x = self.norm.forward(&x, self.mode)?;
-            self.head.forward(&x)
+            block_def::head(&mut CpuHead { w: self }, &x)
         })
     }
 

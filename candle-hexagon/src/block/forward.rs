@@ -10,7 +10,7 @@ use kernels_dsp::*;
 
 use super::handle::ForwardHandle;
 use super::kv::DeviceKv;
-use super::plan::{bucket_of, Fwd, ShapeKey, ShapePlan};
+use super::plan::{bucket_of, layer_batches, ShapeKey, ShapePlan};
 use super::HexTransformer;
 use crate::device::{HexagonDevice, PlanKey};
 use crate::error::{Error, Result};
@@ -105,15 +105,15 @@ pub(crate) fn submit(
 ) -> Result<ForwardHandle> {
     let i = &t.inner;
     let c = &i.cfg;
+    let width = i.program.program.acts[i.program.program.input].1;
     let start = Instant::now();
     let (b, n, hidden) = x
         .dims3()
         .map_err(|_| invalid(format!("input {:?} is not (batch, rows, hidden)", x.dims())))?;
-    if hidden != c.hidden || b == 0 || n == 0 {
+    if hidden != width || b == 0 || n == 0 {
         return Err(invalid(format!(
-            "input {:?} is not (batch >= 1, rows >= 1, {})",
+            "input {:?} is not (batch >= 1, rows >= 1, {width})",
             x.dims(),
-            c.hidden
         )));
     }
     if !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
@@ -141,6 +141,11 @@ pub(crate) fn submit(
         }
         None => None,
     };
+    if sel.is_some() && !i.program.selects {
+        return Err(invalid(
+            "rows requested from a program without a row selection".into(),
+        ));
+    }
     let r = sel.as_ref().map(Vec::len);
     let blocks = t.num_blocks();
     let fallback = |e: Error| -> Error {
@@ -170,15 +175,10 @@ pub(crate) fn submit(
     // Host writes: input rows (as f32), positions, selection.
     let m = b * n;
     let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    act.with_host_bytes(
-        plan.x(),
-        m * c.hidden * 4,
-        Access::Write,
-        |d| -> Result<()> {
-            typed_mut::<f32>(d)?.copy_from_slice(&xs);
-            Ok(())
-        },
-    )??;
+    act.with_host_bytes(plan.x(t), m * width * 4, Access::Write, |d| -> Result<()> {
+        typed_mut::<f32>(d)?.copy_from_slice(&xs);
+        Ok(())
+    })??;
     let pos: Vec<u8> = (0..m)
         .flat_map(|k| ((ws + k % n) as i32).to_le_bytes())
         .collect();
@@ -198,23 +198,7 @@ pub(crate) fn submit(
     } else {
         (0, 0)
     };
-    let fwd = Fwd {
-        t,
-        plan,
-        act: act.id(),
-        kv,
-        b,
-        n,
-        r,
-        len,
-        skip,
-    };
-    let batches: Vec<Batch> = i
-        .blocks
-        .iter()
-        .enumerate()
-        .map(|(li, blk)| fwd.block(li, blk, li + 1 == blocks))
-        .collect();
+    let batches = layer_batches(t, plan, act.id(), kv, (b, n, r), len, skip);
     // (block, stage, batch) in submission order.
     let stages: Vec<(usize, usize, Batch)> = if somr {
         let ctx = Context {

@@ -18,10 +18,11 @@ use crate::transport::{Batch, Fence};
 /// What a forward returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForwardOutput {
-    /// `(batch, rows, vocab)` logits (the LM head ran on the NPU).
-    Logits,
-    /// `(batch, rows, hidden)` rows after the final norm, for a head on the CPU.
-    Hidden,
+    /// The program's output (the whole tail ran on the NPU).
+    Complete,
+    /// The input of tail node `.0`, a matmul whose weights stay on the CPU: the caller runs
+    /// the rest of the tail.
+    BeforeTailNode(usize),
 }
 
 /// A forward in flight. Dropping it without [`Self::wait`] is safe: the batches still run and

@@ -1,31 +1,31 @@
-//! Block-level NPU execution: a weight-owning transformer module that runs each transformer
-//! block as **one DSP batch** over its weights, a resident fp16 KV cache and planned
-//! intermediates in the NPU address window.
+//! Layer-level NPU execution: a weight-owning module that runs a caller's [`Program`] — one
+//! layer of ops, repeated over a stack of layers, then a tail — as **one DSP batch per layer**
+//! over its weights, a resident fp16 KV cache and planned intermediates in the NPU address
+//! window. It knows ops, not models: the model crate writes its block once as a program.
 //!
-//! An NPU pays per round trip, so at this grain the module *is* the op: a whole block per
-//! message, not one message per matmul. [`HexTransformer`] packs a stack of llama-style
-//! bidirectional blocks at load time — fused QKV (+ bias) and fused gate/up as fp16 HMX tiles or
-//! Q4_0 tiles, kept in host memory for the memory runtime ([`crate::runtime`]) to place
-//! (resident, or streamed through staging slots when the window is too small); RMSNorm weights,
-//! biases and NeoX RoPE tables as pinned f32 in one mapping — plus the final norm and the LM
-//! head. A forward over a window of `n` rows starting at canvas position `ws`, against a
-//! [`DeviceKv`] holding `len` cached rows:
+//! An NPU pays per round trip, so at this grain the module *is* the op: a whole layer per
+//! message, not one message per matmul. [`HexTransformer`] packs the program's matrices at load
+//! time — each a group of checkpoint matrices stacked along the output dimension (a fused
+//! projection), as fp16 HMX tiles or Q4_0 tiles, with a fused bias — into one shared weight
+//! file for the memory runtime ([`crate::runtime`]) to place (resident, or streamed through
+//! staging slots when the window is too small); vectors (norm weights), biases and the NeoX
+//! rotary tables the caller computed go pinned as f32 in one mapping. A forward over a window
+//! of `n` rows starting at canvas position `ws`, against a [`DeviceKv`] holding `len` cached
+//! rows:
 //!
-//! 1. the host writes the embedded input `(b, n, hidden)` (as f32), the positions and the row
-//!    selection into an activation buffer (offsets planned once per shape: `plan.rs`; under the
+//! 1. the host writes the input `(b, n, width)` (as f32), the positions and the row selection
+//!    into an activation buffer (offsets planned once per shape bucket: `plan.rs`; under the
 //!    `somr` policy, regions never live together share bytes);
-//! 2. one batch per block is queued (more when the runtime cuts a block into stages around
-//!    streamed weights: `forward.rs`): RMSNorm → fused QKV matmul (+ bias) → RoPE on q (in place)
-//!    and on k (written as f16 straight into KV rows `[len, len + n)`) → V copied as f16 into
-//!    the same rows → FlashAttention over rows `[0, len + n)` skipping the stale cached rows
-//!    `[ws, min(ws + n, len))` → o matmul + residual → RMSNorm → fused gate/up matmul → SwiGLU
-//!    over the two halves (strided views) → down matmul + residual. The last block gathers the
-//!    requested rows (`GET_ROWS`) before attention and ends with the final norm and the LM head
-//!    (or returns the normalised hidden rows when the head is not on the NPU);
+//! 2. one batch per layer is queued (more when the runtime cuts a layer into stages around
+//!    streamed weights: `forward.rs`), its ops lowered from the program's nodes
+//!    (`program.rs`): cache nodes write the window's K/V as f16 straight into KV rows
+//!    `[len, len + n)`, attention reads rows `[0, len + n)` skipping the stale cached rows
+//!    `[ws, min(ws + n, len))`, the last layer gathers the requested rows (`GET_ROWS`) where
+//!    the program selects and ends with the tail;
 //! 3. [`HexTransformer::submit`] returns a [`ForwardHandle`] holding the fences: the caller does
-//!    CPU work, then [`ForwardHandle::wait`] returns `(b, rows, vocab)` f32 logits. Block `i + 1`
-//!    is queued before block `i` runs (the DSP queue runs in order); nothing is copied through
-//!    the host between blocks except streamed weights into their slots.
+//!    CPU work, then [`ForwardHandle::wait`] returns the `(b, rows, width)` f32 output. Layer
+//!    `i + 1` is queued before layer `i` runs (the DSP queue runs in order); nothing is copied
+//!    through the host between layers except streamed weights into their slots.
 //!
 //! Every submitted batch leases the bytes it touches (see [`crate::memory`]), so host reads of
 //! cached rows (a CPU refresh) proceed while the NPU appends new rows, and conflicting host
@@ -33,13 +33,15 @@
 //!
 //! What cannot run on the device (deny-list `block`, weight dtypes, shapes, a window that cannot
 //! take the pinned vectors) is a routing decision: the constructor returns [`Placed::Cpu`] with
-//! the reason, counted under [`OpKind::Block`], and the caller keeps its per-op or CPU path.
+//! the reason, counted under [`OpKind::Block`], and the caller keeps its CPU path. A tail matrix
+//! the device does not take cuts the tail there: the caller runs the rest on the CPU.
 
 mod forward;
 mod handle;
 mod kv;
 mod packed;
 mod plan;
+mod program;
 
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +50,8 @@ use candle_core::Tensor;
 
 pub use handle::{ForwardHandle, ForwardOutput};
 pub use kv::{DeviceKv, KvStats};
+use program::{Checked, Heads};
+pub use program::{Cols, Node, Program};
 
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
@@ -55,29 +59,21 @@ use crate::memory::WeightSlot;
 use crate::ops::linear::{PackedFormat, Placed};
 use crate::routing::{Decision, OpDesc, OpKind, Reason, Support, Tier, WeightFormat};
 use crate::runtime::{HostWeights, MemoryPlan, Runtime};
-use packed::{group_format, rope_tables, PackedLinear, Pinned};
-pub use packed::{PackedBlockWeights, PackedWeight};
+pub use packed::PackedWeight;
+use packed::{group_format, PackedLinear, Pinned};
 
-/// Hyper-parameters of the block stack.
+/// The stack's geometry and the program it runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HexTransformerConfig {
-    /// Hidden size.
-    pub hidden: usize,
-    /// Query heads.
+    /// What each layer and the tail compute.
+    pub program: Program,
+    /// Query heads of the program's attention.
     pub heads: usize,
-    /// Key/value heads (divides `heads`).
+    /// Key/value heads (divides `heads`): the cache's width.
     pub kv_heads: usize,
     /// Head dimension (even, at most 256).
     pub head_dim: usize,
-    /// MLP hidden size.
-    pub ffn: usize,
-    /// Vocabulary (rows of the LM head).
-    pub vocab: usize,
-    /// RoPE base.
-    pub rope_theta: f64,
-    /// RMSNorm epsilon.
-    pub rms_eps: f32,
-    /// Positions the resident RoPE tables cover (the longest canvas).
+    /// Positions the rotary tables cover (the longest canvas).
     pub max_positions: usize,
 }
 
@@ -90,69 +86,67 @@ pub enum WeightRef<'a> {
     Quant(&'a QTensor),
 }
 
-/// The checkpoint tensors of one block.
+/// One checkpoint matrix of a fused group, with its optional bias.
 #[derive(Debug, Clone, Copy)]
-pub struct BlockWeights<'a> {
-    /// Pre-attention RMSNorm weight `(hidden)`.
-    pub attn_norm: &'a Tensor,
-    /// `(heads * head_dim, hidden)`.
-    pub q: WeightRef<'a>,
-    /// `(kv_heads * head_dim, hidden)`.
-    pub k: WeightRef<'a>,
-    /// `(kv_heads * head_dim, hidden)`.
-    pub v: WeightRef<'a>,
-    /// Optional q/k/v biases.
-    pub q_bias: Option<&'a Tensor>,
-    /// Optional k bias.
-    pub k_bias: Option<&'a Tensor>,
-    /// Optional v bias.
-    pub v_bias: Option<&'a Tensor>,
-    /// `(hidden, heads * head_dim)`.
-    pub o: WeightRef<'a>,
-    /// Pre-MLP RMSNorm weight `(hidden)`.
-    pub ffn_norm: &'a Tensor,
-    /// `(ffn, hidden)`.
-    pub gate: WeightRef<'a>,
-    /// `(ffn, hidden)`.
-    pub up: WeightRef<'a>,
-    /// `(hidden, ffn)`.
-    pub down: WeightRef<'a>,
+pub struct Part<'a> {
+    /// `(rows, in)`.
+    pub weight: WeightRef<'a>,
+    /// `(rows)`.
+    pub bias: Option<&'a Tensor>,
+}
+
+/// A program matrix: checkpoint matrices stacked along the output dimension (one matmul).
+#[derive(Debug, Clone)]
+pub struct Matrix<'a> {
+    /// Its name in reports and errors (e.g. `block 3 q/k/v`).
+    pub name: String,
+    /// The parts, in output order, with their names.
+    pub parts: Vec<(String, Part<'a>)>,
+}
+
+/// The weights one run of a node list reads, by the indices its nodes use.
+#[derive(Debug, Clone, Default)]
+pub struct LayerWeights<'a> {
+    /// Vectors (RMSNorm weights), with their names.
+    pub vectors: Vec<(String, &'a Tensor)>,
+    /// Matrices.
+    pub matrices: Vec<Matrix<'a>>,
 }
 
 /// The checkpoint tensors of the whole stack.
 #[derive(Debug, Clone)]
 pub struct TransformerWeights<'a> {
-    /// The blocks, in order.
-    pub blocks: Vec<BlockWeights<'a>>,
-    /// Final RMSNorm weight `(hidden)`.
-    pub final_norm: &'a Tensor,
-    /// LM head `(vocab, hidden)` (for tied embeddings, the embedding table); `None` keeps the
-    /// head on the CPU.
-    pub lm_head: Option<WeightRef<'a>>,
+    /// Each layer's weights, in order.
+    pub layers: Vec<LayerWeights<'a>>,
+    /// The tail's weights. A tail matrix the device does not take stays on the CPU: the forward
+    /// then stops before the first node that reads it ([`ForwardOutput::BeforeTailNode`]).
+    pub tail: LayerWeights<'a>,
+    /// Rotary cosines `(positions, head_dim / 2)` (at least `max_positions` rows; the first
+    /// `max_positions` are kept).
+    pub rope_cos: &'a Tensor,
+    /// Rotary sines, same shape.
+    pub rope_sin: &'a Tensor,
 }
 
-/// One block's tensors: pinned vectors by index into `Inner::pinned`, linear layers as runtime
-/// weights.
+/// One run's weights: pinned vectors by index into `Inner::pinned`, matrices as runtime
+/// weights (`None`: a tail matrix left on the CPU).
 #[derive(Debug)]
-pub(crate) struct PackedBlock {
-    pub(crate) attn_norm: usize,
-    pub(crate) qkv: PackedLinear,
-    pub(crate) o: PackedLinear,
-    pub(crate) ffn_norm: usize,
-    pub(crate) gate_up: PackedLinear,
-    pub(crate) down: PackedLinear,
+pub(crate) struct PackedLayer {
+    pub(crate) vectors: Vec<usize>,
+    pub(crate) matrices: Vec<Option<PackedLinear>>,
 }
 
 pub(crate) struct Inner {
     pub(crate) dev: HexagonDevice,
     pub(crate) cfg: HexTransformerConfig,
-    pub(crate) blocks: Vec<PackedBlock>,
-    pub(crate) final_norm: usize,
-    pub(crate) head: Option<PackedLinear>,
-    pub(crate) head_reason: Option<Reason>,
+    pub(crate) program: Checked,
+    pub(crate) layers: Vec<PackedLayer>,
+    pub(crate) tail: PackedLayer,
+    /// The tail node the NPU stops before, and why.
+    pub(crate) tail_cut: Option<(usize, Reason)>,
     pub(crate) cos: usize,
     pub(crate) sin: usize,
-    /// Norm weights, biases and RoPE tables, resident in one mapping.
+    /// Norm weights, biases and rotary tables, resident in one mapping.
     pub(crate) pinned: Vec<WeightSlot>,
     /// The packed linear weights and where they live (the memory runtime).
     pub(crate) runtime: Arc<Runtime>,
@@ -160,9 +154,38 @@ pub(crate) struct Inner {
     pub(crate) plans: Mutex<plan::PlanCache>,
 }
 
-/// A stack of transformer blocks (plus final norm and LM head) resident on the NPU, run one
-/// batch per block. Weights are immutable and shared: clone it (an `Arc`) or share it across
-/// threads; the per-sequence state is the [`DeviceKv`] each forward takes.
+impl Inner {
+    pub(crate) fn heads(&self) -> Heads {
+        Heads {
+            heads: self.cfg.heads,
+            kv_heads: self.cfg.kv_heads,
+            head_dim: self.cfg.head_dim,
+        }
+    }
+
+    /// Tail nodes the NPU runs.
+    pub(crate) fn tail_len(&self) -> usize {
+        self.tail_cut
+            .as_ref()
+            .map_or(self.program.program.tail.len(), |c| c.0)
+    }
+
+    /// The columns a forward returns and what they are.
+    pub(crate) fn result_cols(&self) -> (Cols, ForwardOutput) {
+        let p = &self.program.program;
+        match &self.tail_cut {
+            None => (p.output, ForwardOutput::Complete),
+            Some((j, _)) => match p.tail[*j] {
+                Node::MatMul { x, .. } => (x, ForwardOutput::BeforeTailNode(*j)),
+                _ => unreachable!("the tail is cut before a matmul only"),
+            },
+        }
+    }
+}
+
+/// A stack of identical layers (plus a tail) resident on the NPU, running a caller's
+/// [`Program`], one batch per layer. Weights are immutable and shared: clone it (an `Arc`) or
+/// share it across threads; the per-sequence state is the [`DeviceKv`] each forward takes.
 #[derive(Clone)]
 pub struct HexTransformer {
     pub(crate) inner: Arc<Inner>,
@@ -172,14 +195,10 @@ impl std::fmt::Debug for HexTransformer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "HexTransformer({} blocks, {:?}, head on {})",
-            self.inner.blocks.len(),
-            self.inner.cfg,
-            if self.inner.head.is_some() {
-                "npu"
-            } else {
-                "cpu"
-            }
+            "HexTransformer({} layers, {} nodes per layer, {} tail nodes on the NPU)",
+            self.inner.layers.len(),
+            self.inner.program.program.layer.len(),
+            self.inner.tail_len(),
         )
     }
 }
@@ -191,13 +210,6 @@ fn invalid(detail: String) -> Error {
     }
 }
 
-fn check_dims(what: &str, got: (usize, usize), want: (usize, usize)) -> Result<()> {
-    if got != want {
-        return Err(invalid(format!("{what} is {got:?}, expected {want:?}")));
-    }
-    Ok(())
-}
-
 fn check_vec(what: &str, t: &Tensor, n: usize) -> Result<()> {
     if t.dims() != [n] {
         return Err(invalid(format!("{what} is {:?}, expected [{n}]", t.dims())));
@@ -205,108 +217,132 @@ fn check_vec(what: &str, t: &Tensor, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Check one run's weights against the sizes its nodes need.
+fn check_layer(
+    what: &str,
+    w: &LayerWeights<'_>,
+    vecs: &[usize],
+    mats: &[(usize, usize)],
+) -> Result<()> {
+    if w.vectors.len() != vecs.len() || w.matrices.len() != mats.len() {
+        return Err(invalid(format!(
+            "{what} has {} vectors and {} matrices, its program reads {} and {}",
+            w.vectors.len(),
+            w.matrices.len(),
+            vecs.len(),
+            mats.len()
+        )));
+    }
+    for ((name, t), &n) in w.vectors.iter().zip(vecs) {
+        check_vec(name, t, n)?;
+    }
+    for (m, &(n, k)) in w.matrices.iter().zip(mats) {
+        if m.parts.is_empty() {
+            return Err(invalid(format!("{} has no parts", m.name)));
+        }
+        let mut rows = Vec::with_capacity(m.parts.len());
+        for (name, p) in &m.parts {
+            let (r, c) = packed::dims_of(&p.weight)?;
+            if c != k {
+                return Err(invalid(format!(
+                    "{name} is ({r}, {c}), expected ({r}, {k}) (the matmul reads {k} columns)"
+                )));
+            }
+            if let Some(b) = p.bias {
+                check_vec(&format!("{name} bias"), b, r)?;
+            }
+            rows.push(r);
+        }
+        if rows.iter().sum::<usize>() != n {
+            let names: Vec<String> = m
+                .parts
+                .iter()
+                .zip(&rows)
+                .map(|((name, _), r)| format!("{name} {r}"))
+                .collect();
+            return Err(invalid(format!(
+                "{}: its parts have {} output rows ({}), the matmul writes {n}",
+                m.name,
+                rows.iter().sum::<usize>(),
+                names.join(" + ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn refs<'a>(m: &'a Matrix<'a>) -> (Vec<WeightRef<'a>>, Vec<Option<&'a Tensor>>) {
+    m.parts.iter().map(|(_, p)| (p.weight, p.bias)).unzip()
+}
+
 impl HexTransformerConfig {
-    /// Bad values (zero sizes, non-finite eps/theta) are errors; shapes the kernels do not take
+    /// Bad values (zero sizes, a malformed program) are errors; shapes the kernels do not take
     /// are the routing entry point's business ([`HexagonDevice::supports`] on
     /// [`OpDesc::Block`]).
-    fn check(&self) -> Result<()> {
+    fn check(&self) -> Result<Checked> {
         let c = self;
         for (name, v) in [
-            ("hidden", c.hidden),
             ("heads", c.heads),
             ("kv_heads", c.kv_heads),
             ("head_dim", c.head_dim),
-            ("ffn", c.ffn),
-            ("vocab", c.vocab),
             ("max_positions", c.max_positions),
         ] {
             if v == 0 {
                 return Err(invalid(format!("config `{name}` is 0")));
             }
         }
-        if !(c.rms_eps.is_finite() && c.rms_eps >= 0.0) {
-            return Err(invalid(format!(
-                "config `rms_eps` = {} is not finite and >= 0",
-                c.rms_eps
-            )));
-        }
-        if !(c.rope_theta.is_finite() && c.rope_theta > 0.0) {
-            return Err(invalid(format!(
-                "config `rope_theta` = {} is not finite and > 0",
-                c.rope_theta
-            )));
-        }
-        Ok(())
-    }
-
-    /// The block stack as the routing entry point sees it.
-    fn desc(&self) -> OpDesc {
-        let c = self;
-        let widest = [
-            c.hidden,
-            (c.heads + 2 * c.kv_heads).saturating_mul(c.head_dim),
-            c.ffn.saturating_mul(2),
-            c.vocab,
-            c.max_positions,
-        ];
-        OpDesc::Block {
+        self.program.check(Heads {
             heads: c.heads,
             kv_heads: c.kv_heads,
             head_dim: c.head_dim,
-            widest: widest.into_iter().max().unwrap_or(0),
+        })
+    }
+
+    /// The stack as the routing entry point sees it.
+    fn desc(&self) -> OpDesc {
+        OpDesc::Block {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            widest: self.program.widest().max(self.max_positions),
         }
     }
 }
 
 impl HexTransformer {
-    /// Pack `w` for `cfg` on `dev`. Malformed input (shapes that contradict the config) is an
-    /// error; anything the device cannot run is `Placed::Cpu(reason)`, counted as a placement
-    /// of [`OpKind::Block`]. The LM head, when given, is placed like a linear layer: if the
-    /// device does not take it (e.g. Q6_K weights), the module still runs and
-    /// [`ForwardHandle::wait`] returns normalised hidden rows for a CPU head.
+    /// Pack `w` for `cfg` on `dev`. Malformed input (a program that does not check, weights
+    /// that contradict it) is an error; anything the device cannot run is `Placed::Cpu(reason)`,
+    /// counted as a placement of [`OpKind::Block`]. Tail matrices are placed like linear
+    /// layers: one the device does not take (e.g. Q6_K weights) stays on the CPU, the module
+    /// still runs and [`ForwardHandle::wait`] returns the input of the tail node that reads it.
     pub fn new(
         dev: &HexagonDevice,
         cfg: &HexTransformerConfig,
         w: &TransformerWeights<'_>,
     ) -> Result<Placed<Self>> {
-        let (h, hd) = (cfg.hidden, cfg.head_dim);
-        let (nq, nkv, ff) = (cfg.heads * hd, cfg.kv_heads * hd, cfg.ffn);
-        cfg.check()?;
-        if w.blocks.is_empty() {
-            return Err(invalid("no blocks".into()));
+        let checked = cfg.check()?;
+        if w.layers.is_empty() {
+            return Err(invalid("no layers".into()));
         }
-        check_vec("final norm", w.final_norm, h)?;
-        let mut formats = Vec::with_capacity(w.blocks.len());
-        for (i, b) in w.blocks.iter().enumerate() {
-            let d = |x: &WeightRef<'_>| packed::dims_of(x);
-            check_vec(&format!("block {i} attn norm"), b.attn_norm, h)?;
-            check_vec(&format!("block {i} ffn norm"), b.ffn_norm, h)?;
-            check_dims(&format!("block {i} q"), d(&b.q)?, (nq, h))?;
-            check_dims(&format!("block {i} k"), d(&b.k)?, (nkv, h))?;
-            check_dims(&format!("block {i} v"), d(&b.v)?, (nkv, h))?;
-            check_dims(&format!("block {i} o"), d(&b.o)?, (h, nq))?;
-            check_dims(&format!("block {i} gate"), d(&b.gate)?, (ff, h))?;
-            check_dims(&format!("block {i} up"), d(&b.up)?, (ff, h))?;
-            check_dims(&format!("block {i} down"), d(&b.down)?, (h, ff))?;
-            for (what, bias, n) in [
-                ("q", b.q_bias, nq),
-                ("k", b.k_bias, nkv),
-                ("v", b.v_bias, nkv),
-            ] {
-                if let Some(t) = bias {
-                    check_vec(&format!("block {i} {what} bias"), t, n)?;
-                }
+        let half = cfg.head_dim / 2;
+        for (what, t) in [("rotary cosines", w.rope_cos), ("rotary sines", w.rope_sin)] {
+            if t.rank() != 2 || t.dim(0)? < cfg.max_positions || t.dim(1)? != half {
+                return Err(invalid(format!(
+                    "{what} are {:?}, expected [at least {}, {half}]",
+                    t.dims(),
+                    cfg.max_positions
+                )));
             }
-            formats.push((
-                group_format(&format!("block {i} q/k/v"), &[b.q, b.k, b.v], h),
-                group_format(&format!("block {i} o"), &[b.o], nq),
-                group_format(&format!("block {i} gate/up"), &[b.gate, b.up], h),
-                group_format(&format!("block {i} down"), &[b.down], ff),
-            ));
         }
-        if let Some(hw) = &w.lm_head {
-            check_dims("lm head", packed::dims_of(hw)?, (cfg.vocab, h))?;
+        for (i, l) in w.layers.iter().enumerate() {
+            check_layer(
+                &format!("layer {i}"),
+                l,
+                &checked.layer_vecs,
+                &checked.layer_mats,
+            )?;
         }
+        check_layer("the tail", &w.tail, &checked.tail_vecs, &checked.tail_mats)?;
         let stats = dev.stats();
         let refuse = |r: Reason| {
             stats.record_placement(OpKind::Block, Decision::Cpu(r.key()), 0);
@@ -316,14 +352,16 @@ impl HexTransformer {
         if let Support::No(r) = dev.supports(&cfg.desc()) {
             return refuse(r);
         }
-        let mut chosen = Vec::with_capacity(formats.len());
-        for (qkv, o, gu, down) in formats {
-            match (qkv, o, gu, down) {
-                (Ok(a), Ok(b), Ok(c), Ok(d)) => chosen.push([a, b, c, d]),
-                (Err(r), ..) | (_, Err(r), ..) | (.., Err(r), _) | (.., Err(r)) => {
-                    return refuse(r)
+        let mut chosen = Vec::with_capacity(w.layers.len());
+        for l in &w.layers {
+            let mut formats = Vec::with_capacity(l.matrices.len());
+            for (m, &(_, k)) in l.matrices.iter().zip(&checked.layer_mats) {
+                match group_format(&m.name, &refs(m).0, k) {
+                    Ok(f) => formats.push(f),
+                    Err(r) => return refuse(r),
                 }
             }
+            chosen.push(formats);
         }
         let tier = if chosen
             .iter()
@@ -334,7 +372,7 @@ impl HexTransformer {
         } else {
             Tier::Hvx
         };
-        match Self::pack(dev, cfg, w, &chosen, tier) {
+        match Self::pack(dev, cfg, checked, w, &chosen, tier) {
             Ok(t) => {
                 let bytes = t.packed_bytes();
                 stats.record_placement(OpKind::Block, Decision::Npu(tier), bytes as u64);
@@ -350,93 +388,120 @@ impl HexTransformer {
     fn pack(
         dev: &HexagonDevice,
         cfg: &HexTransformerConfig,
+        checked: Checked,
         w: &TransformerWeights<'_>,
-        formats: &[[PackedFormat; 4]],
+        formats: &[Vec<PackedFormat>],
         tier: Tier,
     ) -> Result<Self> {
-        let (h, nq, ff) = (cfg.hidden, cfg.heads * cfg.head_dim, cfg.ffn);
-        // The weight file's room: every block's four packed groups and the head (if it ends up
-        // on the CPU its room is never written and costs nothing).
-        let mut lens = Vec::with_capacity(4 * w.blocks.len() + 1);
-        for (b, f) in w.blocks.iter().zip(formats) {
-            lens.push(packed::packed_len(f[0], &[b.q, b.k, b.v], h)?);
-            lens.push(packed::packed_len(f[1], &[b.o], nq)?);
-            lens.push(packed::packed_len(f[2], &[b.gate, b.up], h)?);
-            lens.push(packed::packed_len(f[3], &[b.down], ff)?);
+        // The tail's matrices are routed like linear layers.
+        let mut tail_formats = Vec::with_capacity(w.tail.matrices.len());
+        for (m, &(n, k)) in w.tail.matrices.iter().zip(&checked.tail_mats) {
+            tail_formats.push(Self::route_tail(dev, m, n, k));
         }
-        if let Some(hw) = &w.lm_head {
-            if let Ok(f) = packed::format_of(hw) {
-                lens.push(packed::packed_len(f, &[*hw], cfg.hidden)?);
+        // The weight file's room: every layer's matrices and the tail's that go on the NPU.
+        let mut lens = Vec::new();
+        for (l, f) in w.layers.iter().zip(formats) {
+            for ((m, &(_, k)), &f) in l.matrices.iter().zip(&checked.layer_mats).zip(f) {
+                lens.push(packed::packed_len(f, &refs(m).0, k)?);
+            }
+        }
+        for ((m, &(_, k)), f) in w
+            .tail
+            .matrices
+            .iter()
+            .zip(&checked.tail_mats)
+            .zip(&tail_formats)
+        {
+            if let Ok(f) = f {
+                lens.push(packed::packed_len(*f, &refs(m).0, k)?);
             }
         }
         let mut host = HostWeights::new(dev, lens)?;
         let mut pinned = Pinned::default();
-        let mut blocks = Vec::with_capacity(w.blocks.len());
-        for (i, (b, f)) in w.blocks.iter().zip(formats).enumerate() {
-            let attn_norm = pinned.push(crate::ops::to_f32_vec(b.attn_norm)?);
-            let qkv = PackedLinear::pack(
-                format!("block {i} q/k/v"),
-                &[b.q, b.k, b.v],
-                &[b.q_bias, b.k_bias, b.v_bias],
-                f[0],
-                h,
-                &mut host,
-                &mut pinned,
-            )?;
-            let o = PackedLinear::pack(
-                format!("block {i} o"),
-                &[b.o],
-                &[],
-                f[1],
-                nq,
-                &mut host,
-                &mut pinned,
-            )?;
-            let ffn_norm = pinned.push(crate::ops::to_f32_vec(b.ffn_norm)?);
-            let gate_up = PackedLinear::pack(
-                format!("block {i} gate/up"),
-                &[b.gate, b.up],
-                &[],
-                f[2],
-                h,
-                &mut host,
-                &mut pinned,
-            )?;
-            let down = PackedLinear::pack(
-                format!("block {i} down"),
-                &[b.down],
-                &[],
-                f[3],
-                ff,
-                &mut host,
-                &mut pinned,
-            )?;
-            blocks.push(PackedBlock {
-                attn_norm,
-                qkv,
-                o,
-                ffn_norm,
-                gate_up,
-                down,
-            });
+        let mut layers = Vec::with_capacity(w.layers.len());
+        for (l, f) in w.layers.iter().zip(formats) {
+            let vectors = l
+                .vectors
+                .iter()
+                .map(|(_, t)| Ok(pinned.push(crate::ops::to_f32_vec(t)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let mut matrices = Vec::with_capacity(l.matrices.len());
+            for ((m, &(_, k)), &f) in l.matrices.iter().zip(&checked.layer_mats).zip(f) {
+                let (parts, biases) = refs(m);
+                matrices.push(Some(PackedLinear::pack(
+                    m.name.clone(),
+                    &parts,
+                    &biases,
+                    f,
+                    k,
+                    &mut host,
+                    &mut pinned,
+                )?));
+            }
+            layers.push(PackedLayer { vectors, matrices });
         }
-        let final_norm = pinned.push(crate::ops::to_f32_vec(w.final_norm)?);
-        let (cos, sin) = rope_tables(cfg.rope_theta, cfg.head_dim, cfg.max_positions);
-        let (cos, sin) = (pinned.push(cos), pinned.push(sin));
-        let (head, head_reason) = match &w.lm_head {
-            None => (None, None),
-            Some(hw) => Self::place_head(dev, cfg, hw, &mut host, &mut pinned)?,
+        let tail_vectors = w
+            .tail
+            .vectors
+            .iter()
+            .map(|(_, t)| Ok(pinned.push(crate::ops::to_f32_vec(t)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let table = |t: &Tensor| -> Result<Vec<f32>> {
+            crate::ops::to_f32_vec(&t.narrow(0, 0, cfg.max_positions)?.flatten_all()?)
         };
+        let cos = pinned.push(table(w.rope_cos)?);
+        let sin = pinned.push(table(w.rope_sin)?);
+        let mut tail_matrices = Vec::with_capacity(w.tail.matrices.len());
+        let mut reasons = Vec::with_capacity(w.tail.matrices.len());
+        for ((m, &(_, k)), f) in w
+            .tail
+            .matrices
+            .iter()
+            .zip(&checked.tail_mats)
+            .zip(tail_formats)
+        {
+            match f {
+                Ok(f) => {
+                    let (parts, biases) = refs(m);
+                    tail_matrices.push(Some(PackedLinear::pack(
+                        m.name.clone(),
+                        &parts,
+                        &biases,
+                        f,
+                        k,
+                        &mut host,
+                        &mut pinned,
+                    )?));
+                    reasons.push(None);
+                }
+                Err(r) => {
+                    tail_matrices.push(None);
+                    reasons.push(Some(r));
+                }
+            }
+        }
+        let tail_cut = checked
+            .program
+            .tail
+            .iter()
+            .enumerate()
+            .find_map(|(j, node)| match node {
+                Node::MatMul { weight, .. } => reasons[*weight].clone().map(|r| (j, r)),
+                _ => None,
+            });
         // Only the pinned vectors are mapped now; the runtime places the weights.
         let pinned = pinned.map(dev)?;
         Ok(HexTransformer {
             inner: Arc::new(Inner {
                 dev: dev.clone(),
                 cfg: cfg.clone(),
-                blocks,
-                final_norm,
-                head,
-                head_reason,
+                program: checked,
+                layers,
+                tail: PackedLayer {
+                    vectors: tail_vectors,
+                    matrices: tail_matrices,
+                },
+                tail_cut,
                 cos,
                 sin,
                 pinned,
@@ -447,16 +512,17 @@ impl HexTransformer {
         })
     }
 
-    /// The head is routed like a linear layer (deny-list, dtype, alignment); the runtime
-    /// places its weights with the others, so the load-time window check does not apply.
-    fn place_head(
+    /// A tail matrix is routed like a linear layer (deny-list, dtype, alignment); the runtime
+    /// places its weights with the others, so the load-time window check does not apply. The
+    /// decision is counted.
+    fn route_tail(
         dev: &HexagonDevice,
-        cfg: &HexTransformerConfig,
-        hw: &WeightRef<'_>,
-        host: &mut HostWeights,
-        pinned: &mut Pinned,
-    ) -> Result<(Option<PackedLinear>, Option<Reason>)> {
-        let weights = match hw {
+        m: &Matrix<'_>,
+        n: usize,
+        k: usize,
+    ) -> std::result::Result<PackedFormat, Reason> {
+        let (parts, _) = refs(m);
+        let weights = match parts[0] {
             WeightRef::Dense(t) => WeightFormat::Dense(t.dtype()),
             WeightRef::Quant(q) => match q.dtype() {
                 candle_core::quantized::GgmlDType::Q4_0 => WeightFormat::Q4_0,
@@ -465,33 +531,27 @@ impl HexTransformer {
         };
         let desc = OpDesc::Linear {
             weights,
-            n: cfg.vocab,
-            k: cfg.hidden,
+            n,
+            k,
             rows: 1,
             dtype: candle_core::DType::F32,
         };
         let kind = desc.kind();
-        match dev.supports(&desc) {
-            Support::Yes(tier) => {
-                let format = packed::format_of(hw).map_err(|r| invalid(r.to_string()))?;
-                let p = PackedLinear::pack(
-                    "lm head".into(),
-                    &[*hw],
-                    &[],
-                    format,
-                    cfg.hidden,
-                    host,
-                    pinned,
-                )?;
-                let bytes = host.len_of(p.w) as u64;
+        let decision = match dev.supports(&desc) {
+            Support::Yes(tier) => group_format(&m.name, &parts, k).map(|f| (f, tier)),
+            Support::No(reason) => Err(reason),
+        };
+        match decision {
+            Ok((f, tier)) => {
+                let bytes = packed::packed_len(f, &parts, k).unwrap_or(0) as u64;
                 dev.stats()
                     .record_placement(kind, Decision::Npu(tier), bytes);
-                Ok((Some(p), None))
+                Ok(f)
             }
-            Support::No(reason) => {
+            Err(reason) => {
                 dev.stats()
                     .record_placement(kind, Decision::Cpu(reason.key()), 0);
-                Ok((None, Some(reason)))
+                Err(reason)
             }
         }
     }
@@ -501,43 +561,42 @@ impl HexTransformer {
         &self.inner.cfg
     }
 
-    /// Number of blocks (= DSP batches per forward).
+    /// Number of layers (= DSP batches per forward).
     pub fn num_blocks(&self) -> usize {
-        self.inner.blocks.len()
+        self.inner.layers.len()
     }
 
-    /// What [`ForwardHandle::wait`] returns: logits when the LM head is on the NPU, else the
-    /// normalised hidden rows.
+    /// What [`ForwardHandle::wait`] returns: the program's output, or the input of the tail
+    /// node the NPU stops before.
     pub fn output(&self) -> ForwardOutput {
-        if self.inner.head.is_some() {
-            ForwardOutput::Logits
-        } else {
-            ForwardOutput::Hidden
-        }
+        self.inner.result_cols().1
     }
 
-    /// Block `i`'s packed linear weights as the host holds them (shared bytes, no copy): what a
-    /// CPU path running beside the NPU reads instead of a second copy of the model (the sparse
-    /// refresh of `dllm-models`). `None` past the last block.
-    pub fn packed_block(&self, i: usize) -> Option<PackedBlockWeights> {
+    /// Matrix `j` of layer `i` as the host holds it (shared bytes, no copy): what a CPU path
+    /// running beside the NPU reads instead of a second copy of the model (the sparse refresh
+    /// of `dllm-models`). `None` past the last layer or matrix.
+    pub fn packed_matrix(&self, i: usize, j: usize) -> Option<PackedWeight> {
         let host = &self.inner.runtime.weights;
-        self.inner.blocks.get(i).map(|b| PackedBlockWeights {
-            qkv: b.qkv.shared(host),
-            o: b.o.shared(host),
-            gate_up: b.gate_up.shared(host),
-            down: b.down.shared(host),
-        })
+        self.inner
+            .layers
+            .get(i)
+            .and_then(|l| l.matrices.get(j))
+            .and_then(|m| m.as_ref().map(|m| m.shared(host)))
     }
 
-    /// The LM head's packed weight when the head is on the NPU (shared bytes).
-    pub fn packed_head(&self) -> Option<PackedWeight> {
+    /// Tail matrix `j` when it is on the NPU (shared bytes).
+    pub fn packed_tail_matrix(&self, j: usize) -> Option<PackedWeight> {
         let host = &self.inner.runtime.weights;
-        self.inner.head.as_ref().map(|h| h.shared(host))
+        self.inner
+            .tail
+            .matrices
+            .get(j)
+            .and_then(|m| m.as_ref().map(|m| m.shared(host)))
     }
 
-    /// Why the LM head stayed on the CPU (`None` when it is on the NPU or was not given).
-    pub fn head_reason(&self) -> Option<&Reason> {
-        self.inner.head_reason.as_ref()
+    /// Why the tail stops early on the NPU (`None` when it runs whole).
+    pub fn tail_reason(&self) -> Option<&Reason> {
+        self.inner.tail_cut.as_ref().map(|c| &c.1)
     }
 
     /// Bytes of packed weights, norms and tables of this module (where they live is the memory

@@ -197,20 +197,6 @@ pub struct PackedWeight {
     pub bytes: crate::memory::WeightBytes,
 }
 
-/// One block's packed linear weights, fused the way the NPU runs them.
-#[derive(Debug, Clone)]
-pub struct PackedBlockWeights {
-    /// Q, K and V stacked along the output dimension: rows `[0, heads * head_dim)` are Q, then
-    /// `kv_heads * head_dim` rows of K, then as many of V (no bias: biases stay pinned vectors).
-    pub qkv: PackedWeight,
-    /// The attention output projection.
-    pub o: PackedWeight,
-    /// Gate then up, stacked: rows `[0, ffn)` are the gate, `[ffn, 2 * ffn)` the up projection.
-    pub gate_up: PackedWeight,
-    /// The MLP down projection.
-    pub down: PackedWeight,
-}
-
 impl PackedLinear {
     /// The host bytes of this layer (shared) with its geometry.
     pub(crate) fn shared(&self, host: &[HostWeight]) -> PackedWeight {
@@ -268,21 +254,4 @@ fn mixed() -> Error {
         op: "HexTransformer",
         detail: "a fused group mixes dense and quantized weights".into(),
     }
-}
-
-/// NeoX RoPE tables `(positions, head_dim / 2)` as `(cos, sin)` f32, computed like the CPU
-/// model's (`theta^(-2i/d)` and the angle in f64, rounded to f32 once).
-pub(crate) fn rope_tables(theta: f64, head_dim: usize, positions: usize) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for i in 0..half {
-            let inv_freq = theta.powf(-(2.0 * i as f64) / head_dim as f64);
-            let a = p as f64 * inv_freq;
-            cos.push(a.cos() as f32);
-            sin.push(a.sin() as f32);
-        }
-    }
-    (cos, sin)
 }

@@ -1,6 +1,7 @@
-//! The op graph of [`HexTransformer`]'s forward: activation regions and their offsets per
-//! shape, and the batch of kernel ops of each block (weights named by virtual buffer ids until
-//! the memory runtime places them; matmuls unsplit until their weights have a place).
+//! The layout of [`HexTransformer`]'s forward: activation regions and their offsets per shape,
+//! and the batch of kernel ops of each layer (the program's nodes, `program.rs`; weights named
+//! by virtual buffer ids until the memory runtime places them; matmuls unsplit until their
+//! weights have a place).
 //!
 //! Per shape bucket, the forward's batches are built once against a virtual activation buffer
 //! with one region per activation, and captured as a [`Graph`]; under the `somr` policy the
@@ -11,13 +12,11 @@
 //! plans once per bucket, not once per size. The plans are kept in a bounded cache
 //! ([`PlanCache`]).
 
-use kernels_dsp::*;
-
 use super::kv::DeviceKv;
-use super::packed::PackedLinear;
-use super::{HexTransformer, PackedBlock};
-use crate::memory::{WeightSlot, TENSOR_ALIGN};
-use crate::ops::{rows, StagePlan, Wire};
+use super::program::{Emit, Kind, LayerRefs, Loc, Node};
+use super::HexTransformer;
+use crate::memory::TENSOR_ALIGN;
+use crate::ops::StagePlan;
 use crate::runtime::graph::{Graph, TensorClass, TensorDecl};
 use crate::runtime::packing::pack_by_lifetime;
 use crate::runtime::{virtual_id, VIRTUAL_ACT};
@@ -82,86 +81,98 @@ impl PlanCache {
     }
 }
 
-/// The activation regions, in this order.
-pub(crate) const REGIONS: [&str; 11] = [
-    "x", "h", "qkv", "att", "gu", "act", "pos", "idx", "xs", "qs", "out",
-];
-const X: usize = 0;
-const H: usize = 1;
-const QKV: usize = 2;
-const ATT: usize = 3;
-const GU: usize = 4;
-const ACT: usize = 5;
-const POS: usize = 6;
-const IDX: usize = 7;
-const XS: usize = 8;
-const QS: usize = 9;
-const OUT: usize = 10;
-
-const MM_QKV: u8 = 0;
-const MM_O: u8 = 1;
-const MM_GATE_UP: u8 = 2;
-const MM_DOWN: u8 = 3;
-const MM_HEAD: u8 = 4;
-
-/// Offsets (bytes) of a forward's activations in its buffer; all f32 except `pos`/`idx` (i32).
-/// Row counts: `m = b * n` window rows, `mq = b * r` rows after the last block's selection.
+/// Offsets (bytes) of a forward's activations in its buffer: the program's activations (all
+/// f32), then the positions and the row selection (i32).
 #[derive(Debug, Clone)]
 pub(crate) struct ActPlan {
-    pub(crate) off: [usize; 11],
-    pub(crate) size: [usize; 11],
+    pub(crate) off: Vec<usize>,
+    pub(crate) size: Vec<usize>,
     pub(crate) total: usize,
+    /// Columns of the result.
     pub(crate) width: usize,
+    /// Offset of the result.
+    pub(crate) out: usize,
 }
 
+/// Region names: the program's activations, then these two.
+const POS: &str = "pos";
+const IDX: &str = "idx";
+
 impl ActPlan {
-    /// One region per activation, back to back.
+    /// One region per activation, back to back. `r` is `Some` when rows are selected.
     fn separate(t: &HexTransformer, b: usize, n: usize, r: Option<usize>) -> Self {
-        let c = &t.inner.cfg;
-        let (h, q, kv, f) = (
-            c.hidden,
-            c.heads * c.head_dim,
-            c.kv_heads * c.head_dim,
-            c.ffn,
-        );
-        let m = b * n;
-        let mq = b * r.unwrap_or(n);
-        let width = if t.inner.head.is_some() { c.vocab } else { h };
-        let sel = |rows: usize| if r.is_some() { rows } else { 0 };
-        let size = [
-            m * h * 4,
-            m * h * 4,
-            m * (q + 2 * kv) * 4,
-            m * q * 4,
-            m * 2 * f * 4,
-            m * f * 4,
-            m * 4,
-            sel(r.unwrap_or(0)) * 4,
-            sel(mq * h * 4),
-            sel(mq * q * 4),
-            mq * width * 4,
-        ];
+        let c = &t.inner.program;
+        let acts = &c.program.acts;
+        let size: Vec<usize> = acts
+            .iter()
+            .zip(&c.kinds)
+            .map(|((_, cols), kind)| {
+                let rows = match kind {
+                    Kind::Layer => n.max(r.unwrap_or(0)),
+                    Kind::Tail => r.unwrap_or(n),
+                    Kind::Selected => r.unwrap_or(0),
+                };
+                b * rows * cols * 4
+            })
+            .chain([b * n * 4, r.unwrap_or(0) * 4])
+            .collect();
         let mut p = StagePlan::default();
-        let off = size.map(|s| p.push(s));
-        ActPlan {
+        let off: Vec<usize> = size.iter().map(|&s| p.push(s)).collect();
+        let mut a = ActPlan {
             off,
             size,
             total: p.total(),
-            width,
-        }
+            width: 0,
+            out: 0,
+        };
+        a.set_output(t, r.is_some());
+        a
     }
 
-    pub(crate) fn x(&self) -> usize {
-        self.off[X]
+    fn set_output(&mut self, t: &HexTransformer, selecting: bool) {
+        let (cols, _) = t.inner.result_cols();
+        let locs = self.locs(t, selecting);
+        self.width = cols.len;
+        self.out = locs[cols.act].off + cols.start * 4;
+    }
+
+    /// Each activation's place, `SelectRows` outputs aliased unless selecting.
+    pub(crate) fn locs(&self, t: &HexTransformer, selecting: bool) -> Vec<Loc> {
+        let p = &t.inner.program.program;
+        let mut loc: Vec<Loc> = p
+            .acts
+            .iter()
+            .enumerate()
+            .map(|(i, (_, cols))| Loc {
+                off: self.off[i],
+                row: cols * 4,
+            })
+            .collect();
+        if !selecting {
+            for node in &p.layer {
+                if let Node::SelectRows { x, out } = node {
+                    let src = loc[x.act];
+                    loc[out.act] = Loc {
+                        off: src.off + x.start * 4,
+                        row: src.row,
+                    };
+                }
+            }
+        }
+        loc
+    }
+
+    pub(crate) fn x(&self, t: &HexTransformer) -> usize {
+        self.off[t.inner.program.program.input]
     }
     pub(crate) fn pos(&self) -> usize {
-        self.off[POS]
+        self.off[self.off.len() - 2]
     }
     pub(crate) fn idx(&self) -> usize {
-        self.off[IDX]
+        self.off[self.off.len() - 1]
     }
     pub(crate) fn out(&self) -> usize {
-        self.off[OUT]
+        self.out
     }
 }
 
@@ -177,31 +188,22 @@ pub(crate) struct ShapePlan {
 impl ShapePlan {
     /// Capture the graph of a forward of shape `bucket` (host-side only: nothing is submitted)
     /// and pack its activations by the live ranges the graph shows. The live ranges are those of
-    /// the block's op sequence, the same at every row count (a matmul split into row chunks keeps
-    /// its place in it), so the packing holds for every forward of the bucket.
+    /// the program's op sequence, the same at every row count (a matmul split into row chunks
+    /// keeps its place in it), so the packing holds for every forward of the bucket.
     pub(crate) fn new(t: &HexTransformer, bucket: ShapeKey, kv: &DeviceKv, len: usize) -> Self {
         let (b, n, r) = bucket;
         let separate = ActPlan::separate(t, b, n, r);
-        let fwd = Fwd {
-            t,
-            plan: &separate,
-            act: VIRTUAL_ACT,
-            kv,
-            b,
-            n,
-            r,
-            len,
-            skip: (0, 0),
-        };
-        let blocks = t.num_blocks();
-        let batches: Vec<Batch> = (0..blocks)
-            .map(|li| fwd.block(li, &t.inner.blocks[li], li + 1 == blocks))
-            .collect();
-        let mut decls: Vec<TensorDecl> = REGIONS
+        let batches = layer_batches(t, &separate, VIRTUAL_ACT, kv, (b, n, r), len, (0, 0));
+        let p = &t.inner.program.program;
+        let names = p
+            .acts
             .iter()
+            .map(|a| a.0.clone())
+            .chain([POS.into(), IDX.into()]);
+        let mut decls: Vec<TensorDecl> = names
             .enumerate()
             .map(|(i, name)| TensorDecl {
-                name: (*name).into(),
+                name,
                 class: TensorClass::Activation,
                 buffer: VIRTUAL_ACT,
                 start: separate.off[i] as u64,
@@ -226,292 +228,90 @@ impl ShapePlan {
                 end: id.1 as u64,
             });
         }
-        let graph = Graph::capture(decls, &batches, &[X, POS, IDX], &[OUT]);
-        let items: Vec<(u64, &[(usize, usize)])> = (0..REGIONS.len())
+        let regions = p.acts.len() + 2;
+        let (out_cols, _) = t.inner.result_cols();
+        let graph = Graph::capture(
+            decls,
+            &batches,
+            &[p.input, regions - 2, regions - 1],
+            &[out_cols.act],
+        );
+        let items: Vec<(u64, &[(usize, usize)])> = (0..regions)
             .map(|i| (separate.size[i] as u64, graph.tensors[i].live.as_slice()))
             .collect();
         let (offs, total) = pack_by_lifetime(&items, TENSOR_ALIGN as u64);
-        let packed = ActPlan {
-            off: std::array::from_fn(|i| offs[i] as usize),
-            size: separate.size,
+        let mut packed = ActPlan {
+            off: offs.iter().map(|&o| o as usize).collect(),
+            size: separate.size.clone(),
             total: (total as usize).max(1),
-            width: separate.width,
+            width: 0,
+            out: 0,
         };
+        packed.set_output(t, r.is_some());
         ShapePlan { separate, packed }
     }
 }
 
-/// A contiguous f32 matrix `{cols, rows}` at `off` of buffer `id`.
-fn mat(id: u32, off: usize, cols: usize, rows_: usize) -> kdsp_tensor {
-    rows(id, off, Wire::F32, &[cols, rows_])
-}
-
-/// A row-major f32 view with explicit dims and byte strides.
-fn view(id: u32, off: usize, ne: [usize; 4], nb: [usize; 4]) -> kdsp_tensor {
-    kdsp_tensor {
-        buffer_id: id,
-        dtype: KDSP_DTYPE_F32,
-        layout: KDSP_LAYOUT_ROW_MAJOR,
-        offset: off as u64,
-        ne: ne.map(|v| v as u32),
-        nb: nb.map(|v| v as u64),
-        ..Default::default()
-    }
-}
-
-fn slot_vec(s: &WeightSlot, n: usize) -> kdsp_tensor {
-    rows(s.buf.id(), s.offset, Wire::F32, &[n])
-}
-
-/// Everything one forward's batches need.
-pub(crate) struct Fwd<'a> {
-    pub(crate) t: &'a HexTransformer,
-    pub(crate) plan: &'a ActPlan,
-    pub(crate) act: u32,
-    pub(crate) kv: &'a DeviceKv,
-    pub(crate) b: usize,
-    pub(crate) n: usize,
-    /// Selected rows per item in the last block (None: all `n`).
-    pub(crate) r: Option<usize>,
-    pub(crate) len: usize,
-    pub(crate) skip: (u32, u32),
-}
-
-impl Fwd<'_> {
-    /// `y (m, n_out) = a (m, k) W^T (+ bias)`, one op (split by rows once the weight has a
-    /// place, see `forward::split_rows`).
-    fn matmul(
-        &self,
-        batch: &mut Batch,
-        kind: u8,
-        lin: &PackedLinear,
-        a: usize,
-        y: usize,
-        m: usize,
-    ) {
-        let op = kdsp_op::new(
-            lin.opcode(),
-            mat(self.act, y, lin.n, m),
-            &[lin.tensor(), mat(self.act, a, lin.k, m)],
-        );
-        batch.push(label(kind), op);
-        if let Some(bias) = lin.bias {
-            let yt = mat(self.act, y, lin.n, m);
-            batch.push(
-                "bias",
-                kdsp_op::new(
-                    KDSP_OP_ADD,
-                    yt,
-                    &[yt, slot_vec(&self.t.inner.pinned[bias], lin.n)],
-                ),
+/// The batches of one forward: one per layer, the tail in the last.
+pub(crate) fn layer_batches(
+    t: &HexTransformer,
+    plan: &ActPlan,
+    act: u32,
+    kv: &DeviceKv,
+    (b, n, r): ShapeKey,
+    len: usize,
+    skip: (u32, u32),
+) -> Vec<Batch> {
+    let i = &t.inner;
+    let c = &i.program;
+    let selecting = r.is_some();
+    let emit = Emit {
+        act,
+        pos: plan.pos(),
+        idx: plan.idx(),
+        pinned: &i.pinned,
+        cos: &i.pinned[i.cos],
+        sin: &i.pinned[i.sin],
+        kv,
+        g: i.heads(),
+        b,
+        n,
+        r,
+        len,
+        skip,
+    };
+    let layers = i.layers.len();
+    let tail_nodes = &c.program.tail[..i.tail_len()];
+    (0..layers)
+        .map(|li| {
+            let last = li + 1 == layers;
+            let sel = last && selecting;
+            let loc = plan.locs(t, sel);
+            let mut batch = Batch::new();
+            let l = &i.layers[li];
+            let refs = LayerRefs {
+                vectors: &l.vectors,
+                matrices: &l.matrices,
+            };
+            emit.nodes(
+                &mut batch,
+                &c.program.layer,
+                &refs,
+                &loc,
+                &c.layer_sel,
+                li,
+                sel,
             );
-        }
-    }
-
-    fn norm(&self, batch: &mut Batch, w: usize, x: usize, y: usize, m: usize) {
-        let h = self.t.inner.cfg.hidden;
-        let w = &self.t.inner.pinned[w];
-        let mut op = kdsp_op::new(
-            KDSP_OP_RMS_NORM,
-            mat(self.act, y, h, m),
-            &[mat(self.act, x, h, m), slot_vec(w, h)],
-        );
-        op.params.norm.eps = self.t.inner.cfg.rms_eps;
-        batch.push("rms_norm", op);
-    }
-
-    fn add(&self, batch: &mut Batch, x: usize, y: usize, m: usize) {
-        let h = self.t.inner.cfg.hidden;
-        let xt = mat(self.act, x, h, m);
-        batch.push(
-            "residual",
-            kdsp_op::new(KDSP_OP_ADD, xt, &[xt, mat(self.act, y, h, m)]),
-        );
-    }
-
-    pub(crate) fn block(&self, li: usize, blk: &PackedBlock, last: bool) -> Batch {
-        let i = &self.t.inner;
-        let c = &i.cfg;
-        let p = self.plan;
-        let (b, n, act) = (self.b, self.n, self.act);
-        let (h, hd, hq, hkv, f) = (c.hidden, c.head_dim, c.heads, c.kv_heads, c.ffn);
-        let (q, kvw) = (hq * hd, hkv * hd);
-        let nqkv = q + 2 * kvw;
-        let m = b * n;
-        let row = nqkv * 4; // bytes of one fused QKV output row
-        let (cos, sin) = (&i.pinned[i.cos], &i.pinned[i.sin]);
-        let pos_tables = cos.len / 4;
-        let tables = |s: &WeightSlot| {
-            rows(
-                s.buf.id(),
-                s.offset,
-                Wire::F32,
-                &[hd / 2, pos_tables / (hd / 2)],
-            )
-        };
-        let mut batch = Batch::new();
-
-        self.norm(&mut batch, blk.attn_norm, p.off[X], p.off[H], m);
-        self.matmul(&mut batch, MM_QKV, &blk.qkv, p.off[H], p.off[QKV], m);
-        // RoPE on q, in place over all window rows (row t of item i has position ws + t).
-        let qv = view(act, p.off[QKV], [hd, hq, m, 1], [4, hd * 4, row, row * m]);
-        batch.push(
-            "rope q",
-            kdsp_op::new(
-                KDSP_OP_ROPE_NEOX,
-                qv,
-                &[
-                    qv,
-                    rows(act, p.off[POS], Wire::I32, &[m]),
-                    tables(cos),
-                    tables(sin),
-                ],
-            ),
-        );
-        // RoPE on k, written as f16 straight into the cache rows [len, len + n) of each item.
-        for bi in 0..b {
-            let kin = view(
-                act,
-                p.off[QKV] + bi * n * row + q * 4,
-                [hd, hkv, n, 1],
-                [4, hd * 4, row, row * n],
-            );
-            batch.push(
-                "rope k -> kv cache",
-                kdsp_op::new(
-                    KDSP_OP_ROPE_NEOX,
-                    self.kv.k_rows(li, bi, self.len, n),
-                    &[
-                        kin,
-                        rows(act, p.off[POS], Wire::I32, &[n]),
-                        tables(cos),
-                        tables(sin),
-                    ],
-                ),
-            );
-        }
-        // V as f16 into the same rows.
-        let vin = view(
-            act,
-            p.off[QKV] + (q + kvw) * 4,
-            [kvw, n, b, 1],
-            [4, row, row * n, row * m],
-        );
-        batch.push(
-            "v -> kv cache",
-            kdsp_op::new(KDSP_OP_CPY, self.kv.v_rows(li, self.len, n), &[vin]),
-        );
-
-        // The last block only carries the requested rows past this point.
-        let (tq, qsrc, qstride, xr) = match (last, self.r) {
-            (true, Some(r)) => {
-                if r > 0 {
-                    let idx = rows(act, p.off[IDX], Wire::I32, &[r]);
-                    let qall = view(act, p.off[QKV], [q, n, b, 1], [4, row, row * n, row * m]);
-                    batch.push(
-                        "select q rows",
-                        kdsp_op::new(
-                            KDSP_OP_GET_ROWS,
-                            rows(act, p.off[QS], Wire::F32, &[q, r, b]),
-                            &[qall, idx],
-                        ),
-                    );
-                    batch.push(
-                        "select x rows",
-                        kdsp_op::new(
-                            KDSP_OP_GET_ROWS,
-                            rows(act, p.off[XS], Wire::F32, &[h, r, b]),
-                            &[rows(act, p.off[X], Wire::F32, &[h, n, b]), idx],
-                        ),
-                    );
-                }
-                (r, p.off[QS], q * 4, p.off[XS])
+            if last {
+                let refs = LayerRefs {
+                    vectors: &i.tail.vectors,
+                    matrices: &i.tail.matrices,
+                };
+                emit.nodes(&mut batch, tail_nodes, &refs, &loc, &c.tail_sel, li, sel);
             }
-            _ => (n, p.off[QKV], row, p.off[X]),
-        };
-        let mq = b * tq;
-        if mq == 0 {
-            return batch; // no row asked for: K/V appended, nothing else to compute
-        }
-        let keys = self.len + n;
-        for bi in 0..b {
-            let qt = view(
-                act,
-                qsrc + bi * tq * qstride,
-                [hd, hq, tq, 1],
-                [4, hd * 4, qstride, qstride * tq],
-            );
-            let ot = view(
-                act,
-                p.off[ATT] + bi * tq * q * 4,
-                [hd, hq, tq, 1],
-                [4, hd * 4, q * 4, q * 4 * tq],
-            );
-            let mut op = kdsp_op::new(
-                KDSP_OP_FLASH_ATTN,
-                ot,
-                &[
-                    qt,
-                    self.kv.k_rows(li, bi, 0, keys),
-                    self.kv.v_keys(li, bi, keys),
-                ],
-            );
-            op.params.attn.scale = 1.0 / (hd as f32).sqrt();
-            op.params.attn.kv_skip_begin = self.skip.0;
-            op.params.attn.kv_skip_end = self.skip.1;
-            batch.push("flash_attn", op);
-        }
-        self.matmul(&mut batch, MM_O, &blk.o, p.off[ATT], p.off[H], mq);
-        self.add(&mut batch, xr, p.off[H], mq);
-        self.norm(&mut batch, blk.ffn_norm, xr, p.off[H], mq);
-        self.matmul(
-            &mut batch,
-            MM_GATE_UP,
-            &blk.gate_up,
-            p.off[H],
-            p.off[GU],
-            mq,
-        );
-        // silu(gate) * up over the two halves of each fused row (strided views, no copy).
-        let gate = view(
-            act,
-            p.off[GU],
-            [f, mq, 1, 1],
-            [4, 2 * f * 4, 2 * f * 4 * mq, 2 * f * 4 * mq],
-        );
-        let up = view(
-            act,
-            p.off[GU] + f * 4,
-            [f, mq, 1, 1],
-            [4, 2 * f * 4, 2 * f * 4 * mq, 2 * f * 4 * mq],
-        );
-        batch.push(
-            "swiglu",
-            kdsp_op::new(KDSP_OP_SWIGLU, mat(act, p.off[ACT], f, mq), &[gate, up]),
-        );
-        self.matmul(&mut batch, MM_DOWN, &blk.down, p.off[ACT], p.off[H], mq);
-        self.add(&mut batch, xr, p.off[H], mq);
-        if last {
-            match &i.head {
-                Some(head) => {
-                    self.norm(&mut batch, i.final_norm, xr, p.off[H], mq);
-                    self.matmul(&mut batch, MM_HEAD, head, p.off[H], p.off[OUT], mq);
-                }
-                None => self.norm(&mut batch, i.final_norm, xr, p.off[OUT], mq),
-            }
-        }
-        batch
-    }
-}
-
-fn label(kind: u8) -> &'static str {
-    match kind {
-        MM_QKV => "qkv matmul",
-        MM_O => "o matmul",
-        MM_GATE_UP => "gate/up matmul",
-        MM_DOWN => "down matmul",
-        _ => "lm head matmul",
-    }
+            batch
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -521,10 +321,11 @@ mod tests {
 
     fn plan(total: usize) -> Arc<ShapePlan> {
         let a = ActPlan {
-            off: [0; 11],
-            size: [0; 11],
+            off: vec![0; 2],
+            size: vec![0; 2],
             total,
             width: 1,
+            out: 0,
         };
         Arc::new(ShapePlan {
             separate: a.clone(),

@@ -72,11 +72,6 @@ impl WeightFileBuilder {
         Ok(self.ranges.len() - 1)
     }
 
-    /// Length in bytes of weight `i`.
-    pub(crate) fn len_of(&self, i: usize) -> usize {
-        self.ranges[i].1
-    }
-
     /// Freeze the file: from now on nothing writes it. The weights' read-only views, in push
     /// order.
     pub(crate) fn seal(self, mem: &Arc<Memory>) -> Vec<WeightBytes> {

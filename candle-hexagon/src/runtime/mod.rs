@@ -115,11 +115,6 @@ impl HostWeights {
         Ok(w)
     }
 
-    /// Bytes of weight `w`.
-    pub(crate) fn len_of(&self, w: usize) -> usize {
-        self.file.len_of(w)
-    }
-
     /// Seal the file: the weights, read-only from now on.
     pub(crate) fn seal(self, dev: &HexagonDevice) -> Vec<HostWeight> {
         self.names

@@ -5,7 +5,11 @@
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use candle_hexagon::{BlockWeights, HexTransformerConfig, TransformerWeights, WeightRef};
+use candle_hexagon::{
+    HexTransformerConfig, LayerWeights, Matrix, Part, TransformerWeights, WeightRef,
+};
+
+use super::llama_program::{llama_program, Geometry};
 
 use super::{tensor, uniform};
 
@@ -136,6 +140,28 @@ pub struct Model {
     pub layers: Vec<Layer>,
     pub final_norm: V,
     pub head: Option<W>,
+    /// Rotary `(cos, sin)` tables for [`ROPE_ROWS`] positions, f32.
+    pub rope: (Tensor, Tensor),
+}
+
+/// Positions the reference's rotary tables cover.
+pub const ROPE_ROWS: usize = 512;
+
+/// NeoX tables `(positions, head_dim / 2)`: the angle in f64, rounded once to f32.
+fn rope_tables(hd: usize) -> (Tensor, Tensor) {
+    let half = hd / 2;
+    let (mut c, mut s) = (Vec::new(), Vec::new());
+    for p in 0..ROPE_ROWS {
+        for i in 0..half {
+            let a = p as f64 * THETA.powf(-(2.0 * i as f64) / hd as f64);
+            c.push(a.cos() as f32);
+            s.push(a.sin() as f32);
+        }
+    }
+    (
+        Tensor::from_vec(c, (ROPE_ROWS, half), &Device::Cpu).unwrap(),
+        Tensor::from_vec(s, (ROPE_ROWS, half), &Device::Cpu).unwrap(),
+    )
 }
 
 pub const THETA: f64 = 10000.0;
@@ -172,47 +198,90 @@ impl Model {
             layers,
             final_norm: V::new(h, next(), 1.0, 0.2, vdt),
             head: spec.head.then(|| W::new(spec.vocab, h, next(), spec)),
+            rope: rope_tables(hd),
         }
     }
 
     pub fn config(&self, max_positions: usize) -> HexTransformerConfig {
         let s = &self.spec;
+        assert!(max_positions <= ROPE_ROWS, "the reference's rotary tables cover {ROPE_ROWS}");
         HexTransformerConfig {
-            hidden: s.hidden,
+            program: llama_program(&Geometry {
+                hidden: s.hidden,
+                heads: s.heads,
+                kv_heads: s.kv_heads,
+                head_dim: s.head_dim,
+                ffn: s.ffn,
+                vocab: s.head.then_some(s.vocab),
+                eps: EPS,
+            }),
             heads: s.heads,
             kv_heads: s.kv_heads,
             head_dim: s.head_dim,
-            ffn: s.ffn,
-            vocab: s.vocab,
-            rope_theta: THETA,
-            rms_eps: EPS,
             max_positions,
         }
     }
 
     pub fn weights(&self) -> TransformerWeights<'_> {
         TransformerWeights {
-            blocks: self
+            layers: self
                 .layers
                 .iter()
-                .map(|l| BlockWeights {
-                    attn_norm: &l.attn_norm.t,
-                    q: l.q.r(),
-                    k: l.k.r(),
-                    v: l.v.r(),
-                    q_bias: l.qb.as_ref().map(|b| &b.t),
-                    k_bias: l.kb.as_ref().map(|b| &b.t),
-                    v_bias: l.vb.as_ref().map(|b| &b.t),
-                    o: l.o.r(),
-                    ffn_norm: &l.ffn_norm.t,
-                    gate: l.gate.r(),
-                    up: l.up.r(),
-                    down: l.down.r(),
+                .enumerate()
+                .map(|(i, l)| LayerWeights {
+                    vectors: vec![
+                        (format!("block {i} attn norm"), &l.attn_norm.t),
+                        (format!("block {i} ffn norm"), &l.ffn_norm.t),
+                    ],
+                    matrices: vec![
+                        Matrix {
+                            name: format!("block {i} q/k/v"),
+                            parts: vec![
+                                part(format!("block {i} q"), &l.q, l.qb.as_ref()),
+                                part(format!("block {i} k"), &l.k, l.kb.as_ref()),
+                                part(format!("block {i} v"), &l.v, l.vb.as_ref()),
+                            ],
+                        },
+                        one(format!("block {i} o"), &l.o),
+                        Matrix {
+                            name: format!("block {i} gate/up"),
+                            parts: vec![
+                                part(format!("block {i} gate"), &l.gate, None),
+                                part(format!("block {i} up"), &l.up, None),
+                            ],
+                        },
+                        one(format!("block {i} down"), &l.down),
+                    ],
                 })
                 .collect(),
-            final_norm: &self.final_norm.t,
-            lm_head: self.head.as_ref().map(|h| h.r()),
+            tail: LayerWeights {
+                vectors: vec![("final norm".into(), &self.final_norm.t)],
+                matrices: self
+                    .head
+                    .iter()
+                    .map(|h| one("lm head".into(), h))
+                    .collect(),
+            },
+            rope_cos: &self.rope.0,
+            rope_sin: &self.rope.1,
         }
+    }
+}
+
+fn part<'a>(name: String, w: &'a W, b: Option<&'a V>) -> (String, Part<'a>) {
+    (
+        name,
+        Part {
+            weight: w.r(),
+            bias: b.map(|b| &b.t),
+        },
+    )
+}
+
+fn one(name: String, w: &W) -> Matrix<'_> {
+    Matrix {
+        name: name.clone(),
+        parts: vec![part(name, w, None)],
     }
 }
 

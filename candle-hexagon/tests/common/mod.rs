@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod block_ref;
+pub mod llama_program;
 
 use candle_core::{DType, Device, Tensor};
 use candle_hexagon::{HexagonConfig, HexagonDevice};

@@ -1,0 +1,773 @@
+//! The program [`super::HexTransformer`] runs: a graph of ops over named activations, given by
+//! the caller. This crate knows ops (RMSNorm, matmul, rotary embedding, attention over a KV
+//! cache, SwiGLU, row selection), not models: the model crate writes its layer once as a
+//! [`Program`] and its CPU path interprets the same definition.
+//!
+//! A program declares its activations (f32 matrices of a fixed number of columns), the nodes of
+//! one **layer** (run once per layer, over that layer's weights, one DSP batch per layer) and of
+//! the **tail** (run once after the last layer, over the tail's weights). Operands are column
+//! ranges ([`Cols`]) of activations, so fused projections are read as strided views without a
+//! copy.
+//!
+//! Rows. Every activation has one row set: the window's rows (`n` per sequence), or, downstream
+//! of a [`Node::SelectRows`], the requested rows. Selection happens in the last layer only; in
+//! the other layers a `SelectRows` output *is* its input (the same bytes, no op), so one layer
+//! program serves every layer. An op over zero rows is not emitted.
+
+use kernels_dsp::*;
+
+use crate::error::{Error, Result};
+use crate::memory::WeightSlot;
+use crate::ops::{rows, Wire};
+
+/// Columns `[start, start + len)` of activation `act` (every row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cols {
+    /// Index into [`Program::acts`].
+    pub act: usize,
+    /// First column.
+    pub start: usize,
+    /// Columns.
+    pub len: usize,
+}
+
+impl Cols {
+    /// All columns of activation `act` of width `width`.
+    pub fn all(act: usize, width: usize) -> Cols {
+        Cols {
+            act,
+            start: 0,
+            len: width,
+        }
+    }
+
+    /// Columns `[start, start + len)` of this range.
+    pub fn sub(self, start: usize, len: usize) -> Cols {
+        Cols {
+            act: self.act,
+            start: self.start + start,
+            len,
+        }
+    }
+}
+
+/// One op of a [`Program`]. Weights are named by index into the running layer's (or the
+/// tail's) vectors and matrices.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    /// `out = x / rms(x) * w` per row; vector `weight` has `x.len` values.
+    RmsNorm {
+        /// Input.
+        x: Cols,
+        /// Vector index.
+        weight: usize,
+        /// Epsilon.
+        eps: f32,
+        /// Output (same width).
+        out: Cols,
+    },
+    /// `out = x W^T (+ bias)`; matrix `weight` is `(out.len, x.len)`.
+    MatMul {
+        /// Input.
+        x: Cols,
+        /// Matrix index.
+        weight: usize,
+        /// Output.
+        out: Cols,
+    },
+    /// `acc += x`.
+    Add {
+        /// Accumulator (updated in place).
+        acc: Cols,
+        /// Addend (same width).
+        x: Cols,
+    },
+    /// `out = silu(gate) * up`.
+    SwiGlu {
+        /// Gate.
+        gate: Cols,
+        /// Up (same width).
+        up: Cols,
+        /// Output (same width).
+        out: Cols,
+    },
+    /// NeoX rotary embedding of `x` in place (`x.len / head_dim` heads), at each row's
+    /// position, from the stack's tables.
+    Rope {
+        /// Heads to rotate.
+        x: Cols,
+    },
+    /// The layer's cache keys for the window's rows: `x` (`kv_heads * head_dim` columns)
+    /// rotated like [`Node::Rope`], stored as f16.
+    CacheKeysRoped {
+        /// Key heads.
+        x: Cols,
+    },
+    /// The layer's cache values for the window's rows: `x` (`kv_heads * head_dim` columns) as
+    /// f16.
+    CacheValues {
+        /// Value heads.
+        x: Cols,
+    },
+    /// `out` = the requested rows of `x` in the last layer; in every other layer (and when
+    /// every row is requested) `out` is `x` itself. `out` is a whole activation of `x.len`
+    /// columns that no other node writes except in place ([`Node::Add`]).
+    SelectRows {
+        /// Source.
+        x: Cols,
+        /// The selected rows.
+        out: Cols,
+    },
+    /// Scaled dot-product attention of queries `q` (`heads * head_dim` columns) over the
+    /// layer's cache — the cached rows and the window's, the cached rows of the window's own
+    /// positions skipped — written to `out` (same width as `q`).
+    Attention {
+        /// Query heads.
+        q: Cols,
+        /// Output.
+        out: Cols,
+        /// Score scale.
+        scale: f32,
+    },
+}
+
+impl Node {
+    /// The op's label in batches, reports and errors.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Node::RmsNorm { .. } => "rms_norm",
+            Node::MatMul { .. } => "matmul",
+            Node::Add { .. } => "add",
+            Node::SwiGlu { .. } => "swiglu",
+            Node::Rope { .. } => "rope",
+            Node::CacheKeysRoped { .. } => "rope -> kv cache",
+            Node::CacheValues { .. } => "v -> kv cache",
+            Node::SelectRows { .. } => "select rows",
+            Node::Attention { .. } => "flash_attn",
+        }
+    }
+
+    /// `(read, written)` operands.
+    fn operands(&self) -> (Vec<Cols>, Vec<Cols>) {
+        match *self {
+            Node::RmsNorm { x, out, .. } | Node::MatMul { x, out, .. } => (vec![x], vec![out]),
+            Node::Add { acc, x } => (vec![acc, x], vec![acc]),
+            Node::SwiGlu { gate, up, out } => (vec![gate, up], vec![out]),
+            Node::Rope { x } => (vec![x], vec![x]),
+            Node::CacheKeysRoped { x } | Node::CacheValues { x } => (vec![x], vec![]),
+            Node::SelectRows { x, out } => (vec![x], vec![out]),
+            Node::Attention { q, out, .. } => (vec![q], vec![out]),
+        }
+    }
+}
+
+/// What a [`super::HexTransformer`] runs (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    /// Activation names (for reports and errors) and widths in f32 columns.
+    pub acts: Vec<(String, usize)>,
+    /// The activation the stack's input rows are written to: every layer's input.
+    pub input: usize,
+    /// One layer's nodes, in order.
+    pub layer: Vec<Node>,
+    /// Where a layer leaves its result: in every layer but the last (no selection) it must be
+    /// the `input` activation itself, so the next layer reads it in place.
+    pub layer_output: Cols,
+    /// The tail's nodes (after the last layer), in order.
+    pub tail: Vec<Node>,
+    /// What a forward returns.
+    pub output: Cols,
+}
+
+/// Where a row set's activations live in an activation buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Written by a layer node: sized for the window's rows (or more requested rows).
+    Layer,
+    /// Written only by the tail: sized for the requested rows.
+    Tail,
+    /// The output of a `SelectRows`: its own bytes only while selecting.
+    Selected,
+}
+
+/// A program checked against the stack's geometry.
+#[derive(Debug, Clone)]
+pub(crate) struct Checked {
+    pub(crate) program: Program,
+    pub(crate) kinds: Vec<Kind>,
+    /// Per node: whether its operands hold the selected rows.
+    pub(crate) layer_sel: Vec<bool>,
+    pub(crate) tail_sel: Vec<bool>,
+    /// Whether the layer selects rows at all.
+    pub(crate) selects: bool,
+    /// `(n, k)` of each layer matrix, then of each tail matrix.
+    pub(crate) layer_mats: Vec<(usize, usize)>,
+    pub(crate) tail_mats: Vec<(usize, usize)>,
+    /// Length of each layer vector, then of each tail vector.
+    pub(crate) layer_vecs: Vec<usize>,
+    pub(crate) tail_vecs: Vec<usize>,
+}
+
+fn bad(detail: String) -> Error {
+    Error::InvalidInput {
+        op: "HexTransformer program",
+        detail,
+    }
+}
+
+/// Heads geometry the attention and cache nodes are checked against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Heads {
+    pub(crate) heads: usize,
+    pub(crate) kv_heads: usize,
+    pub(crate) head_dim: usize,
+}
+
+impl Program {
+    /// Check every operand, row set and weight use; returns the sizes the weights must have.
+    pub(crate) fn check(&self, g: Heads) -> Result<Checked> {
+        let p = self;
+        let na = p.acts.len();
+        if na == 0 || p.input >= na {
+            return Err(bad(format!("input activation {} of {na}", p.input)));
+        }
+        for (name, w) in &p.acts {
+            if *w == 0 {
+                return Err(bad(format!("activation `{name}` has 0 columns")));
+            }
+        }
+        let name = |c: &Cols| p.acts.get(c.act).map_or("?", |a| a.0.as_str());
+        let in_bounds = |c: &Cols| -> Result<()> {
+            match p.acts.get(c.act) {
+                Some((_, w)) if c.len > 0 && c.start + c.len <= *w => Ok(()),
+                Some((n, w)) => Err(bad(format!(
+                    "columns [{}, {}) of `{n}` ({w} columns)",
+                    c.start,
+                    c.start + c.len
+                ))),
+                None => Err(bad(format!("activation {} of {na}", c.act))),
+            }
+        };
+        // Row sets: false = window rows, true = selected rows.
+        let mut selected: Vec<Option<bool>> = vec![None; na];
+        let mut kinds: Vec<Option<Kind>> = vec![None; na];
+        selected[p.input] = Some(false);
+        kinds[p.input] = Some(Kind::Layer);
+        let mut layer_mats: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut tail_mats: Vec<Option<(usize, usize)>> = Vec::new();
+        let mut layer_vecs: Vec<Option<usize>> = Vec::new();
+        let (mut layer_sel, mut tail_sel) = (Vec::new(), Vec::new());
+        let mut tail_vecs: Vec<Option<usize>> = Vec::new();
+        fn note<T: PartialEq + Copy + std::fmt::Debug>(
+            v: &mut Vec<Option<T>>,
+            i: usize,
+            val: T,
+            what: &str,
+        ) -> Result<()> {
+            if v.len() <= i {
+                v.resize(i + 1, None);
+            }
+            match v[i] {
+                Some(old) if old != val => {
+                    Err(bad(format!("{what} {i} used as {old:?} and as {val:?}")))
+                }
+                _ => {
+                    v[i] = Some(val);
+                    Ok(())
+                }
+            }
+        }
+        for (part, nodes) in [("layer", &p.layer), ("tail", &p.tail)] {
+            let tail = part == "tail";
+            for (j, node) in nodes.iter().enumerate() {
+                let at = |e: String| bad(format!("{part} node {j} ({}): {e}", node.label()));
+                let (reads, writes) = node.operands();
+                for c in reads.iter().chain(&writes) {
+                    in_bounds(c).map_err(|e| at(e.to_string()))?;
+                }
+                let mut row_set = None;
+                for c in &reads {
+                    let s = selected[c.act]
+                        .ok_or_else(|| at(format!("`{}` is read before it is written", name(c))))?;
+                    if row_set.is_some_and(|r| r != s) {
+                        return Err(at("operands from different row sets".into()));
+                    }
+                    row_set = Some(s);
+                }
+                let row_set = row_set.unwrap_or(false);
+                let same = |a: &Cols, b: &Cols| -> Result<()> {
+                    if a.len != b.len {
+                        return Err(at(format!(
+                            "`{}` has {} columns, `{}` {}",
+                            name(a),
+                            a.len,
+                            name(b),
+                            b.len
+                        )));
+                    }
+                    Ok(())
+                };
+                let hd = g.head_dim;
+                match node {
+                    Node::RmsNorm {
+                        x,
+                        weight,
+                        out,
+                        eps,
+                    } => {
+                        same(x, out)?;
+                        if !(eps.is_finite() && *eps >= 0.0) {
+                            return Err(at(format!("eps {eps} is not finite and >= 0")));
+                        }
+                        let v = if tail {
+                            &mut tail_vecs
+                        } else {
+                            &mut layer_vecs
+                        };
+                        note(v, *weight, x.len, "vector").map_err(|e| at(e.to_string()))?;
+                    }
+                    Node::MatMul { x, weight, out } => {
+                        for c in [x, out] {
+                            if c.start != 0 || c.len != p.acts[c.act].1 {
+                                return Err(at(format!(
+                                    "a matmul reads and writes whole activations, not part of `{}`",
+                                    name(c)
+                                )));
+                            }
+                        }
+                        let m = if tail {
+                            &mut tail_mats
+                        } else {
+                            &mut layer_mats
+                        };
+                        note(m, *weight, (out.len, x.len), "matrix")
+                            .map_err(|e| at(e.to_string()))?;
+                    }
+                    Node::Add { acc, x } => same(acc, x)?,
+                    Node::SwiGlu { gate, up, out } => {
+                        same(gate, up)?;
+                        same(gate, out)?;
+                    }
+                    Node::Rope { x } => {
+                        if !x.len.is_multiple_of(hd) {
+                            return Err(at(format!(
+                                "{} columns are not whole heads of {hd}",
+                                x.len
+                            )));
+                        }
+                    }
+                    Node::CacheKeysRoped { x } | Node::CacheValues { x } => {
+                        if tail || row_set {
+                            return Err(at("the cache takes the window's rows, in a layer".into()));
+                        }
+                        if x.len != g.kv_heads * hd {
+                            return Err(at(format!(
+                                "{} columns, the cache rows have {}",
+                                x.len,
+                                g.kv_heads * hd
+                            )));
+                        }
+                    }
+                    Node::SelectRows { x, out } => {
+                        same(x, out)?;
+                        if tail || row_set {
+                            return Err(at("rows are selected once, in the layer".into()));
+                        }
+                        if out.start != 0
+                            || out.len != p.acts[out.act].1
+                            || kinds[out.act].is_some()
+                        {
+                            return Err(at(format!(
+                                "the output must be a whole activation of its own, `{}` is not",
+                                name(out)
+                            )));
+                        }
+                    }
+                    Node::Attention { q, out, scale } => {
+                        same(q, out)?;
+                        if tail {
+                            return Err(at(
+                                "attention reads a layer's cache, not in the tail".into()
+                            ));
+                        }
+                        if q.len != g.heads * hd {
+                            return Err(at(format!(
+                                "{} query columns, the stack has {} heads of {hd}",
+                                q.len, g.heads
+                            )));
+                        }
+                        if !scale.is_finite() {
+                            return Err(at(format!("scale {scale} is not finite")));
+                        }
+                    }
+                }
+                let out_set = matches!(node, Node::SelectRows { .. }) || row_set;
+                if tail {
+                    tail_sel.push(row_set)
+                } else {
+                    layer_sel.push(row_set)
+                }
+                for c in &writes {
+                    // An activation holds the rows of its last write; in-place updates keep them.
+                    let in_place = reads.contains(c);
+                    selected[c.act] = Some(out_set);
+                    if in_place {
+                        continue;
+                    }
+                    let kind = match (node, tail) {
+                        (Node::SelectRows { .. }, _) => Kind::Selected,
+                        (_, false) => Kind::Layer,
+                        (_, true) => Kind::Tail,
+                    };
+                    kinds[c.act] = Some(match (kinds[c.act], kind) {
+                        (None, k) => k,
+                        (Some(old), k) if old == k && k != Kind::Selected => k,
+                        (Some(Kind::Layer), Kind::Tail) => Kind::Layer,
+                        _ => {
+                            return Err(at(format!(
+                                "`{}` is a selection and is written by another op",
+                                name(c)
+                            )))
+                        }
+                    });
+                }
+            }
+            if !tail {
+                let o = &p.layer_output;
+                in_bounds(o)?;
+                if selected[o.act].is_none() {
+                    return Err(bad(format!(
+                        "the layer output `{}` is never written",
+                        name(o)
+                    )));
+                }
+                // Without selection the layer output must be the input itself.
+                let mut a = o.act;
+                let mut start = o.start;
+                while a != p.input {
+                    let src = p.layer.iter().find_map(|n| match n {
+                        Node::SelectRows { x, out } if out.act == a => Some(*x),
+                        _ => None,
+                    });
+                    match src {
+                        Some(x) => {
+                            a = x.act;
+                            start += x.start;
+                        }
+                        None => {
+                            return Err(bad(format!(
+                                "the layer output `{}` is not the input `{}` (or a selection of \
+                                 it): the next layer could not read it in place",
+                                name(o),
+                                p.acts[p.input].0
+                            )))
+                        }
+                    }
+                }
+                if start != 0 || o.len != p.acts[p.input].1 {
+                    return Err(bad(
+                        "the layer output must be all of the input's columns".into()
+                    ));
+                }
+            }
+        }
+        in_bounds(&p.output)?;
+        if selected[p.output.act].is_none() {
+            return Err(bad(format!(
+                "the output `{}` is never written",
+                name(&p.output)
+            )));
+        }
+        let dense = |v: Vec<Option<usize>>, what: &str| -> Result<Vec<usize>> {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, x)| x.ok_or_else(|| bad(format!("{what} {i} is never used"))))
+                .collect()
+        };
+        let dense2 = |v: Vec<Option<(usize, usize)>>, what: &str| -> Result<Vec<(usize, usize)>> {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, x)| x.ok_or_else(|| bad(format!("{what} {i} is never used"))))
+                .collect()
+        };
+        Ok(Checked {
+            program: p.clone(),
+            kinds: kinds
+                .into_iter()
+                .map(|k| k.unwrap_or(Kind::Layer))
+                .collect(),
+            selects: p.layer.iter().any(|n| matches!(n, Node::SelectRows { .. })),
+            layer_sel,
+            tail_sel,
+            layer_mats: dense2(layer_mats, "layer matrix")?,
+            tail_mats: dense2(tail_mats, "tail matrix")?,
+            layer_vecs: dense(layer_vecs, "layer vector")?,
+            tail_vecs: dense(tail_vecs, "tail vector")?,
+        })
+    }
+
+    /// The widest activation (for the routing entry point).
+    pub(crate) fn widest(&self) -> usize {
+        self.acts.iter().map(|a| a.1).max().unwrap_or(0)
+    }
+}
+
+/// Where one activation is in a forward's buffer: byte offset of its first column and the bytes
+/// of one row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Loc {
+    pub(crate) off: usize,
+    pub(crate) row: usize,
+}
+
+/// The vectors and matrices one run of a node list reads.
+pub(crate) struct LayerRefs<'a> {
+    pub(crate) vectors: &'a [usize],
+    pub(crate) matrices: &'a [Option<super::packed::PackedLinear>],
+}
+
+/// A contiguous f32 matrix view: `cols` values per row at `row` bytes apart.
+fn strided(id: u32, off: usize, ne: [usize; 4], nb: [usize; 4]) -> kdsp_tensor {
+    kdsp_tensor {
+        buffer_id: id,
+        dtype: KDSP_DTYPE_F32,
+        layout: KDSP_LAYOUT_ROW_MAJOR,
+        offset: off as u64,
+        ne: ne.map(|v| v as u32),
+        nb: nb.map(|v| v as u64),
+        ..Default::default()
+    }
+}
+
+fn slot_vec(s: &WeightSlot, n: usize) -> kdsp_tensor {
+    rows(s.buf.id(), s.offset, Wire::F32, &[n])
+}
+
+/// The emitter of one forward: the buffer layout and the geometry of this call.
+pub(crate) struct Emit<'a> {
+    pub(crate) act: u32,
+    pub(crate) pos: usize,
+    pub(crate) idx: usize,
+    pub(crate) pinned: &'a [WeightSlot],
+    pub(crate) cos: &'a WeightSlot,
+    pub(crate) sin: &'a WeightSlot,
+    pub(crate) kv: &'a super::kv::DeviceKv,
+    pub(crate) g: Heads,
+    pub(crate) b: usize,
+    pub(crate) n: usize,
+    /// Requested rows per item (None: all `n`).
+    pub(crate) r: Option<usize>,
+    pub(crate) len: usize,
+    pub(crate) skip: (u32, u32),
+}
+
+impl Emit<'_> {
+    /// Append `nodes` to `batch`. `li` is the layer (for the cache), `selecting` whether this
+    /// run selects rows, `sel` whether each node's operands hold the selected rows.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn nodes(
+        &self,
+        batch: &mut crate::transport::Batch,
+        nodes: &[Node],
+        refs: &LayerRefs<'_>,
+        loc: &[Loc],
+        sel: &[bool],
+        li: usize,
+        selecting: bool,
+    ) {
+        let (b, n, act) = (self.b, self.n, self.act);
+        let hd = self.g.head_dim;
+        let at = |c: &Cols| loc[c.act].off + c.start * 4;
+        let mat = |c: &Cols, m: usize| {
+            strided(
+                act,
+                at(c),
+                [c.len, m, 1, 1],
+                [4, loc[c.act].row, loc[c.act].row * m, loc[c.act].row * m],
+            )
+        };
+        let pos_tables = self.cos.len / 4;
+        let tables = |s: &WeightSlot| {
+            rows(
+                s.buf.id(),
+                s.offset,
+                Wire::F32,
+                &[hd / 2, pos_tables / (hd / 2)],
+            )
+        };
+        for (node, &on_selected) in nodes.iter().zip(sel) {
+            let label = node.label();
+            // Rows per item of this node's operands.
+            let t = if on_selected && selecting {
+                self.r.unwrap_or(n)
+            } else {
+                n
+            };
+            let m = b * t;
+            if m == 0 {
+                continue;
+            }
+            match *node {
+                Node::RmsNorm {
+                    x,
+                    weight,
+                    eps,
+                    out,
+                } => {
+                    let mut op = kdsp_op::new(
+                        KDSP_OP_RMS_NORM,
+                        mat(&out, m),
+                        &[
+                            mat(&x, m),
+                            slot_vec(&self.pinned[refs.vectors[weight]], x.len),
+                        ],
+                    );
+                    op.params.norm.eps = eps;
+                    batch.push(label, op);
+                }
+                Node::MatMul { x, weight, out } => {
+                    let Some(lin) = &refs.matrices[weight] else {
+                        continue; // a tail cut: the caller never asks for this
+                    };
+                    let op = kdsp_op::new(lin.opcode(), mat(&out, m), &[lin.tensor(), mat(&x, m)]);
+                    batch.push(label, op);
+                    if let Some(bias) = lin.bias {
+                        let yt = mat(&out, m);
+                        batch.push(
+                            "bias",
+                            kdsp_op::new(
+                                KDSP_OP_ADD,
+                                yt,
+                                &[yt, slot_vec(&self.pinned[bias], lin.n)],
+                            ),
+                        );
+                    }
+                }
+                Node::Add { acc, x } => {
+                    let a = mat(&acc, m);
+                    batch.push(label, kdsp_op::new(KDSP_OP_ADD, a, &[a, mat(&x, m)]));
+                }
+                Node::SwiGlu { gate, up, out } => {
+                    batch.push(
+                        label,
+                        kdsp_op::new(KDSP_OP_SWIGLU, mat(&out, m), &[mat(&gate, m), mat(&up, m)]),
+                    );
+                }
+                Node::Rope { x } => {
+                    let row = loc[x.act].row;
+                    let v = strided(
+                        act,
+                        at(&x),
+                        [hd, x.len / hd, m, 1],
+                        [4, hd * 4, row, row * m],
+                    );
+                    // Row t of item i has position ws + t: the positions region holds them all.
+                    batch.push(
+                        label,
+                        kdsp_op::new(
+                            KDSP_OP_ROPE_NEOX,
+                            v,
+                            &[
+                                v,
+                                rows(act, self.pos, Wire::I32, &[m]),
+                                tables(self.cos),
+                                tables(self.sin),
+                            ],
+                        ),
+                    );
+                }
+                Node::CacheKeysRoped { x } => {
+                    let row = loc[x.act].row;
+                    for bi in 0..b {
+                        let kin = strided(
+                            act,
+                            at(&x) + bi * n * row,
+                            [hd, x.len / hd, n, 1],
+                            [4, hd * 4, row, row * n],
+                        );
+                        batch.push(
+                            label,
+                            kdsp_op::new(
+                                KDSP_OP_ROPE_NEOX,
+                                self.kv.k_rows(li, bi, self.len, n),
+                                &[
+                                    kin,
+                                    rows(act, self.pos, Wire::I32, &[n]),
+                                    tables(self.cos),
+                                    tables(self.sin),
+                                ],
+                            ),
+                        );
+                    }
+                }
+                Node::CacheValues { x } => {
+                    let row = loc[x.act].row;
+                    let vin = strided(
+                        act,
+                        at(&x),
+                        [x.len, n, b, 1],
+                        [4, row, row * n, row * b * n],
+                    );
+                    batch.push(
+                        label,
+                        kdsp_op::new(KDSP_OP_CPY, self.kv.v_rows(li, self.len, n), &[vin]),
+                    );
+                }
+                Node::SelectRows { x, out } => {
+                    let Some(r) = self.r.filter(|_| selecting) else {
+                        continue; // `out` is `x` (`ActPlan::locs` aliases it)
+                    };
+                    if r == 0 {
+                        continue;
+                    }
+                    let row = loc[x.act].row;
+                    let src = strided(
+                        act,
+                        at(&x),
+                        [x.len, n, b, 1],
+                        [4, row, row * n, row * b * n],
+                    );
+                    batch.push(
+                        label,
+                        kdsp_op::new(
+                            KDSP_OP_GET_ROWS,
+                            rows(act, at(&out), Wire::F32, &[out.len, r, b]),
+                            &[src, rows(act, self.idx, Wire::I32, &[r])],
+                        ),
+                    );
+                }
+                Node::Attention { q, out, scale } => {
+                    let keys = self.len + n;
+                    let (qrow, orow) = (loc[q.act].row, loc[out.act].row);
+                    for bi in 0..b {
+                        let qt = strided(
+                            act,
+                            at(&q) + bi * t * qrow,
+                            [hd, q.len / hd, t, 1],
+                            [4, hd * 4, qrow, qrow * t],
+                        );
+                        let ot = strided(
+                            act,
+                            at(&out) + bi * t * orow,
+                            [hd, out.len / hd, t, 1],
+                            [4, hd * 4, orow, orow * t],
+                        );
+                        let mut op = kdsp_op::new(
+                            KDSP_OP_FLASH_ATTN,
+                            ot,
+                            &[
+                                qt,
+                                self.kv.k_rows(li, bi, 0, keys),
+                                self.kv.v_keys(li, bi, keys),
+                            ],
+                        );
+                        op.params.attn.scale = scale;
+                        op.params.attn.kv_skip_begin = self.skip.0;
+                        op.params.attn.kv_skip_end = self.skip.1;
+                        batch.push(label, op);
+                    }
+                }
+            }
+        }
+    }
+}
