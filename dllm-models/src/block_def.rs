@@ -32,8 +32,11 @@ pub(crate) enum Norm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Proj {
     /// Queries, keys and values (one group; see [`BlockOps::attn_inputs`]).
+    // Named only by the NPU recorder (`npu_load.rs`, the `hexagon` feature).
+    #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     Qkv,
     /// Gate and up (one group; see [`BlockOps::mlp_inputs`]).
+    #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     GateUp,
     /// Attention output.
     O,
