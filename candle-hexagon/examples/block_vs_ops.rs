@@ -168,7 +168,10 @@ fn main() -> Res<()> {
     }
     // f32 tables for the block path (as it pins them); f16 for the per-op path.
     let (rope_cos, rope_sin) = rope_tables()?;
-    let (cos, sin) = (rope_cos.to_dtype(DType::F16)?, rope_sin.to_dtype(DType::F16)?);
+    let (cos, sin) = (
+        rope_cos.to_dtype(DType::F16)?,
+        rope_sin.to_dtype(DType::F16)?,
+    );
     let per_op = OpsModel {
         dev: dev.clone(),
         layers,
@@ -218,7 +221,11 @@ fn main() -> Res<()> {
                     (format!("block {i} ffn norm"), b(i, "ff_norm")?),
                 ],
                 matrices: vec![
-                    matrix(format!("block {i} q/k/v"), &["q_proj", "k_proj", "v_proj"], i)?,
+                    matrix(
+                        format!("block {i} q/k/v"),
+                        &["q_proj", "k_proj", "v_proj"],
+                        i,
+                    )?,
                     matrix(format!("block {i} o"), &["attn_out"], i)?,
                     matrix(format!("block {i} gate/up"), &["ff_proj", "up_proj"], i)?,
                     matrix(format!("block {i} down"), &["ff_out"], i)?,
@@ -229,10 +236,7 @@ fn main() -> Res<()> {
     let tw = TransformerWeights {
         layers,
         tail: LayerWeights {
-            vectors: vec![(
-                "final norm".into(),
-                get("model.transformer.ln_f.weight")?,
-            )],
+            vectors: vec![("final norm".into(), get("model.transformer.ln_f.weight")?)],
             matrices: vec![Matrix {
                 name: "lm head".into(),
                 parts: vec![(

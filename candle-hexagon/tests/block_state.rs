@@ -315,3 +315,117 @@ fn the_shared_and_per_sequence_types_cross_threads() {
     send_sync::<candle_hexagon::DeviceKv>();
     send::<candle_hexagon::ForwardHandle>();
 }
+
+/// A malformed program is an error naming the node and what is wrong, never a panic or a
+/// forward that reads garbage.
+#[test]
+fn malformed_programs_are_errors_naming_the_node() {
+    use candle_hexagon::{Cols, Node};
+    let dev = emulated();
+    let m = Model::random(&small(2, false), 3);
+    let w = m.weights();
+    let err = |edit: &dyn Fn(&mut candle_hexagon::Program)| -> String {
+        let mut cfg = m.config(64);
+        edit(&mut cfg.program);
+        HexTransformer::new(&dev, &cfg, &w).unwrap_err().to_string()
+    };
+    let act = |cfg: &candle_hexagon::Program, name: &str| -> usize {
+        cfg.acts.iter().position(|a| a.0 == name).unwrap()
+    };
+    // Attention reading an activation nothing wrote.
+    let e = err(&|p| {
+        let att = act(p, "att");
+        for n in &mut p.layer {
+            if let Node::Attention { q, .. } = n {
+                *q = Cols::all(att, q.len);
+            }
+        }
+    });
+    assert!(
+        e.contains("layer node 7 (flash_attn)") && e.contains("`att` is read before it is written"),
+        "{e}"
+    );
+    // A layer whose output is not where the next layer reads.
+    let e = err(&|p| p.layer_output = Cols::all(act(p, "h"), 64));
+    assert!(
+        e.contains("the layer output `h` is not the input `x`"),
+        "{e}"
+    );
+    // A matmul over part of an activation.
+    let e = err(&|p| {
+        if let Node::MatMul { x, .. } = &mut p.layer[1] {
+            *x = x.sub(0, 32);
+        }
+    });
+    assert!(
+        e.contains("a matmul reads and writes whole activations"),
+        "{e}"
+    );
+    // Columns outside the activation.
+    let e = err(&|p| {
+        if let Node::Rope { x } = &mut p.layer[4] {
+            x.start = 1000;
+        }
+    });
+    assert!(
+        e.contains("layer node 4 (rope): columns [1000, 1064)"),
+        "{e}"
+    );
+    // One matrix used with two shapes.
+    let e = err(&|p| {
+        if let Node::MatMul { weight, .. } = &mut p.layer[8] {
+            *weight = 0;
+        }
+    });
+    assert!(e.contains("matrix 0 used as"), "{e}");
+    // The weights must match what the program reads.
+    let mut w2 = m.weights();
+    w2.layers[1].vectors.pop();
+    let e = HexTransformer::new(&dev, &m.config(64), &w2)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("layer 1 has 1 vectors and 4 matrices, its program reads 2 and 4"),
+        "{e}"
+    );
+    // Rows asked of a program that never selects rows.
+    let mut cfg = m.config(64);
+    cfg.program
+        .layer
+        .retain(|n| !matches!(n, Node::SelectRows { .. }));
+    let (q, x) = (act(&cfg.program, "qkv"), act(&cfg.program, "x"));
+    for n in &mut cfg.program.layer {
+        match n {
+            Node::Attention { q: qq, .. } => *qq = Cols::all(q, 64),
+            Node::Add { acc, .. } | Node::RmsNorm { x: acc, .. }
+                if acc.act == act(&m.config(64).program, "x rows") =>
+            {
+                *acc = Cols::all(x, 64)
+            }
+            _ => {}
+        }
+    }
+    cfg.program.layer_output = Cols::all(x, 64);
+    for n in &mut cfg.program.tail {
+        if let Node::RmsNorm { x: xx, .. } = n {
+            *xx = Cols::all(x, 64);
+        }
+    }
+    let Placed::Npu(t) = HexTransformer::new(&dev, &cfg, &w).unwrap() else {
+        panic!("a program without selection still runs")
+    };
+    let mut kv = t.new_kv(1, 16).unwrap();
+    let xin = tensor(&[1, 4, 64], 9, 1.0, DType::F32);
+    let e = t
+        .forward(&mut kv, &xin, 0, Some(&[1]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rows requested from a program without a row selection"),
+        "{e}"
+    );
+    assert_eq!(
+        t.forward(&mut kv, &xin, 0, None).unwrap().dims(),
+        &[1, 4, 40]
+    );
+}

@@ -56,18 +56,11 @@ pub(crate) fn forward(
     rows: Rows<'_>,
     refresh: Option<RefreshRequest<'_>>,
 ) -> Result<(Tensor, Option<Refresh>)> {
-    let requested = w.requested(rows, window.clone())?;
-    let ws = if w.cfg.shift_logits {
-        window.start.saturating_sub(1)
-    } else {
-        window.start
-    };
-    let n = window.end - ws;
-    let hidden_rows: Vec<usize> = requested.iter().map(|&p| w.source_row(p) - ws).collect();
-    let identity = hidden_rows.len() == n && hidden_rows.iter().enumerate().all(|(i, &r)| i == r);
+    let rows = w.window_rows(rows, window)?;
+    let (ws, n) = (rows.ws, rows.n);
     let x = w.embed(&canvas.narrow(1, ws, n)?)?.to_dtype(DType::F32)?;
     let t0 = Instant::now();
-    let handle = hex.submit(kv, &x, ws, (!identity).then_some(&hidden_rows[..]))?;
+    let handle = hex.submit(kv, &x, ws, rows.hidden_rows.as_deref())?;
     // The DSP runs the blocks; the CPU computes the refresh meanwhile.
     let refreshed = match refresh {
         None => None,

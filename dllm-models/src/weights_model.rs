@@ -400,6 +400,25 @@ impl TransformerWeights {
         Ok(logits)
     }
 
+    /// The rows a window forward runs and returns: a shifted model (Dream) reads the raw output
+    /// one position left of each requested position, so its window starts one row earlier.
+    pub(crate) fn window_rows(&self, rows: Rows<'_>, window: Range<usize>) -> Result<WindowRows> {
+        let requested = self.requested(rows, window.clone())?;
+        let ws = if self.cfg.shift_logits {
+            window.start.saturating_sub(1)
+        } else {
+            window.start
+        };
+        let n = window.end - ws;
+        let hidden: Vec<usize> = requested.iter().map(|&p| self.source_row(p) - ws).collect();
+        let identity = hidden.len() == n && hidden.iter().enumerate().all(|(i, &r)| i == r);
+        Ok(WindowRows {
+            ws,
+            n,
+            hidden_rows: (!identity).then_some(hidden),
+        })
+    }
+
     /// Resolve [`Rows`] to positions and validate them against `allowed`.
     pub(crate) fn requested(&self, rows: Rows<'_>, allowed: Range<usize>) -> Result<Vec<usize>> {
         let v: Vec<usize> = match rows {
@@ -458,23 +477,9 @@ impl TransformerWeights {
         rows: Rows<'_>,
     ) -> Result<(Tensor, Pending)> {
         let (b, _) = canvas.dims2()?;
-        let requested = self.requested(rows, window.clone())?;
-        // A shifted model needs the raw output one position left of the window.
-        let ws = if self.cfg.shift_logits {
-            window.start.saturating_sub(1)
-        } else {
-            window.start
-        };
+        let WindowRows { ws, n, hidden_rows } = self.window_rows(rows, window.clone())?;
         let we = window.end;
-        let n = we - ws;
-        let hidden_rows: Vec<usize> = requested.iter().map(|&p| self.source_row(p) - ws).collect();
-        let identity =
-            hidden_rows.len() == n && hidden_rows.iter().enumerate().all(|(i, &r)| i == r);
-        let last_rows = if identity {
-            None
-        } else {
-            Some(self.idx(hidden_rows)?)
-        };
+        let last_rows = hidden_rows.map(|r| self.idx(r)).transpose()?;
         let mut x = self.embed.forward(&canvas.narrow(1, ws, n)?)?;
         let (cos, sin) = self.rope.range(ws, n)?;
         let last = self.blocks.len() - 1;
@@ -630,6 +635,14 @@ impl TransformerWeights {
             timing: None,
         })
     }
+}
+
+/// [`TransformerWeights::window_rows`]: the window's first row `ws` and row count `n`, and the
+/// rows (of `0..n`) the logits come from, in request order (`None`: all, in order).
+pub(crate) struct WindowRows {
+    pub(crate) ws: usize,
+    pub(crate) n: usize,
+    pub(crate) hidden_rows: Option<Vec<usize>>,
 }
 
 /// Head geometry of the cache for one call.

@@ -237,15 +237,15 @@ impl Program {
             }
         }
         let name = |c: &Cols| p.acts.get(c.act).map_or("?", |a| a.0.as_str());
-        let in_bounds = |c: &Cols| -> Result<()> {
+        let in_bounds = |c: &Cols| -> std::result::Result<(), String> {
             match p.acts.get(c.act) {
                 Some((_, w)) if c.len > 0 && c.start + c.len <= *w => Ok(()),
-                Some((n, w)) => Err(bad(format!(
+                Some((n, w)) => Err(format!(
                     "columns [{}, {}) of `{n}` ({w} columns)",
                     c.start,
                     c.start + c.len
-                ))),
-                None => Err(bad(format!("activation {} of {na}", c.act))),
+                )),
+                None => Err(format!("activation {} of {na}", c.act)),
             }
         };
         // Row sets: false = window rows, true = selected rows.
@@ -263,13 +263,13 @@ impl Program {
             i: usize,
             val: T,
             what: &str,
-        ) -> Result<()> {
+        ) -> std::result::Result<(), String> {
             if v.len() <= i {
                 v.resize(i + 1, None);
             }
             match v[i] {
                 Some(old) if old != val => {
-                    Err(bad(format!("{what} {i} used as {old:?} and as {val:?}")))
+                    Err(format!("{what} {i} used as {old:?} and as {val:?}"))
                 }
                 _ => {
                     v[i] = Some(val);
@@ -283,7 +283,7 @@ impl Program {
                 let at = |e: String| bad(format!("{part} node {j} ({}): {e}", node.label()));
                 let (reads, writes) = node.operands();
                 for c in reads.iter().chain(&writes) {
-                    in_bounds(c).map_err(|e| at(e.to_string()))?;
+                    in_bounds(c).map_err(at)?;
                 }
                 let mut row_set = None;
                 for c in &reads {
@@ -324,7 +324,7 @@ impl Program {
                         } else {
                             &mut layer_vecs
                         };
-                        note(v, *weight, x.len, "vector").map_err(|e| at(e.to_string()))?;
+                        note(v, *weight, x.len, "vector").map_err(at)?;
                     }
                     Node::MatMul { x, weight, out } => {
                         for c in [x, out] {
@@ -340,8 +340,7 @@ impl Program {
                         } else {
                             &mut layer_mats
                         };
-                        note(m, *weight, (out.len, x.len), "matrix")
-                            .map_err(|e| at(e.to_string()))?;
+                        note(m, *weight, (out.len, x.len), "matrix").map_err(at)?;
                     }
                     Node::Add { acc, x } => same(acc, x)?,
                     Node::SwiGlu { gate, up, out } => {
@@ -434,7 +433,7 @@ impl Program {
             }
             if !tail {
                 let o = &p.layer_output;
-                in_bounds(o)?;
+                in_bounds(o).map_err(|e| bad(format!("the layer output: {e}")))?;
                 if selected[o.act].is_none() {
                     return Err(bad(format!(
                         "the layer output `{}` is never written",
@@ -471,7 +470,7 @@ impl Program {
                 }
             }
         }
-        in_bounds(&p.output)?;
+        in_bounds(&p.output).map_err(|e| bad(format!("the output: {e}")))?;
         if selected[p.output.act].is_none() {
             return Err(bad(format!(
                 "the output `{}` is never written",

@@ -77,7 +77,7 @@ pub(crate) struct HostWeight {
     pub(crate) name: String,
     /// The packed bytes (tiles): a read-only view of the module's weight file in shared memory,
     /// shared with whoever else reads them on the host (the CPU refresh path of `dllm-models`
-    /// reads these same bytes; see [`crate::HexTransformer::packed_block`]) and, when resident,
+    /// reads these same bytes; see [`crate::HexTransformer::packed_matrix`]) and, when resident,
     /// with the NPU (mapped in place, see [`crate::memory::WeightBytes`]).
     pub(crate) bytes: WeightBytes,
 }

@@ -204,7 +204,10 @@ impl Model {
 
     pub fn config(&self, max_positions: usize) -> HexTransformerConfig {
         let s = &self.spec;
-        assert!(max_positions <= ROPE_ROWS, "the reference's rotary tables cover {ROPE_ROWS}");
+        assert!(
+            max_positions <= ROPE_ROWS,
+            "the reference's rotary tables cover {ROPE_ROWS}"
+        );
         HexTransformerConfig {
             program: llama_program(&Geometry {
                 hidden: s.hidden,
@@ -256,11 +259,7 @@ impl Model {
                 .collect(),
             tail: LayerWeights {
                 vectors: vec![("final norm".into(), &self.final_norm.t)],
-                matrices: self
-                    .head
-                    .iter()
-                    .map(|h| one("lm head".into(), h))
-                    .collect(),
+                matrices: self.head.iter().map(|h| one("lm head".into(), h)).collect(),
             },
             rope_cos: &self.rope.0,
             rope_sin: &self.rope.1,

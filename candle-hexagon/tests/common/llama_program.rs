@@ -37,25 +37,68 @@ pub fn llama_program(g: &Geometry) -> Program {
     let (q, k, v) = (qkv.sub(0, nq), qkv.sub(nq, nkv), qkv.sub(nq + nkv, nkv));
     let eps = g.eps;
     let layer = vec![
-        Node::RmsNorm { x, weight: 0, eps, out: hh },
-        Node::MatMul { x: hh, weight: 0, out: qkv },
+        Node::RmsNorm {
+            x,
+            weight: 0,
+            eps,
+            out: hh,
+        },
+        Node::MatMul {
+            x: hh,
+            weight: 0,
+            out: qkv,
+        },
         Node::CacheKeysRoped { x: k },
         Node::CacheValues { x: v },
         Node::Rope { x: q },
         Node::SelectRows { x: q, out: qs },
         Node::SelectRows { x, out: xs },
-        Node::Attention { q: qs, out: att, scale: 1.0 / (hd as f32).sqrt() },
-        Node::MatMul { x: att, weight: 1, out: hh },
+        Node::Attention {
+            q: qs,
+            out: att,
+            scale: 1.0 / (hd as f32).sqrt(),
+        },
+        Node::MatMul {
+            x: att,
+            weight: 1,
+            out: hh,
+        },
         Node::Add { acc: xs, x: hh },
-        Node::RmsNorm { x: xs, weight: 1, eps, out: hh },
-        Node::MatMul { x: hh, weight: 2, out: gu },
-        Node::SwiGlu { gate: gu.sub(0, f), up: gu.sub(f, f), out: a },
-        Node::MatMul { x: a, weight: 3, out: hh },
+        Node::RmsNorm {
+            x: xs,
+            weight: 1,
+            eps,
+            out: hh,
+        },
+        Node::MatMul {
+            x: hh,
+            weight: 2,
+            out: gu,
+        },
+        Node::SwiGlu {
+            gate: gu.sub(0, f),
+            up: gu.sub(f, f),
+            out: a,
+        },
+        Node::MatMul {
+            x: a,
+            weight: 3,
+            out: hh,
+        },
         Node::Add { acc: xs, x: hh },
     ];
-    let mut tail = vec![Node::RmsNorm { x: xs, weight: 0, eps, out: hh }];
+    let mut tail = vec![Node::RmsNorm {
+        x: xs,
+        weight: 0,
+        eps,
+        out: hh,
+    }];
     if let Some(out) = out {
-        tail.push(Node::MatMul { x: hh, weight: 0, out });
+        tail.push(Node::MatMul {
+            x: hh,
+            weight: 0,
+            out,
+        });
     }
     Program {
         acts,
