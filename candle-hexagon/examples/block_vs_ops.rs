@@ -339,7 +339,7 @@ fn main() -> Res<()> {
             println!(
                 "| {n} | {len} | {path} | {} | {} | {:.2} | {r} | {d} |",
                 batches[p],
-                candle_hexagon::error::fmt_bytes(bytes[p]),
+                candle_hexagon::fmt_bytes(bytes[p]),
                 ms[p]
             );
         }

@@ -35,14 +35,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layers: [`device`] (session, config, routing entry point, counters), [`transport`] (emulated
-//! DSP thread; FastRPC via `dlopen`), [`memory`] (shared buffers, the bounded NPU address window,
-//! leases that keep host access from racing the DSP, the buffer pool), [`layout`] (weight
-//! packings), [`routing`] (decisions and counters), [`ops`] (candle ops), [`nn`] (candle-nn-style
-//! layers), [`block`] (block-level
-//! execution), [`runtime`] (the swap-optimized memory runtime: graph capture, placement under
-//! the VA budget, lifetime packing, double-buffered staging; policies `naive`, `paging`,
-//! `somr`), [`error`].
+//! Public modules: [`device`] (session, config, routing entry point, counters), [`transport`]
+//! (emulated DSP thread; FastRPC via `dlopen`; batches and fences), [`layout`] (weight packings),
+//! [`ops`] (candle ops), [`nn`] (candle-nn-style layers); the rest is re-exported at the root:
+//! [`HexTransformer`] (layer-level execution of a [`Program`]), the memory runtime's
+//! [`MemoryPolicy`] / [`MemoryPlan`] (graph capture, placement under the VA budget, lifetime
+//! packing, double-buffered staging; policies `naive`, `paging`, `somr`), routing decisions and
+//! [`Error`]. Internals (shared buffers, the bounded NPU address window, leases, the buffer pool,
+//! the runtime's planners) are private to the crate.
 //!
 //! Targets: Linux and Android (memfd shared memory). On other Unix targets the crate builds as a
 //! stub whose [`HexagonDevice::open`] returns [`Error::Unsupported`].
@@ -52,31 +52,38 @@
 //! [candle]: https://github.com/huggingface/candle
 #![warn(missing_docs)]
 
-pub mod block;
-pub mod config;
+// The public surface is what the root re-exports and these modules: `device` (session,
+// config, defaults), `ops` (candle ops), `nn` (candle-nn-style layers), `layout` (the NPU's weight
+// packings, shared with kernels-cpu), `transport` (batches, fences, the FastRPC shim). The rest
+// is the crate's internals.
+mod block;
+mod config;
 pub mod device;
-pub mod error;
+mod error;
 mod kinds;
 pub mod layout;
-pub mod memory;
+mod memory;
 pub mod nn;
 pub mod ops;
-pub mod routing;
-pub mod runtime;
+mod routing;
+mod runtime;
 pub mod transport;
 
 /// The host <-> DSP ABI (`kdsp_ops.h` bindings): op descriptors for [`transport::Batch`].
 pub use kernels_dsp as abi;
 
+pub use block::KvStats;
 pub use block::{
     Cols, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
     LayerWeights, Matrix, Node, PackedWeight, Part, Program, TransformerWeights, WeightRef,
 };
 pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
-pub use error::{Error, Result};
+pub use error::{fmt_bytes, Error, Result};
+pub use memory::{page_size, SHARED_MEMORY_SUPPORTED};
 pub use ops::linear::{PackedFormat, Placed};
 pub use ops::HexLinear;
-pub use routing::{OpDesc, OpKind, Reason, RoutingReport, Support, Tier, WeightFormat};
+pub use routing::{Decision, OpDesc, OpKind, Reason, RoutingReport, Support, Tier, WeightFormat};
+pub use runtime::PlanRow;
 pub use runtime::{MemoryPlan, MemoryPolicy, SwapSnapshot};
 
 /// Path of the host FastRPC shim library built with this crate (feature `fastrpc`, Linux host

@@ -8,7 +8,7 @@ mod common;
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use candle_hexagon::routing::Decision;
+use candle_hexagon::Decision;
 use candle_hexagon::{
     Error, ForwardOutput, HexTransformer, HexagonConfig, HexagonDevice, OpKind, Placed, Reason,
     Tier, WeightRef,

@@ -58,10 +58,8 @@ fn va_exhaustion_is_a_named_error_and_the_device_recovers() {
     let y = ops::rms_norm(&dev, &x, &w, 1e-5).unwrap();
     assert!(identical(&y, &norm::rms_norm_cpu(&x, &w, 1e-5).unwrap()));
     assert_eq!(
-        dev.stats().calls(
-            OpKind::RmsNorm,
-            candle_hexagon::routing::Decision::Cpu("va_budget")
-        ),
+        dev.stats()
+            .calls(OpKind::RmsNorm, candle_hexagon::Decision::Cpu("va_budget")),
         1
     );
     // Weights that do not fit stay on the CPU with the reason.
@@ -115,7 +113,7 @@ fn buffers_are_page_aligned_shared_and_released() {
     let dev = tiny_window();
     let a = dev.map_buffer(1).unwrap();
     let b = dev.map_buffer(5000).unwrap();
-    let page = candle_hexagon::memory::page_size() as usize;
+    let page = candle_hexagon::page_size() as usize;
     assert_eq!(a.len(), page);
     assert_eq!(b.len(), 2 * page);
     assert_eq!(b.window_offset() % page as u64, 0);

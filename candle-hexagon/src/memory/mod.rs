@@ -24,8 +24,8 @@ mod weights;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use pool::MAX_IDLE_BUFFERS;
 pub(crate) use pool::{BufferPool, PooledBuffer};
-pub use pool::{MAX_IDLE_BUFFERS, MIN_POOLED_BYTES};
 pub use shared_buffer::SharedMemory;
 pub use va_window::{page_size, round_up, Mapping, VaStats, VaWindow};
 pub use weights::WeightBytes;

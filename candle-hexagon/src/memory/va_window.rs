@@ -184,16 +184,6 @@ impl VaWindow {
         Self::with(round_up(size.max(1), page), entry_limit, None, page)
     }
 
-    /// Window size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    /// True when mappings are real host mappings inside a reservation.
-    pub fn is_reserved(&self) -> bool {
-        self.reservation.is_some()
-    }
-
     /// The page size mappings are rounded to.
     pub fn page(&self) -> u64 {
         self.page
@@ -205,6 +195,7 @@ impl VaWindow {
     }
 
     /// The largest free contiguous range.
+    #[cfg(test)]
     pub fn largest_free(&self) -> u64 {
         let st = self.state.lock().expect("window lock");
         st.free.values().copied().max().unwrap_or(0)

@@ -93,12 +93,8 @@ pub struct GraphTensor {
 }
 
 impl GraphTensor {
-    /// Size in bytes.
-    pub fn bytes(&self) -> u64 {
-        self.decl.end - self.decl.start
-    }
-
     /// First op that touches it.
+    #[cfg(test)]
     pub fn first_use(&self) -> Option<usize> {
         match (self.producer, self.consumers.first()) {
             (Some(p), Some(&c)) => Some(p.min(c)),
@@ -367,11 +363,13 @@ impl Graph {
     }
 
     /// The tensor declared with `name`.
+    #[cfg(test)]
     pub fn tensor(&self, name: &str) -> Option<usize> {
         self.tensors.iter().position(|t| t.decl.name == name)
     }
 
     /// True when two tensors must exist at the same time.
+    #[cfg(test)]
     pub fn live_together(&self, a: usize, b: usize) -> bool {
         intervals_overlap(&self.tensors[a].live, &self.tensors[b].live)
     }
