@@ -91,7 +91,7 @@ pub struct HexagonConfig {
     /// Transport.
     pub transport: TransportConfig,
     /// How weight-owning modules share the window (`naive`, `paging`, `somr`; see
-    /// [`crate::runtime`]).
+    /// [`MemoryPolicy`](crate::MemoryPolicy)).
     pub memory_policy: MemoryPolicy,
     /// `somr`: bytes for the two staging slots (each at most half).
     pub staging_bytes: u64,

@@ -102,7 +102,7 @@ pub enum WeightFormat {
     OtherQuant(String),
 }
 
-/// How a weight-owning module shares the NPU address window (see the [`crate::runtime`] docs).
+/// How a weight-owning module shares the NPU address window (see the crate README's memory runtime section).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MemoryPolicy {
     /// Map every weight when first used and keep it mapped.
@@ -149,7 +149,7 @@ impl std::fmt::Display for MemoryPolicy {
     }
 }
 
-/// A snapshot of [`SwapStats`](crate::runtime::SwapStats).
+/// A snapshot of [`SwapStats`](crate::SwapStats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SwapSnapshot {
     /// Forwards run by weight-owning modules under the runtime.

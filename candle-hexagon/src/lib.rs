@@ -8,7 +8,7 @@
 //! - a block-level module that *is* the op where the hardware wants it: [`HexTransformer`] runs a
 //!   stack of transformer blocks one DSP batch per block over resident weights, a resident fp16
 //!   KV cache ([`DeviceKv`]) and planned activations, returning a [`ForwardHandle`] with the
-//!   fences ([`block`]);
+//!   fences ([`HexTransformer`]);
 //! - weight-owning modules that *are* the op: [`HexLinear`] owns weights packed at load time
 //!   (fp16 HMX tiles or Q4_0 tiles) in NPU-mapped shared memory;
 //! - fused custom ops: [`ops::flash_attn`] (with a mask and a causal flag:
@@ -73,6 +73,9 @@ pub mod transport;
 pub use kernels_dsp as abi;
 
 pub use block::KvStats;
+pub use memory::{DeviceBuffer, MemoryStats};
+pub use routing::RoutingStats;
+pub use runtime::SwapStats;
 pub use block::{
     Cols, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
     LayerWeights, Matrix, Node, PackedWeight, Part, Program, TransformerWeights, WeightRef,

@@ -13,7 +13,7 @@
 //! inputs are copied (and converted: bf16 -> f32, K/V -> f16) into a shared staging buffer taken
 //! from the device's pool, one batch is submitted, the fence is awaited, and the result is copied
 //! into a new `CpuStorage`: candle's storage is closed, so the copies are the price of the seam
-//! (counted as bytes staged). For a whole transformer on the NPU, see [`crate::block`]: one
+//! (counted as bytes staged). For a whole transformer on the NPU, see [`crate::HexTransformer`]: one
 //! batch per block over resident weights, KV cache and activations.
 
 pub mod attention;

@@ -2,7 +2,7 @@
 //!
 //! The thread is DSP worker 0; `workers - 1` more pthreads are started by `kdsp_ctx_init`. The
 //! scratch arena (the VTCM stand-in) is private to the thread. Buffers reach it only as
-//! addresses inside the reserved NPU window ([`crate::memory::VaWindow`]), where each shared
+//! addresses inside the reserved NPU window (the crate's `VaWindow`), where each shared
 //! memfd is mapped a second time, so the DSP side never dereferences a host pointer it was not
 //! given through a mapping. Batches arrive in the same wire format a FastRPC skel receives.
 //!

@@ -183,7 +183,7 @@ pub trait Transport: Send + Sync {
     /// From now until [`Transport::detach`] returns, batches may read and write `shm`'s memory
     /// from the DSP thread: the caller must keep every host access to it from racing a submitted
     /// batch that has not completed (the device does so with leases, see
-    /// [`crate::memory::DeviceBuffer`]), and keep `shm` and `mapping` alive until detached.
+    /// [`crate::DeviceBuffer`]), and keep `shm` and `mapping` alive until detached.
     unsafe fn attach(&self, id: u32, shm: &SharedMemory, mapping: &Mapping) -> Result<()>;
 
     /// Undo [`Transport::attach`].

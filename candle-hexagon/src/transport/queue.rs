@@ -15,7 +15,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 
 /// Set once a submitted job has finished running, or is known never to run; it never goes back.
-/// The device ties the leases of a batch (the memory it may touch, see [`crate::memory`]) to it,
+/// The device ties the leases of a batch (the memory it may touch, the crate's leases) to it,
 /// so it must not be set while the DSP may still access the batch's memory. It also records
 /// *when* it was set, which the swap runtime uses to tell DSP idle time from overlapped staging.
 #[derive(Debug, Clone, Default)]
