@@ -75,8 +75,8 @@ pub enum OpDesc {
         kv_heads: usize,
         /// Head dimension.
         head_dim: usize,
-        /// The widest dimension any of its ops sees (hidden, fused QKV, fused gate/up, vocab,
-        /// RoPE positions).
+        /// The widest dimension any of its ops sees (the widest activation of its program, or
+        /// the rotary tables' positions).
         widest: usize,
     },
     /// NeoX RoPE of `x (b, n, heads, head_dim)` with per-row tables.

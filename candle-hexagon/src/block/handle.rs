@@ -99,8 +99,8 @@ impl ForwardHandle {
         self.output
     }
 
-    /// Wait for every block and return the `(batch, rows, width)` f32 result (logits or hidden
-    /// rows, see [`Self::output`]). A failed op is [`Error::InBlock`] naming the block, the op
+    /// Wait for every layer and return the `(batch, rows, width)` f32 result (the program's
+    /// output, or the input of the tail node it was cut before: see [`Self::output`]). A failed op is [`Error::InBlock`] naming the block, the op
     /// and the kernel status; the window's pending K/V are then garbage (do not commit them).
     pub fn wait(self) -> Result<Tensor> {
         let blocks = self.blocks;

@@ -34,7 +34,7 @@ pub(crate) fn bucket_of((b, n, r): ShapeKey) -> ShapeKey {
     (b, up(n), r.map(up))
 }
 
-/// Shape plans kept at most (least recently used evicted). A LLaDA-8B context of 4096
+/// Shape plans kept at most (least recently used evicted). A context of 4096
 /// positions has 128 row buckets; a decoder uses a handful.
 pub(crate) const MAX_SHAPE_PLANS: usize = 64;
 
