@@ -53,16 +53,49 @@ use candle_hexagon::DeviceKv;
 #[derive(Debug)]
 pub struct DiffusionTransformer {
     weights: Arc<TransformerWeights>,
-    /// The CPU cache (also the per-op NPU path's).
-    cache: KvCache,
-    /// The device cache, when the weights run on the NPU's block-level module.
-    npu_kv: Option<DeviceKv>,
+    /// The sequence's KV cache: host or device, never both.
+    kv: SeqKv,
     pending: Option<Pending>,
     /// The model's id, this sequence's id and the cache's epoch.
     token: SequenceToken,
     last_dual: Option<DualPathTiming>,
     /// The threads of the last CPU dual path: (the window forward's, the refresh's).
     last_dual_threads: Option<(std::thread::ThreadId, std::thread::ThreadId)>,
+}
+
+/// One sequence's KV cache: in host memory (the CPU path, and the per-op NPU path), or in device
+/// memory when the weights run on the NPU's block-level module — created at the first forward,
+/// when the batch is known. The CPU refresh of an NPU-held model reads the device cache in place.
+#[derive(Debug)]
+enum SeqKv {
+    Host(KvCache),
+    Device(Option<DeviceKv>),
+}
+
+impl SeqKv {
+    fn len(&self) -> usize {
+        match self {
+            SeqKv::Host(c) => c.len(),
+            SeqKv::Device(Some(kv)) => kv.len(),
+            SeqKv::Device(None) => 0,
+        }
+    }
+
+    fn batch(&self) -> usize {
+        match self {
+            SeqKv::Host(c) => c.batch(),
+            SeqKv::Device(Some(kv)) => kv.batch(),
+            SeqKv::Device(None) => 0,
+        }
+    }
+
+    /// The device cache with rows in it, for a refresh or re-score (`what`).
+    fn device_rows(&self, what: &'static str, positions: &[usize]) -> Result<&DeviceKv> {
+        match self {
+            SeqKv::Device(Some(kv)) if !kv.is_empty() => Ok(kv),
+            _ => Err(empty_cache(what, positions)),
+        }
+    }
 }
 
 impl DiffusionTransformer {
@@ -100,17 +133,20 @@ impl DiffusionTransformer {
     /// A new sequence (empty cache, a fresh sequence id, epoch 0) over shared weights.
     pub fn from_weights(weights: Arc<TransformerWeights>) -> Result<Self> {
         let c = &weights.cfg;
-        let cache = KvCache::new(
-            c.num_layers,
-            c.num_kv_heads,
-            c.head_dim(),
-            weights.info.dtype,
-        )?;
+        let kv = if weights.hex.is_some() {
+            SeqKv::Device(None)
+        } else {
+            SeqKv::Host(KvCache::new(
+                c.num_layers,
+                c.num_kv_heads,
+                c.head_dim(),
+                weights.info.dtype,
+            )?)
+        };
         Ok(Self {
             token: SequenceToken::new_sequence(weights.id()),
             weights,
-            cache,
-            npu_kv: None,
+            kv,
             pending: None,
             last_dual: None,
             last_dual_threads: None,
@@ -170,11 +206,12 @@ impl DiffusionTransformer {
 
     /// Bytes held by the KV cache buffers (host or device).
     pub fn cache_bytes(&self) -> usize {
-        match &self.npu_kv {
-            Some(kv) => {
+        match &self.kv {
+            SeqKv::Device(Some(kv)) => {
                 2 * kv.layers() * kv.capacity() * kv.batch() * kv.kv_heads() * kv.head_dim() * 2
             }
-            None => self.cache.bytes(),
+            SeqKv::Device(None) => 0,
+            SeqKv::Host(c) => c.bytes(),
         }
     }
 
@@ -184,11 +221,7 @@ impl DiffusionTransformer {
     }
 
     fn len(&self) -> usize {
-        match (&self.weights.hex, &self.npu_kv) {
-            (Some(_), Some(kv)) => kv.len(),
-            (Some(_), None) => 0,
-            _ => self.cache.len(),
-        }
+        self.kv.len()
     }
 
     /// The timing of the last [`DiffusionLm::forward_with_refresh`] (None before the first).
@@ -229,16 +262,16 @@ impl DiffusionTransformer {
         if b == 0 || l == 0 {
             return Err(CanvasDefect::Empty { batch: b, len: l }.into());
         }
-        if self.weights.hex.is_none() {
-            self.cache.check_batch(b)?;
-        } else if let Some(kv) = self.npu_kv.as_ref().filter(|k| !k.is_empty()) {
-            if kv.batch() != b {
+        match &self.kv {
+            SeqKv::Host(c) => c.check_batch(b)?,
+            SeqKv::Device(Some(kv)) if !kv.is_empty() && kv.batch() != b => {
                 return Err(CanvasDefect::BatchMismatch {
                     batch: b,
                     cached: kv.batch(),
                 }
                 .into());
             }
+            SeqKv::Device(_) => {}
         }
         Ok((b, l))
     }
@@ -275,13 +308,14 @@ impl DiffusionTransformer {
             return Ok(Vec::new());
         }
         let layers = self.weights.cfg.num_layers;
-        match self.npu_kv.as_ref().filter(|_| self.weights.hex.is_some()) {
-            Some(kv) => (0..layers)
+        match &self.kv {
+            SeqKv::Device(Some(kv)) => (0..layers)
                 .map(|li| Ok(kv.read_rows(li, 0..len)?))
                 .collect(),
-            None => (0..layers)
+            SeqKv::Device(None) => Ok(Vec::new()),
+            SeqKv::Host(c) => (0..layers)
                 .map(|li| {
-                    let (k, v) = self.cache.layer_tensors(li, &self.weights.device)?;
+                    let (k, v) = c.layer_tensors(li, &self.weights.device)?;
                     Ok((k.contiguous()?, v.contiguous()?))
                 })
                 .collect(),
@@ -342,10 +376,7 @@ impl DiffusionTransformer {
         }
         let c = &self.weights.cfg;
         let layers = c.num_layers;
-        let batch = match self.npu_kv.as_ref().filter(|_| self.weights.hex.is_some()) {
-            Some(kv) => kv.batch(),
-            None => self.cache.batch(),
-        };
+        let batch = self.kv.batch();
         let n = r.positions.len();
         let expected = vec![batch, n, c.num_kv_heads, c.head_dim()];
         for (tensor, ts) in [("keys", &r.keys), ("values", &r.values)] {
@@ -390,10 +421,15 @@ impl DiffusionTransformer {
         rows: Rows<'_>,
         refresh: Option<RefreshRequest<'_>>,
     ) -> Result<(Tensor, Option<Refresh>)> {
-        let len = self.cache.len();
+        let SeqKv::Host(cache) = &mut self.kv else {
+            return Err(Error::Internal {
+                what: "a CPU forward of a sequence whose cache is on the device",
+            });
+        };
+        let len = cache.len();
         let token = self.token;
         let w = &*self.weights;
-        let (cached, mut free) = self.cache.split::<T>().ok_or(Error::Internal {
+        let (cached, mut free) = cache.split::<T>().ok_or(Error::Internal {
             what: "the KV cache's buffers are not of the dtype it stores",
         })?;
         let fwd = |free: &mut [crate::kv_cache::FreeRows<'_, T>]| {
@@ -458,11 +494,11 @@ impl DiffusionTransformer {
         let b = self.check_window(canvas, &window)?;
         // Room for the window's K/V after the cache (a shifted model forwards one more row).
         let n = window.len() + usize::from(self.weights.cfg.shift_logits);
-        if let Some(hex) = self.weights.hex.clone() {
+        let len = self.len();
+        if let (Some(hex), SeqKv::Device(kv)) = (self.weights.hex.clone(), &mut self.kv) {
             let (window_start, window_end) = (window.start, window.end);
             self.pending = None;
-            let len = self.len();
-            let kv = npu_seq::ensure_kv(&hex, &mut self.npu_kv, b, len + n)?;
+            let kv = npu_seq::ensure_kv(&hex, kv, b, len + n)?;
             let (w, token) = (&*self.weights, self.token);
             let r =
                 w.install(|| npu_seq::forward(w, &hex, kv, token, canvas, window, rows, refresh))?;
@@ -482,9 +518,14 @@ impl DiffusionTransformer {
             });
             return Ok(r);
         }
-        self.cache.reserve(b, self.cache.len() + n)?;
+        let SeqKv::Host(cache) = &mut self.kv else {
+            return Err(Error::Internal {
+                what: "an NPU-held sequence without its module",
+            });
+        };
+        cache.reserve(b, len + n)?;
         self.pending = None;
-        match self.cache.dtype() {
+        match cache.dtype() {
             DType::F32 => self.run::<f32>(canvas, window, rows, refresh),
             DType::F16 => self.run::<f16>(canvas, window, rows, refresh),
             _ => self.run::<bf16>(canvas, window, rows, refresh),
@@ -538,14 +579,16 @@ impl DiffusionLm for DiffusionTransformer {
         if range.is_empty() {
             return Ok(());
         }
-        if let Some(kv) = self.npu_kv.as_mut().filter(|_| self.weights.hex.is_some()) {
-            kv.commit(range)?;
-            self.bump();
-            return Ok(());
-        }
-        if self.cache.commit(&p, range)? {
-            // The move overwrote pending rows of other positions: they can no longer be committed.
-            self.pending = None;
+        match &mut self.kv {
+            SeqKv::Device(Some(kv)) => kv.commit(range)?,
+            SeqKv::Device(None) => return Err(WindowDefect::CommitWithoutForward.into()),
+            SeqKv::Host(cache) => {
+                if cache.commit(&p, range)? {
+                    // The move overwrote pending rows of other positions: they can no longer be
+                    // committed.
+                    self.pending = None;
+                }
+            }
         }
         self.bump();
         Ok(())
@@ -557,14 +600,13 @@ impl DiffusionLm for DiffusionTransformer {
 
     fn truncate_cache(&mut self, len: usize) -> Result<()> {
         self.pending = None;
-        if self.weights.hex.is_some() {
-            match &mut self.npu_kv {
-                Some(kv) => kv.truncate(len)?,
-                None if len == 0 => {}
-                None => return Err(WindowDefect::RollForward { from: 0, to: len }.into()),
+        match &mut self.kv {
+            SeqKv::Device(Some(kv)) => kv.truncate(len)?,
+            SeqKv::Device(None) if len == 0 => {}
+            SeqKv::Device(None) => {
+                return Err(WindowDefect::RollForward { from: 0, to: len }.into())
             }
-        } else {
-            self.cache.truncate(len)?;
+            SeqKv::Host(cache) => cache.truncate(len)?,
         }
         self.bump();
         Ok(())
@@ -583,25 +625,23 @@ impl DiffusionLm for DiffusionTransformer {
         self.weights.install(|| {
             self.check_canvas(canvas)?;
             let w = &*self.weights;
-            if w.hex.is_some() {
-                let kv = self
-                    .npu_kv
-                    .as_ref()
-                    .filter(|k| !k.is_empty())
-                    .ok_or_else(|| empty_cache("refresh", positions))?;
-                return npu_seq::refresh_on_cpu(w, kv, self.token, canvas, positions, logits);
-            }
-            let len = self.cache.len();
+            let cache = match &self.kv {
+                SeqKv::Host(c) => c,
+                SeqKv::Device(_) => {
+                    let kv = self.kv.device_rows("refresh", positions)?;
+                    return npu_seq::refresh_on_cpu(w, kv, self.token, canvas, positions, logits);
+                }
+            };
+            let len = cache.len();
             macro_rules! go {
                 ($t:ty) => {{
-                    let cached = self
-                        .cache
+                    let cached = cache
                         .cached::<$t>()
                         .ok_or_else(|| empty_cache("refresh", positions))?;
                     w.refresh::<$t>(&cached, len, self.token, canvas, positions, logits)
                 }};
             }
-            match self.cache.dtype() {
+            match cache.dtype() {
                 DType::F32 => go!(f32),
                 DType::F16 => go!(f16),
                 _ => go!(bf16),
@@ -613,25 +653,23 @@ impl DiffusionLm for DiffusionTransformer {
         self.weights.install(|| {
             self.check_canvas(canvas)?;
             let w = &*self.weights;
-            if w.hex.is_some() {
-                let kv = self
-                    .npu_kv
-                    .as_ref()
-                    .filter(|k| !k.is_empty())
-                    .ok_or_else(|| empty_cache("re-score", positions))?;
-                return npu_seq::rescore_on_cpu(w, kv, canvas, positions);
-            }
-            let len = self.cache.len();
+            let cache = match &self.kv {
+                SeqKv::Host(c) => c,
+                SeqKv::Device(_) => {
+                    let kv = self.kv.device_rows("re-score", positions)?;
+                    return npu_seq::rescore_on_cpu(w, kv, canvas, positions);
+                }
+            };
+            let len = cache.len();
             macro_rules! go {
                 ($t:ty) => {{
-                    let cached = self
-                        .cache
+                    let cached = cache
                         .cached::<$t>()
                         .ok_or_else(|| empty_cache("re-score", positions))?;
                     w.rescore::<$t>(&cached, len, canvas, positions)
                 }};
             }
-            match self.cache.dtype() {
+            match cache.dtype() {
                 DType::F32 => go!(f32),
                 DType::F16 => go!(f16),
                 _ => go!(bf16),
@@ -648,12 +686,13 @@ impl DiffusionLm for DiffusionTransformer {
             return Ok(());
         }
         let layers = self.weights.cfg.num_layers;
-        match self.npu_kv.as_mut().filter(|_| self.weights.hex.is_some()) {
-            Some(kv) => npu_seq::apply(kv, r)?,
-            None => {
+        match &mut self.kv {
+            SeqKv::Device(Some(kv)) => npu_seq::apply(kv, r)?,
+            // check_refresh found the positions cached: an empty device cache has none.
+            SeqKv::Device(None) => {}
+            SeqKv::Host(cache) => {
                 for li in 0..layers {
-                    self.cache
-                        .write_rows(li, &r.positions, &r.keys[li], &r.values[li])?;
+                    cache.write_rows(li, &r.positions, &r.keys[li], &r.values[li])?;
                 }
             }
         }
