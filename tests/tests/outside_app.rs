@@ -4,11 +4,10 @@
 //!
 //! The app builds into this build's target directory, so the registry crates the workspace already
 //! built (candle, tokenizers, gemm, ...) are not built again: its lockfile pins the workspace's
-//! versions and its profiles repeat the workspace's (checked, so a drift fails here with the fix
-//! instead of silently rebuilding the world). The library crates themselves are built again once
-//! (cargo keys a path dependency's artifacts by its path relative to the workspace root), and so
-//! are the few registry crates whose features the workspace unifies differently (the hub client's
-//! TLS stack).
+//! versions, its profiles repeat the workspace's and its dependencies resolve every registry
+//! crate with the workspace's features (all three checked, so a drift fails here with the fix
+//! instead of silently rebuilding the world). Only the library crates themselves are built again
+//! (cargo keys a path dependency's artifacts by its path relative to the workspace root).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,6 +88,71 @@ fn the_outside_app_pins_the_workspace_versions_and_profiles() {
         profile(&app.join("Cargo.toml")),
         profile(&root().join("Cargo.toml")),
         "tests/outside-app/Cargo.toml must end with the workspace's [profile.*] sections"
+    );
+}
+
+/// `name version -> {features}` of every registry package in `cargo tree`'s output for `args`
+/// (host and target nodes alike; path packages are left out: the app builds them again anyway).
+fn resolved_features(args: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "--prefix",
+            "none",
+            "-f",
+            "{p}|{f}",
+        ])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("running cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).expect("utf-8").lines() {
+        let line = line.trim_end_matches(" (*)");
+        let Some((package, features)) = line.split_once('|') else {
+            continue;
+        };
+        if package.contains(" (") {
+            continue; // `name vX (/path)`: a path package
+        }
+        let sets = map.entry(package.to_string()).or_default();
+        if !sets.iter().any(|s| s == features) {
+            sets.push(features.to_string());
+        }
+    }
+    map
+}
+
+#[test]
+fn the_outside_app_resolves_the_workspace_features() {
+    // A registry crate the app resolves with other features than the workspace's build gets a new
+    // artifact, and so does everything above it: `syn` without `full` meant serde, candle,
+    // tokenizers and gemm built twice (the suite's slowest test, 3.2 minutes).
+    let ws = resolved_features(&["--workspace"]);
+    let manifest = root().join("tests/outside-app/Cargo.toml");
+    let app = resolved_features(&["--manifest-path", manifest.to_str().expect("utf-8 path")]);
+    assert!(app.contains_key("candle-core v0.11.1"), "{app:?}");
+    let mut drifted = Vec::new();
+    for (package, sets) in &app {
+        let theirs = ws.get(package).cloned().unwrap_or_default();
+        for s in sets.iter().filter(|s| !theirs.contains(s)) {
+            drifted.push(format!(
+                "{package}: the app resolves [{s}], the workspace {theirs:?}"
+            ));
+        }
+    }
+    assert!(
+        drifted.is_empty(),
+        "the app would build these (and everything above them) a second time; add the \
+         workspace's features to tests/outside-app/Cargo.toml's alignment table:\n{}",
+        drifted.join("\n")
     );
 }
 
