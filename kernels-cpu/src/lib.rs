@@ -39,6 +39,7 @@ mod par;
 mod qgemm;
 mod qgemm_rows;
 pub mod qlayout;
+mod scratch;
 mod simd;
 pub mod threads;
 
