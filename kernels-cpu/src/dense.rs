@@ -266,7 +266,8 @@ impl<'a> DenseView<'a> {
         let kp = k.div_ceil(TILE) * TILE;
         let task = task_for(isa);
         let n_slabs = n.div_ceil(lanes(isa));
-        let grid = par::grid(n_slabs, m, rayon::current_num_threads());
+        let slab_bytes = self.bytes.len() / n_slabs;
+        let grid = par::grid(n_slabs, slab_bytes, m, rayon::current_num_threads());
         let call = scratch::call_id();
         let out = OutPtr(out);
         // One parallel region: each task packs the rows it covers into its thread's reused
@@ -288,9 +289,13 @@ impl<'a> DenseView<'a> {
                     out: OutPtr(unsafe { out.get().add(rows.start * n) }),
                     bias,
                 };
-                // SAFETY: the ISA was checked above; tasks write disjoint output rectangles
-                // (rows of `job.out` are relative to `rows.start`, as the activations).
-                unsafe { task(&job, slabs, 0..rows.len()) }
+                // Row passes outside, slabs inside: the task's slab range stays in L2 while
+                // each pass of rows goes over it.
+                for pass in par::passes(rows.len()) {
+                    // SAFETY: the ISA was checked above; tasks write disjoint output rectangles
+                    // (rows of `job.out` are relative to `rows.start`, as the activations).
+                    unsafe { task(&job, slabs.clone(), pass) }
+                }
             })
         });
         Ok(())

@@ -24,46 +24,54 @@ impl OutPtr {
     }
 }
 
-/// Rows of activations a task covers at most (keeps a task's activation rows in L2 and bounds
-/// the per-thread buffers at this many rows).
-const ROWS_PER_TASK: usize = 64;
+/// Rows of activations a micro-kernel pass covers at most (keeps them in L2 while a range of
+/// weight slabs passes over them).
+pub(crate) const ROWS_PER_PASS: usize = 64;
+/// Rows of a row group at most (bounds the per-thread buffers at this many prepared rows).
+const GROUP_ROWS: usize = 256;
 /// Fewest rows per thread for which tasks split the rows rather than the weight slabs.
 const MIN_ROWS_PER_THREAD: usize = 16;
 /// Slab ranges per thread when the weight slabs are split (room for the pool to rebalance when
 /// another process takes a core).
 const SLAB_TASKS_PER_THREAD: usize = 4;
+/// Weight bytes of a slab range at most (it stays in L2 while the row passes go over it).
+const SLAB_RANGE_BYTES: usize = 512 << 10;
 
-/// How one call's output is cut into tasks.
+/// How one call's output is cut into tasks: row groups x slab ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grid {
-    /// Activation row ranges (sizes differ by at most one row).
-    pub row_chunks: usize,
+    /// Activation row groups (sizes differ by at most one row).
+    pub groups: usize,
     /// Weight slab ranges (sizes differ by at most one slab).
     pub slab_chunks: usize,
-    /// Rows of the largest row range (what a task's buffers must hold).
+    /// Rows of the largest group (what a task's buffers must hold).
     pub max_rows: usize,
 }
 
-/// The grid for `n_slabs` weight slabs x `m` rows on `threads` threads. With enough rows every
-/// thread gets whole row ranges (each task prepares only its own rows, nothing is prepared
-/// twice); with few rows the slabs are split into equal ranges, a multiple of `threads` of them,
-/// and each thread prepares the few rows once.
-pub(crate) fn grid(n_slabs: usize, m: usize, threads: usize) -> Grid {
+/// The grid for `n_slabs` weight slabs of `slab_bytes` bytes each x `m` rows on `threads`
+/// threads. With enough rows every thread gets its own row groups (a task prepares the
+/// activations of its group, once per thread: nothing is prepared twice unless a thread steals
+/// another's work); with few rows there is one group and the slabs are split into a multiple
+/// of `threads` ranges. Slab ranges are also small enough to stay in L2.
+pub(crate) fn grid(n_slabs: usize, slab_bytes: usize, m: usize, threads: usize) -> Grid {
     let threads = threads.max(1);
     let n_slabs = n_slabs.max(1);
-    let mut row_chunks = m.div_ceil(ROWS_PER_TASK).max(1);
-    let mut slab_chunks = 1;
+    let mut groups = m.div_ceil(GROUP_ROWS).max(1);
+    let mut slab_chunks = n_slabs.div_ceil((SLAB_RANGE_BYTES / slab_bytes.max(1)).max(1));
     if threads > 1 {
         if m >= MIN_ROWS_PER_THREAD * threads {
-            row_chunks = row_chunks.div_ceil(threads) * threads;
+            groups = groups.div_ceil(threads) * threads;
         } else {
-            slab_chunks = (threads * SLAB_TASKS_PER_THREAD).min(n_slabs);
+            slab_chunks = slab_chunks
+                .max(threads * SLAB_TASKS_PER_THREAD)
+                .div_ceil(threads)
+                * threads;
         }
     }
     Grid {
-        row_chunks,
-        slab_chunks,
-        max_rows: m.div_ceil(row_chunks),
+        groups,
+        slab_chunks: slab_chunks.min(n_slabs),
+        max_rows: m.div_ceil(groups),
     }
 }
 
@@ -73,19 +81,19 @@ fn part(len: usize, parts: usize, i: usize) -> std::ops::Range<usize> {
 }
 
 /// Run `f(slabs, rows)` over the grid ([`grid`]) covering `n_slabs` weight slabs x `m`
-/// activation rows, on the current pool; tasks are ordered row range first, so threads that
-/// take neighbouring tasks share rows.
+/// activation rows, on the current pool; tasks are ordered row group first, so a thread's
+/// consecutive tasks share their rows.
 pub(crate) fn for_each_tile(
     g: Grid,
     n_slabs: usize,
     m: usize,
     f: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Sync,
 ) {
-    let tasks = g.row_chunks * g.slab_chunks;
+    let tasks = g.groups * g.slab_chunks;
     let run = |t: usize| {
         let (r, s) = (t / g.slab_chunks, t % g.slab_chunks);
         let slabs = part(n_slabs, g.slab_chunks, s);
-        let rows = part(m, g.row_chunks, r);
+        let rows = part(m, g.groups, r);
         if !rows.is_empty() && !slabs.is_empty() {
             f(slabs, rows)
         }
@@ -97,6 +105,13 @@ pub(crate) fn for_each_tile(
     }
 }
 
+/// `0..rows` in passes of at most [`ROWS_PER_PASS`] rows.
+pub(crate) fn passes(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..rows)
+        .step_by(ROWS_PER_PASS)
+        .map(move |r| r..(r + ROWS_PER_PASS).min(rows))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,17 +120,21 @@ mod tests {
     fn grids_cover_the_output_evenly() {
         for threads in [1, 2, 3, 8] {
             for m in [1, 2, 7, 16, 31, 32, 33, 64, 65, 70, 160, 224, 1000] {
-                for n_slabs in [1, 2, 3, 48, 128, 513] {
-                    let g = grid(n_slabs, m, threads);
+                for (n_slabs, bytes) in [
+                    (1, 64),
+                    (2, 9000),
+                    (3, 64),
+                    (48, 49152),
+                    (128, 4096),
+                    (513, 1 << 20),
+                ] {
+                    let g = grid(n_slabs, bytes, m, threads);
                     let mut seen = vec![0u8; n_slabs * m];
                     let mut biggest = 0;
-                    let mut sizes = Vec::new();
-                    for t in 0..g.row_chunks * g.slab_chunks {
+                    for t in 0..g.groups * g.slab_chunks {
                         let (r, s) = (t / g.slab_chunks, t % g.slab_chunks);
-                        let (rows, slabs) =
-                            (part(m, g.row_chunks, r), part(n_slabs, g.slab_chunks, s));
+                        let (rows, slabs) = (part(m, g.groups, r), part(n_slabs, g.slab_chunks, s));
                         biggest = biggest.max(rows.len());
-                        sizes.push(rows.len() * slabs.len());
                         for r in rows {
                             for s in slabs.clone() {
                                 seen[r * n_slabs + s] += 1;
@@ -123,11 +142,11 @@ mod tests {
                         }
                     }
                     assert!(seen.iter().all(|&c| c == 1), "{threads} {m} {n_slabs}");
-                    assert!(biggest <= g.max_rows && g.max_rows <= ROWS_PER_TASK);
-                    if threads > 1 && g.row_chunks * g.slab_chunks >= threads {
+                    assert!(biggest <= g.max_rows && g.max_rows <= GROUP_ROWS);
+                    if threads > 1 && g.groups * g.slab_chunks >= threads {
                         // Tasks are a multiple of the thread count (or every slab is one).
                         assert!(
-                            (g.row_chunks * g.slab_chunks).is_multiple_of(threads)
+                            (g.groups * g.slab_chunks).is_multiple_of(threads)
                                 || g.slab_chunks == n_slabs,
                             "{threads} {m} {n_slabs} {g:?}"
                         );
