@@ -270,6 +270,7 @@ impl<T> OutPtr<T> {
 /// multiply-add (Rust never contracts `a * b + c`), so every path computes bit-identical results;
 /// only the vector width the compiler may use differs. (On AArch64 NEON is the baseline, so the
 /// plain `task` is already the NEON code for every NEON path.)
+#[allow(clippy::too_many_arguments)]
 fn task_dispatch<'b, T: Element>(
     isa: crate::isa::Isa,
     q: &[T],
@@ -301,6 +302,7 @@ fn task_dispatch<'b, T: Element>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn task_avx512<'b, T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],
@@ -315,6 +317,7 @@ unsafe fn task_avx512<'b, T: Element>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn task_avx2<'b, T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],
@@ -331,6 +334,7 @@ unsafe fn task_avx2<'b, T: Element>(
 /// `(rows, group, d)` f32, in `buf` (a reused buffer, grown to a whole query block's arrays so one
 /// size serves every task of a call).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn task<'b, T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],

@@ -1,13 +1,13 @@
 //! GEMM over packed quantized weights: `y[m][n] = sum_k x[m][k] W[n][k] (+ bias[n])`.
 //!
-//! Activations are quantized once per call ([`crate::act`]); the weights stay in their packed
-//! layout ([`crate::qlayout`]). A *slab* is `LANES` consecutive weight rows (one vector of
-//! outputs); the micro-kernel runs one slab against `MR` activation rows, keeping the slab's
-//! unpacked codes of one K block in registers and one accumulator per activation row. Per block
-//! and row it does eight 4-byte dots (`vpdpbusd` or its emulation) into an integer accumulator
-//! started at the code-offset correction, converts it to f32 once, and accumulates with the
-//! product of the two scales, so each output element sees the same operations in the same order
-//! whichever `MR`, task split or thread count computed it.
+//! Activations are quantized per call, by the tasks that use them ([`crate::act`]); the weights
+//! stay in their packed layout ([`crate::qlayout`]). A *slab* is `LANES` consecutive weight rows
+//! (one vector of outputs); the micro-kernel runs one slab against `MR` activation rows, keeping
+//! the slab's unpacked codes of one K block in registers and one accumulator per activation row.
+//! Per block and row it does eight 4-byte dots (`vpdpbusd` or its emulation) into an integer
+//! accumulator started at the code-offset correction, converts it to f32 once, and accumulates
+//! with the product of the two scales, so each output element sees the same operations in the
+//! same order whichever `MR`, task split or thread count computed it.
 
 use std::ops::Range;
 

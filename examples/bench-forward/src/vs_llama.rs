@@ -5,8 +5,10 @@
 //! `llama-quantize` run on the F32 file (so Q4_0 has the Q6_K `output.weight` llama-quantize
 //! writes). llama.cpp is never built here: the caller passes the paths of its binaries.
 
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::GgmlDType;
@@ -30,8 +32,8 @@ pub struct Plan {
     pub reps: usize,
     /// Canvas length.
     pub tokens: usize,
-    /// Threads for both sides.
-    pub threads: usize,
+    /// Thread counts, each for both sides.
+    pub threads: Vec<usize>,
 }
 
 fn run_ok(cmd: &mut Command) -> Result<String> {
@@ -69,27 +71,61 @@ fn make(plan: &Plan, ty: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// CPU seconds (user + system) used so far by this process's finished children.
-fn children_cpu() -> f64 {
-    // SAFETY: a valid `who` and a valid out-pointer.
+/// Run `cmd` to its end: (stdout, CPU seconds, peak RSS in MB) of the child, from its own
+/// rusage (`wait4`), so each run's peak is its own.
+fn run_measured(cmd: &mut Command) -> Result<(String, f64, f64)> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let mut err = child.stderr.take().context("child stderr")?;
+    let err_reader = std::thread::spawn(move || {
+        let mut e = Vec::new();
+        let _ = err.read_to_end(&mut e);
+        e
+    });
+    let mut out = Vec::new();
+    child
+        .stdout
+        .take()
+        .context("child stdout")?
+        .read_to_end(&mut out)?;
+    let mut status = 0;
+    // SAFETY: a valid pid of our own child, valid out-pointers; the child is reaped here (and
+    // `child` is not waited on again).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    if pid < 0 {
+        bail!("waiting for {cmd:?}: {}", std::io::Error::last_os_error());
+    }
+    let err = err_reader.join().unwrap_or_default();
+    let status = std::process::ExitStatus::from_raw(status);
+    if !status.success() {
+        bail!(
+            "{cmd:?} failed ({status}): {}",
+            String::from_utf8_lossy(&err)
+        );
+    }
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-    t(ru.ru_utime) + t(ru.ru_stime)
+    Ok((
+        String::from_utf8_lossy(&out).into_owned(),
+        t(ru.ru_utime) + t(ru.ru_stime),
+        ru.ru_maxrss as f64 / 1024.0,
+    ))
 }
 
-/// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run).
-fn llama_run(plan: &Plan, model: &Path, reps: usize) -> Result<(f64, f64)> {
-    let before = children_cpu();
-    let out = run_ok(
+/// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run, peak
+/// RSS in MB).
+fn llama_run(plan: &Plan, model: &Path, reps: usize, threads: usize) -> Result<(f64, f64, f64)> {
+    let (out, cpu, rss) = run_measured(
         Command::new(&plan.llama_bench)
             .arg("-m")
             .arg(model)
             .args(["-p", &plan.tokens.to_string(), "-n", "0"])
-            .args(["-t", &plan.threads.to_string()])
+            .args(["-t", &threads.to_string()])
             .args(["-r", &reps.to_string(), "-o", "json"]),
     )?;
-    let cpu = children_cpu() - before;
     let v: serde_json::Value =
         serde_json::from_str(&out).context("parsing llama-bench's JSON output")?;
     let ns = v
@@ -98,16 +134,33 @@ fn llama_run(plan: &Plan, model: &Path, reps: usize) -> Result<(f64, f64)> {
         .and_then(|r| r.get("avg_ns"))
         .and_then(|n| n.as_f64())
         .context("llama-bench output has no avg_ns")?;
-    Ok((ns / 1e6, cpu))
+    Ok((ns / 1e6, cpu, rss))
 }
 
-/// llama.cpp per forward: (wall ms as llama-bench reports it, CPU ms). The CPU time is the
-/// difference between a run of `1 + reps` forwards and a run of 1, so loading and warm-up
-/// cancel out.
-fn llama_ms(plan: &Plan, model: &Path) -> Result<(f64, f64)> {
-    let (_, one) = llama_run(plan, model, 1)?;
-    let (wall, many) = llama_run(plan, model, 1 + plan.reps)?;
-    Ok((wall, (many - one) / plan.reps as f64 * 1e3))
+/// llama.cpp per forward: (wall ms as llama-bench reports it, CPU ms, peak RSS MB). The CPU
+/// time is the difference between a run of `1 + reps` forwards and a run of 1, so loading and
+/// warm-up cancel out.
+fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)> {
+    let (_, one, rss1) = llama_run(plan, model, 1, threads)?;
+    let (wall, many, rss) = llama_run(plan, model, 1 + plan.reps, threads)?;
+    Ok((wall, (many - one) / plan.reps as f64 * 1e3, rss.max(rss1)))
+}
+
+/// Reset this process's peak RSS to its current RSS (Linux `clear_refs` 5); false if the
+/// kernel refused.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// This process's peak RSS (`VmHWM`), in MB.
+fn peak_rss_mb() -> Result<f64> {
+    let s = std::fs::read_to_string("/proc/self/status")?;
+    let kb = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .context("no VmHWM in /proc/self/status")?;
+    Ok(kb / 1024.0)
 }
 
 /// This process's CPU time, in seconds.
@@ -157,54 +210,91 @@ pub fn run(plan: &Plan) -> Result<()> {
     let t = plan.tokens;
     let mut wall_rows = Vec::new();
     let mut cpu_rows = Vec::new();
+    let mut rss_rows = Vec::new();
+    let pools = plan
+        .threads
+        .iter()
+        .map(|&n| dllm_models::threads::pool(n))
+        .collect::<dllm_models::Result<Vec<_>>>()?;
+    let mut peak_ok = true;
     for ty in &plan.types {
         let path = make(plan, ty)?;
+        // Our peak RSS for this file alone: from loading it to its last forward.
+        peak_ok &= reset_peak_rss();
         let mut m = load_gguf(&path, CpuLinears::Packed)?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
-        let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
-        for _ in 0..plan.rounds {
-            let (w, c) = llama_ms(plan, &path)?;
-            lw.push(w);
-            lc.push(c);
-            let (w, _) = ours_ms(plan.reps, || {
-                m.forward_full(&x, Rows::All)?;
-                Ok(())
-            })?;
-            aw.push(w);
-            let (w, c) = ours_ms(plan.reps, || {
-                m.forward_full(&x, Rows::Positions(&last))?;
-                Ok(())
-            })?;
-            ow.push(w);
-            oc.push(c);
-        }
+        let mut llama_rss = 0f64;
         let name = ty.to_uppercase();
-        wall_rows.push(format!(
-            "| {name} | {} | {} | {:.2}x | {} | {:.2}x |",
-            range(&lw),
-            range(&aw),
-            mid(&lw) / mid(&aw),
-            range(&ow),
-            mid(&lw) / mid(&ow)
+        for (&threads, pool) in plan.threads.iter().zip(&pools) {
+            let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
+            for _ in 0..plan.rounds {
+                let (w, c, rss) = llama_ms(plan, &path, threads)?;
+                lw.push(w);
+                lc.push(c);
+                llama_rss = llama_rss.max(rss);
+                let (w, _) = pool.install(|| {
+                    ours_ms(plan.reps, || {
+                        m.forward_full(&x, Rows::All)?;
+                        Ok(())
+                    })
+                })?;
+                aw.push(w);
+                let (w, c) = pool.install(|| {
+                    ours_ms(plan.reps, || {
+                        m.forward_full(&x, Rows::Positions(&last))?;
+                        Ok(())
+                    })
+                })?;
+                ow.push(w);
+                oc.push(c);
+            }
+            wall_rows.push(format!(
+                "| {threads} | {name} | {} | {} | {:.2}x | {} | {:.2}x |",
+                range(&lw),
+                range(&aw),
+                mid(&lw) / mid(&aw),
+                range(&ow),
+                mid(&lw) / mid(&ow)
+            ));
+            cpu_rows.push(format!(
+                "| {threads} | {name} | {} | {} | {:.2}x |",
+                range(&lc),
+                range(&oc),
+                mid(&lc) / mid(&oc)
+            ));
+        }
+        let ours_rss = peak_rss_mb()?;
+        let file_mb = std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64;
+        rss_rows.push(format!(
+            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} | {:.2}x |",
+            ours_rss / llama_rss
         ));
-        cpu_rows.push(format!(
-            "| {name} | {} | {} | {:.2}x |",
-            range(&lc),
-            range(&oc),
-            mid(&lc) / mid(&oc)
-        ));
+        drop(m);
     }
     println!("Wall clock (what llama-bench reports), ms per forward, ranges over rounds; ratio = llama.cpp / llada-rs (medians):\n");
-    println!("| GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| threads | GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
+    println!("|---:|---|---:|---:|---:|---:|---:|");
     for r in &wall_rows {
         println!("{r}");
     }
-    println!("\nCPU time per forward (immune to preemption by other jobs), ms; llada-rs with logits for the last row:\n");
-    println!("| GGUF | llama.cpp | llada-rs | ratio |");
-    println!("|---|---:|---:|---:|");
+    println!("\nCPU time per forward (immune to preemption by other jobs; llama.cpp's threads also count the time they spin waiting for each other), ms; llada-rs with logits for the last row:\n");
+    println!("| threads | GGUF | llama.cpp | llada-rs | ratio |");
+    println!("|---:|---|---:|---:|---:|");
     for r in &cpu_rows {
+        println!("{r}");
+    }
+    println!(
+        "\nPeak RSS, MB (llama.cpp: the largest of its llama-bench processes on the file; llada-rs: this process from loading the file to its last forward{}); ratio = llada-rs / llama.cpp:\n",
+        if peak_ok {
+            ""
+        } else {
+            ", NOT reset between files: the kernel refused clear_refs"
+        }
+    );
+    println!("| GGUF | file MB | llama.cpp | llada-rs | ratio |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in &rss_rows {
         println!("{r}");
     }
     Ok(())
