@@ -71,14 +71,38 @@ fn make(plan: &Plan, ty: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Run `cmd` to its end: (stdout, CPU seconds, peak RSS in MB) of the child, from its own
-/// rusage (`wait4`), so each run's peak is its own.
+/// Run `cmd` to its end: (stdout, CPU seconds, peak RSS in MB) of the child. CPU time comes from
+/// its rusage (`wait4`); the peak RSS from polling its `VmHWM` every 2 ms while it runs, because
+/// the rusage's `ru_maxrss` of a spawned child starts at the parent's peak (the kernel carries the
+/// spawning process's high-water mark over `exec`), which here is a whole model's.
 fn run_measured(cmd: &mut Command) -> Result<(String, f64, f64)> {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("running {cmd:?}"))?;
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poll = {
+        let done = done.clone();
+        // Until the child has called `exec` it shares this process's memory (and name).
+        let me = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| status_name(&s));
+        std::thread::spawn(move || {
+            let path = format!("/proc/{pid}/status");
+            let mut peak = 0f64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(s) = std::fs::read_to_string(&path).ok() {
+                    if status_name(&s) != me {
+                        peak = peak.max(status_kb(&s, "VmHWM:").unwrap_or(0.0));
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak / 1024.0
+        })
+    };
     let mut err = child.stderr.take().context("child stderr")?;
     let err_reader = std::thread::spawn(move || {
         let mut e = Vec::new();
@@ -95,8 +119,10 @@ fn run_measured(cmd: &mut Command) -> Result<(String, f64, f64)> {
     // SAFETY: a valid pid of our own child, valid out-pointers; the child is reaped here (and
     // `child` is not waited on again).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
-    if pid < 0 {
+    let waited = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = poll.join().unwrap_or(0.0);
+    if waited < 0 {
         bail!("waiting for {cmd:?}: {}", std::io::Error::last_os_error());
     }
     let err = err_reader.join().unwrap_or_default();
@@ -111,8 +137,24 @@ fn run_measured(cmd: &mut Command) -> Result<(String, f64, f64)> {
     Ok((
         String::from_utf8_lossy(&out).into_owned(),
         t(ru.ru_utime) + t(ru.ru_stime),
-        ru.ru_maxrss as f64 / 1024.0,
+        peak,
     ))
+}
+
+/// The `Name:` of a `/proc/PID/status`.
+fn status_name(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Name:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// The value in kB of the `/proc/PID/status` line starting with `key`.
+fn status_kb(status: &str, key: &str) -> Option<f64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
 }
 
 /// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run, peak
@@ -146,21 +188,21 @@ fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)
     Ok((wall, (many - one) / plan.reps as f64 * 1e3, rss.max(rss1)))
 }
 
-/// Reset this process's peak RSS to its current RSS (Linux `clear_refs` 5); false if the
-/// kernel refused.
+/// Give freed heap memory back to the system and reset this process's peak RSS to its current
+/// RSS (Linux `clear_refs` 5); false if the kernel refused the reset.
 fn reset_peak_rss() -> bool {
+    // SAFETY: no arguments beyond the pad size; glibc only releases free memory.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::malloc_trim(0);
+    }
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-/// This process's peak RSS (`VmHWM`), in MB.
-fn peak_rss_mb() -> Result<f64> {
+/// This process's `VmRSS` or `VmHWM` (peak), in MB.
+fn rss_mb(key: &str) -> Result<f64> {
     let s = std::fs::read_to_string("/proc/self/status")?;
-    let kb = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .context("no VmHWM in /proc/self/status")?;
-    Ok(kb / 1024.0)
+    Ok(status_kb(&s, key).with_context(|| format!("no {key} in /proc/self/status"))? / 1024.0)
 }
 
 /// This process's CPU time, in seconds.
@@ -221,6 +263,7 @@ pub fn run(plan: &Plan) -> Result<()> {
         let path = make(plan, ty)?;
         // Our peak RSS for this file alone: from loading it to its last forward.
         peak_ok &= reset_peak_rss();
+        let floor = rss_mb("VmRSS:")?;
         let mut m = load_gguf(&path, CpuLinears::Packed)?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
@@ -264,13 +307,14 @@ pub fn run(plan: &Plan) -> Result<()> {
                 mid(&lc) / mid(&oc)
             ));
         }
-        let ours_rss = peak_rss_mb()?;
+        let ours_rss = rss_mb("VmHWM:")?;
         let file_mb = std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64;
         rss_rows.push(format!(
-            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} | {:.2}x |",
+            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} ({floor:.0} before loading) | {:.2}x |",
             ours_rss / llama_rss
         ));
         drop(m);
+        drop(x);
     }
     println!("Wall clock (what llama-bench reports), ms per forward, ranges over rounds; ratio = llama.cpp / llada-rs (medians):\n");
     println!("| threads | GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
@@ -285,7 +329,7 @@ pub fn run(plan: &Plan) -> Result<()> {
         println!("{r}");
     }
     println!(
-        "\nPeak RSS, MB (llama.cpp: the largest of its llama-bench processes on the file; llada-rs: this process from loading the file to its last forward{}); ratio = llada-rs / llama.cpp:\n",
+        "\nPeak RSS, MB (llama.cpp: the largest VmHWM of its llama-bench processes on the file; llada-rs: this process's VmHWM from loading the file to its last forward, which includes what the process held before loading it{}); ratio = llada-rs / llama.cpp:\n",
         if peak_ok {
             ""
         } else {
