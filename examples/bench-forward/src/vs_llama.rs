@@ -93,7 +93,7 @@ fn run_measured(cmd: &mut Command) -> Result<(String, f64, f64)> {
             let path = format!("/proc/{pid}/status");
             let mut peak = 0f64;
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Some(s) = std::fs::read_to_string(&path).ok() {
+                if let Ok(s) = std::fs::read_to_string(&path) {
                     if status_name(&s) != me {
                         peak = peak.max(status_kb(&s, "VmHWM:").unwrap_or(0.0));
                     }
