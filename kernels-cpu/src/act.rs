@@ -12,16 +12,16 @@
 //! (already multiplied by the offset) so the inner loops start their integer accumulator from
 //! them.
 
-use half::f16;
-use rayon::prelude::*;
-
 use crate::act_row::{ActSpec, RowOut};
 use crate::isa::Isa;
+use crate::scratch::grow;
+use half::f16;
 
 /// Quantized activations: `m` rows of `k` int8 codes plus per-group scales and sums, stored
 /// group-major (group `g` of every row, then group `g + 1`): a micro-kernel over rows
 /// `m0..m0 + MR` finds their codes, scales and sums for one group at one address plus constant
-/// offsets, and advances every array by a constant stride per group.
+/// offsets, and advances every array by a constant stride per group. The arrays are buffers
+/// reused across calls ([`crate::scratch`]) and may be longer than `m` rows need.
 #[derive(Debug, Default)]
 pub(crate) struct Acts {
     /// Rows.
@@ -39,20 +39,14 @@ pub(crate) struct Acts {
     pub fsum: Vec<f32>,
 }
 
-/// Rows per parallel task when quantizing.
-const ROWS_PER_TASK: usize = 8;
-
-/// Raw row pointers into the output arrays, shared by tasks that each write whole rows.
-#[derive(Clone, Copy)]
-struct Rows {
-    q: *mut i8,
-    scale: *mut f32,
-    off: *mut i32,
-    fsum: *mut f32,
+/// One row's quantizer output (row-major), before it is laid group-major into [`Acts`].
+#[derive(Debug, Default)]
+pub(crate) struct RowBufs {
+    q: Vec<i8>,
+    scale: Vec<f32>,
+    off: Vec<i32>,
+    fsum: Vec<f32>,
 }
-// SAFETY: every task writes the rows it was given and nothing else.
-unsafe impl Send for Rows {}
-unsafe impl Sync for Rows {}
 
 type RowFn = unsafe fn(&[f32], RowOut<'_>, ActSpec);
 
@@ -73,78 +67,65 @@ unsafe fn row_portable(x: &[f32], o: RowOut<'_>, spec: ActSpec) {
     quantize_row(x, o, spec)
 }
 
-/// Quantize `x` (`m` rows of `k`, `k` a multiple of the scheme's group) for `spec`, with the
-/// row quantizer compiled for `isa` (which the caller has checked this CPU runs).
-pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -> Acts {
+/// Quantize `x` (`m` rows of `k`, `k` a multiple of the scheme's group) for `spec` into `a`
+/// (group-major), with the row quantizer compiled for `isa` (which the caller has checked this
+/// CPU runs). `a` and `row` are reused buffers: they grow to hold `cap_rows` rows (at least `m`)
+/// and never shrink, so a later call of at most `cap_rows` rows allocates nothing. Serial: a
+/// GEMM task quantizes the rows it covers, in parallel with the other tasks.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn quantize_into(
+    a: &mut Acts,
+    row: &mut RowBufs,
+    x: &[f32],
+    m: usize,
+    cap_rows: usize,
+    k: usize,
+    spec: ActSpec,
+    isa: Isa,
+) {
     let sg = spec.scale_group();
     let og = spec.off_group;
     debug_assert!(k.is_multiple_of(sg) && k.is_multiple_of(og) && x.len() == m * k);
     let fs_row = if spec.fsum { k / 32 } else { 0 };
-    let mut a = Acts {
-        m,
-        k,
-        q: vec![0; m * k],
-        scale: vec![0.0; m * (k / sg)],
-        off: vec![0; m * (k / og)],
-        fsum: vec![0.0; m * fs_row],
-    };
-    let p = Rows {
-        q: a.q.as_mut_ptr(),
-        scale: a.scale.as_mut_ptr(),
-        off: a.off.as_mut_ptr(),
-        fsum: a.fsum.as_mut_ptr(),
-    };
+    let cap = cap_rows.max(m);
+    a.m = m;
+    a.k = k;
+    grow(&mut a.q, cap * k);
+    grow(&mut a.scale, cap * (k / sg));
+    grow(&mut a.off, cap * (k / og));
+    grow(&mut a.fsum, cap * fs_row);
     let f = row_fn(isa);
-    let row = |r: usize| {
-        // Capture the whole (Sync) struct, not its raw-pointer fields one by one.
-        #[allow(clippy::redundant_locals)]
-        let p = p;
-        // SAFETY: row `r` of each array is in bounds (sized above) and written by this call
-        // only; `f` runs on an ISA the caller checked.
-        unsafe {
-            let o = RowOut {
-                q: std::slice::from_raw_parts_mut(p.q.add(r * k), k),
-                scale: std::slice::from_raw_parts_mut(p.scale.add(r * (k / sg)), k / sg),
-                off: std::slice::from_raw_parts_mut(p.off.add(r * (k / og)), k / og),
-                fsum: std::slice::from_raw_parts_mut(p.fsum.add(r * fs_row), fs_row),
-            };
-            f(&x[r * k..(r + 1) * k], o, spec)
+    for (r, xr) in x.chunks_exact(k).enumerate() {
+        let o = RowOut {
+            q: grow(&mut row.q, k),
+            scale: grow(&mut row.scale, k / sg),
+            off: grow(&mut row.off, k / og),
+            fsum: grow(&mut row.fsum, fs_row),
+        };
+        // SAFETY: `f` runs on an ISA the caller checked.
+        unsafe { f(xr, o, spec) };
+        // Group-major: group `g` of row `r` at `g * m + r` (codes: 32-byte units).
+        for (g, c) in row.q[..k].chunks_exact(32).enumerate() {
+            a.q[(g * m + r) * 32..][..32].copy_from_slice(c);
         }
-    };
-    if rayon::current_num_threads() > 1 && m > ROWS_PER_TASK {
-        (0..m)
-            .into_par_iter()
-            .with_min_len(ROWS_PER_TASK)
-            .for_each(row);
-    } else {
-        (0..m).for_each(row);
+        for (g, &v) in row.scale[..k / sg].iter().enumerate() {
+            a.scale[g * m + r] = v;
+        }
+        for (g, &v) in row.off[..k / og].iter().enumerate() {
+            a.off[g * m + r] = v;
+        }
+        for (g, &v) in row.fsum[..fs_row].iter().enumerate() {
+            a.fsum[g * m + r] = v;
+        }
     }
-    group_major(a, m)
 }
 
-/// Re-lay row-major arrays (as the row quantizers write them) group-major (see [`Acts`]).
-fn group_major(a: Acts, m: usize) -> Acts {
-    fn t<T: Copy + Default>(v: &[T], m: usize, unit: usize) -> Vec<T> {
-        if v.is_empty() {
-            return Vec::new();
-        }
-        let groups = v.len() / m / unit;
-        let mut out = vec![T::default(); v.len()];
-        for (r, row) in v.chunks_exact(groups * unit).enumerate() {
-            for (g, x) in row.chunks_exact(unit).enumerate() {
-                out[(g * m + r) * unit..][..unit].copy_from_slice(x);
-            }
-        }
-        out
-    }
-    Acts {
-        m,
-        k: a.k,
-        q: t(&a.q, m, 32),
-        scale: t(&a.scale, m, 1),
-        off: t(&a.off, m, 1),
-        fsum: t(&a.fsum, m, 1),
-    }
+/// [`quantize_into`] fresh buffers, trimmed to `m` rows (tests).
+#[cfg(test)]
+pub(crate) fn quantize(x: &[f32], m: usize, k: usize, spec: ActSpec, isa: Isa) -> Acts {
+    let mut a = Acts::default();
+    quantize_into(&mut a, &mut RowBufs::default(), x, m, m, k, spec, isa);
+    a
 }
 
 /// Sum of int8 codes.

@@ -223,39 +223,55 @@ pub fn attention_with<T: Element>(
     let q_row_len = heads * d;
     let out = &mut out[..q_rows * q_row_len];
     // One task per (query block, kv head): it owns the output rows of the `group` query heads of that
-    // kv head for the block's query rows. Outputs are gathered per task and scattered afterwards so
-    // that tasks never share an output slice.
+    // kv head for the block's query rows, and writes them itself (tasks never share an element).
     let qblocks = q_rows.div_ceil(QUERY_BLOCK);
-    let tasks: Vec<(usize, usize)> = (0..qblocks)
-        .flat_map(|qb| (0..kv_heads).map(move |kh| (qb, kh)))
-        .collect();
-    let results: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(qb, kh)| {
-            let rows = qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(q_rows);
-            task_dispatch(isa, q, segs, shape, scale, rows, kh)
-        })
-        .collect();
-    let mut tmp = vec![T::ZERO; d];
-    for (&(qb, kh), res) in tasks.iter().zip(&results) {
+    let tasks = qblocks * kv_heads;
+    let dst = OutPtr(out.as_mut_ptr());
+    let run = |t: usize| {
+        let (qb, kh) = (t / kv_heads, t % kv_heads);
         let rows = qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(q_rows);
-        for (ri, r) in rows.enumerate() {
-            for g in 0..group {
-                let h = kh * group + g;
-                let src = &res[(ri * group + g) * d..][..d];
-                T::from_f32_slice(src, &mut tmp);
-                out[r * q_row_len + h * d..][..d].copy_from_slice(&tmp);
+        crate::scratch::with(|sc| {
+            let acc = task_dispatch(isa, q, segs, shape, scale, rows.clone(), kh, &mut sc.attn);
+            for (ri, r) in rows.enumerate() {
+                for g in 0..group {
+                    let h = kh * group + g;
+                    let src = &acc[(ri * group + g) * d..][..d];
+                    // SAFETY: row `r`, head `h` is inside `out` and written by this task only.
+                    let o = unsafe {
+                        std::slice::from_raw_parts_mut(dst.get().add(r * q_row_len + h * d), d)
+                    };
+                    T::from_f32_slice(src, o);
+                }
             }
-        }
+        })
+    };
+    if rayon::current_num_threads() <= 1 || tasks <= 1 {
+        (0..tasks).for_each(run);
+    } else {
+        (0..tasks).into_par_iter().with_max_len(1).for_each(run);
     }
     Ok(())
+}
+
+/// The output pointer, shared by tasks that write disjoint rows and heads.
+struct OutPtr<T>(*mut T);
+// SAFETY: each task writes its own (row, head) slices, and `out` outlives the parallel region.
+unsafe impl<T> Send for OutPtr<T> {}
+unsafe impl<T> Sync for OutPtr<T> {}
+
+impl<T> OutPtr<T> {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper).
+    fn get(&self) -> *mut T {
+        self.0
+    }
 }
 
 /// [`task`] compiled for the widest SIMD the CPU runs. The body uses explicit lanes and no fused
 /// multiply-add (Rust never contracts `a * b + c`), so every path computes bit-identical results;
 /// only the vector width the compiler may use differs. (On AArch64 NEON is the baseline, so the
 /// plain `task` is already the NEON code for every NEON path.)
-fn task_dispatch<T: Element>(
+#[allow(clippy::too_many_arguments)]
+fn task_dispatch<'b, T: Element>(
     isa: crate::isa::Isa,
     q: &[T],
     segs: &[KvSegment<'_, T>],
@@ -263,68 +279,96 @@ fn task_dispatch<T: Element>(
     scale: f32,
     rows: Range<usize>,
     kh: usize,
-) -> Vec<f32> {
+    buf: &'b mut Vec<f32>,
+) -> &'b mut [f32] {
     #[cfg(target_arch = "x86_64")]
     {
         use crate::isa::Isa;
         match isa {
             Isa::Avx512 | Isa::Avx512Vnni => {
                 // SAFETY: the CPU runs AVX-512 F/BW/VL (`attention_with` checked the path).
-                return unsafe { task_avx512(q, segs, s, scale, rows, kh) };
+                return unsafe { task_avx512(q, segs, s, scale, rows, kh, buf) };
             }
             Isa::Avx2 | Isa::AvxVnni => {
                 // SAFETY: the CPU runs AVX2 (`attention_with` checked the path).
-                return unsafe { task_avx2(q, segs, s, scale, rows, kh) };
+                return unsafe { task_avx2(q, segs, s, scale, rows, kh, buf) };
             }
             _ => {}
         }
     }
     let _ = isa;
-    task(q, segs, s, scale, rows, kh)
+    task(q, segs, s, scale, rows, kh, buf)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
-unsafe fn task_avx512<T: Element>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn task_avx512<'b, T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
     rows: Range<usize>,
     kh: usize,
-) -> Vec<f32> {
-    task(q, segs, s, scale, rows, kh)
+    buf: &'b mut Vec<f32>,
+) -> &'b mut [f32] {
+    task(q, segs, s, scale, rows, kh, buf)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn task_avx2<T: Element>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn task_avx2<'b, T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
     rows: Range<usize>,
     kh: usize,
-) -> Vec<f32> {
-    task(q, segs, s, scale, rows, kh)
+    buf: &'b mut Vec<f32>,
+) -> &'b mut [f32] {
+    task(q, segs, s, scale, rows, kh, buf)
 }
 
 /// The attention of query rows `rows` for the `group` query heads of kv head `kh`; returns
-/// `(rows, group, d)` f32.
+/// `(rows, group, d)` f32, in `buf` (a reused buffer, grown to a whole query block's arrays so one
+/// size serves every task of a call).
 #[inline(always)]
-fn task<T: Element>(
+#[allow(clippy::too_many_arguments)]
+fn task<'b, T: Element>(
     q: &[T],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
     rows: Range<usize>,
     kh: usize,
-) -> Vec<f32> {
+    buf: &'b mut Vec<f32>,
+) -> &'b mut [f32] {
     let d = s.head_dim;
     let group = s.heads / s.kv_heads;
     let nq = rows.len() * group;
+    let nq_max = QUERY_BLOCK * group;
+    let all = crate::scratch::grow(
+        buf,
+        2 * nq_max * d + 2 * nq_max + (2 * d + nq_max) * KEY_BLOCK,
+    );
+    let (acc, rest) = all.split_at_mut(nq_max * d);
+    let (qf, rest) = rest.split_at_mut(nq_max * d);
+    let (m, rest) = rest.split_at_mut(nq_max);
+    let (l, rest) = rest.split_at_mut(nq_max);
+    let (kb, rest) = rest.split_at_mut(KEY_BLOCK * d);
+    let (vb, sc) = rest.split_at_mut(KEY_BLOCK * d);
+    let (acc, qf, m, l) = (
+        &mut acc[..nq * d],
+        &mut qf[..nq * d],
+        &mut m[..nq],
+        &mut l[..nq],
+    );
+    let sc = &mut sc[..KEY_BLOCK * nq];
+    acc.fill(0.0);
+    m.fill(f32::NEG_INFINITY);
+    l.fill(0.0);
     // Queries of this task in f32, pre-scaled.
-    let mut qf = vec![0f32; nq * d];
     for (ri, r) in rows.clone().enumerate() {
         for g in 0..group {
             let h = kh * group + g;
@@ -333,12 +377,6 @@ fn task<T: Element>(
             dst.iter_mut().for_each(|x| *x *= scale);
         }
     }
-    let mut acc = vec![0f32; nq * d];
-    let mut m = vec![f32::NEG_INFINITY; nq];
-    let mut l = vec![0f32; nq];
-    let mut kb = vec![0f32; KEY_BLOCK * d];
-    let mut vb = vec![0f32; KEY_BLOCK * d];
-    let mut sc = vec![0f32; KEY_BLOCK * nq];
     for seg in segs {
         let mut cursor = 0usize;
         let mut r = 0usize;
@@ -355,17 +393,7 @@ fn task<T: Element>(
                 r += 1;
             }
             if nk > 0 {
-                block(
-                    &qf,
-                    &kb[..nk * d],
-                    &vb[..nk * d],
-                    d,
-                    nk,
-                    &mut sc,
-                    &mut m,
-                    &mut l,
-                    &mut acc,
-                );
+                block(qf, &kb[..nk * d], &vb[..nk * d], d, nk, sc, m, l, acc);
             }
         }
     }

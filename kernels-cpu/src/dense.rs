@@ -19,7 +19,8 @@ use crate::error::{check_len, mul};
 use crate::ggml::GgmlType;
 use crate::isa::Isa;
 use crate::par::{self, OutPtr};
-use crate::qgemm::lanes;
+use crate::qgemm::{lanes, MAX_LANES};
+use crate::scratch;
 #[cfg(target_arch = "aarch64")]
 use crate::simd::neon::Neon;
 use crate::simd::portable::Portable;
@@ -262,48 +263,65 @@ impl<'a> DenseView<'a> {
         if m == 0 {
             return Ok(());
         }
-        let kt_n = k.div_ceil(TILE);
-        let kp = kt_n * TILE;
-        let xs = pack_pairs(x, m, k, kp);
-        let nt = n.div_ceil(TILE);
-        let bias_pad = bias.map(|b| {
-            let mut v = b.to_vec();
-            v.resize(nt * TILE, 0.0);
-            v
-        });
-        let job = Job {
-            w: *self,
-            x: &xs,
-            m,
-            out: OutPtr(out),
-            bias: bias_pad.as_deref(),
-        };
+        let kp = k.div_ceil(TILE) * TILE;
         let task = task_for(isa);
         let n_slabs = n.div_ceil(lanes(isa));
-        // SAFETY: the ISA was checked above; tiles of the grid are disjoint output rectangles.
-        par::for_each_tile(n_slabs, m, |slabs, rows| unsafe { task(&job, slabs, rows) });
+        let slab_bytes = self.bytes.len() / n_slabs;
+        let grid = par::grid(n_slabs, slab_bytes, m, rayon::current_num_threads());
+        let call = scratch::call_id();
+        let out = OutPtr(out);
+        // One parallel region: each task packs the rows it covers into its thread's reused
+        // buffer (once per thread and row range), then runs its slabs.
+        par::for_each_tile(grid, n_slabs, m, |slabs, rows| {
+            scratch::with(|s| {
+                let tag = (call, rows.start, rows.end);
+                let buf = scratch::grow(&mut s.pairs, grid.max_rows * kp);
+                let xs = &mut buf[..rows.len() * kp];
+                if s.tag != tag {
+                    pack_pairs(&x[rows.start * k..rows.end * k], rows.len(), k, kp, xs);
+                    s.tag = tag;
+                }
+                let job = Job {
+                    w: *self,
+                    x: xs,
+                    m: rows.len(),
+                    // SAFETY: row `rows.start` is inside the `m x n` output.
+                    out: OutPtr(unsafe { out.get().add(rows.start * n) }),
+                    bias,
+                };
+                // Row passes outside, slabs inside: the task's slab range stays in L2 while
+                // each pass of rows goes over it.
+                for pass in par::passes(rows.len()) {
+                    // SAFETY: the ISA was checked above; tasks write disjoint output rectangles
+                    // (rows of `job.out` are relative to `rows.start`, as the activations).
+                    unsafe { task(&job, slabs.clone(), pass) }
+                }
+            })
+        });
         Ok(())
     }
 }
 
-/// Activations re-laid K-pair-major: pair `p` of row `r` (`x[r][2p], x[r][2p + 1]`) at floats
-/// `(p * m + r) * 2`, K zero-padded to whole tiles. A micro-kernel's broadcasts for one K pair are
-/// then consecutive pairs at one address plus constant offsets (no per-row pointer arithmetic on
-/// the ports the FMAs need, one stream instead of one per row); the copy is one pass over `x`.
-fn pack_pairs(x: &[f32], m: usize, k: usize, kp: usize) -> Vec<f32> {
-    let pairs = kp / 2;
-    let mut v = vec![0f32; m * kp];
+/// Activations re-laid K-pair-major into `v` (`m * kp` floats, every one written): pair `p` of
+/// row `r` (`x[r][2p], x[r][2p + 1]`) at floats `(p * m + r) * 2`, K zero-padded to whole tiles.
+/// A micro-kernel's broadcasts for one K pair are then consecutive pairs at one address plus
+/// constant offsets (no per-row pointer arithmetic on the ports the FMAs need, one stream instead
+/// of one per row); the copy is one pass over `x`.
+fn pack_pairs(x: &[f32], m: usize, k: usize, kp: usize, v: &mut [f32]) {
+    debug_assert_eq!(v.len(), m * kp);
     for (r, row) in x.chunks_exact(k).enumerate() {
         for (p, pair) in row.chunks(2).enumerate() {
             let at = (p * m + r) * 2;
             v[at] = pair[0];
-            if let Some(&b) = pair.get(1) {
-                v[at + 1] = b;
-            }
+            v[at + 1] = pair.get(1).copied().unwrap_or(0.0);
+        }
+        // The padding pairs of this row.
+        for p in k.div_ceil(2)..kp / 2 {
+            let at = (p * m + r) * 2;
+            v[at] = 0.0;
+            v[at + 1] = 0.0;
         }
     }
-    debug_assert_eq!(v.len(), pairs * m * 2);
-    v
 }
 
 pub(crate) struct Job<'a> {
@@ -313,6 +331,7 @@ pub(crate) struct Job<'a> {
     /// Activation rows.
     m: usize,
     out: OutPtr,
+    /// `n` values (not padded: a partial last slab reads a padded copy of its tail).
     bias: Option<&'a [f32]>,
 }
 
@@ -370,6 +389,18 @@ pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Ran
     for s in slabs {
         let (nt, g) = (s / per_tile, s % per_tile);
         let n0 = s * S::LANES;
+        let nvalid = (w.n - n0).min(S::LANES);
+        // A partial last slab reads its bias from a zero-padded copy (the kernels load a whole
+        // vector of it and store `nvalid` lanes).
+        let mut tail = [0f32; MAX_LANES];
+        let bias = match job.bias {
+            None => std::ptr::null(),
+            Some(b) if nvalid == S::LANES => b.as_ptr().add(n0),
+            Some(b) => {
+                tail[..nvalid].copy_from_slice(&b[n0..n0 + nvalid]);
+                tail.as_ptr()
+            }
+        };
         let sl = Slab {
             tiles: w
                 .bytes
@@ -378,8 +409,8 @@ pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Ran
             kt_n,
             out: job.out.0.add(n0),
             ldo: w.n,
-            bias: job.bias.map_or(std::ptr::null(), |b| b.as_ptr().add(n0)),
-            nvalid: (w.n - n0).min(S::LANES),
+            bias,
+            nvalid,
         };
         let mut m = rows.start;
         while m < rows.end {

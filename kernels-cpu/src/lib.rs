@@ -10,7 +10,8 @@
 //!
 //! - [`QuantView`] / [`QuantMatrix`]: GEMM over quantized weights (Q4_0, Q8_0, Q4_K, Q6_K)
 //!   repacked once into 32-row tiles ([`qlayout`]; Q4_0 is byte for byte the NPU's
-//!   `KDSP_LAYOUT_Q4_0_TILES`), activations quantized once per call to Q8_0 / Q8_K.
+//!   `KDSP_LAYOUT_Q4_0_TILES`), activations quantized per call to Q8_0 / Q8_K (by the tasks that
+//!   use them, into per-thread buffers kept across calls).
 //! - [`DenseView`] / [`DenseMatrix`]: GEMM over f32 / f16 / bf16 weights in the NPU's HMX
 //!   weight-tile order (for f16, byte for byte `KDSP_LAYOUT_HMX_WEIGHT_TILES`), half-precision
 //!   weights widened in registers, f32 accumulation.
@@ -39,6 +40,7 @@ mod par;
 mod qgemm;
 mod qgemm_rows;
 pub mod qlayout;
+mod scratch;
 mod simd;
 pub mod threads;
 

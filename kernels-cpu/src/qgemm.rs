@@ -1,13 +1,13 @@
 //! GEMM over packed quantized weights: `y[m][n] = sum_k x[m][k] W[n][k] (+ bias[n])`.
 //!
-//! Activations are quantized once per call ([`crate::act`]); the weights stay in their packed
-//! layout ([`crate::qlayout`]). A *slab* is `LANES` consecutive weight rows (one vector of
-//! outputs); the micro-kernel runs one slab against `MR` activation rows, keeping the slab's
-//! unpacked codes of one K block in registers and one accumulator per activation row. Per block
-//! and row it does eight 4-byte dots (`vpdpbusd` or its emulation) into an integer accumulator
-//! started at the code-offset correction, converts it to f32 once, and accumulates with the
-//! product of the two scales, so each output element sees the same operations in the same order
-//! whichever `MR`, task split or thread count computed it.
+//! Activations are quantized per call, by the tasks that use them ([`crate::act`]); the weights
+//! stay in their packed layout ([`crate::qlayout`]). A *slab* is `LANES` consecutive weight rows
+//! (one vector of outputs); the micro-kernel runs one slab against `MR` activation rows, keeping
+//! the slab's unpacked codes of one K block in registers and one accumulator per activation row.
+//! Per block and row it does eight 4-byte dots (`vpdpbusd` or its emulation) into an integer
+//! accumulator started at the code-offset correction, converts it to f32 once, and accumulates
+//! with the product of the two scales, so each output element sees the same operations in the
+//! same order whichever `MR`, task split or thread count computed it.
 
 use std::ops::Range;
 
@@ -20,6 +20,7 @@ use crate::isa::Isa;
 use crate::par::{self, OutPtr};
 use crate::qgemm_rows::{Generic, RunRows, Slab};
 use crate::qlayout::{self, packed_len, QFormat, TILE};
+use crate::scratch;
 #[cfg(target_arch = "aarch64")]
 use crate::simd::neon::Neon;
 use crate::simd::portable::Portable;
@@ -162,24 +163,48 @@ impl<'a> QuantView<'a> {
         if m == 0 {
             return Ok(());
         }
-        let acts = act::quantize(x, m, k, act_spec(self.fmt, isa), isa);
-        let nt = n.div_ceil(TILE);
-        // Padded so a slab's vector load of the bias never reads past it.
-        let bias_pad = bias.map(|b| {
-            let mut v = b.to_vec();
-            v.resize(nt * TILE, 0.0);
-            v
-        });
-        let job = Job {
-            w: *self,
-            acts: &acts,
-            out: OutPtr(out),
-            bias: bias_pad.as_deref(),
-        };
+        let spec = act_spec(self.fmt, isa);
         let task = task_for(isa);
         let n_slabs = n.div_ceil(lanes(isa));
-        // SAFETY: the ISA was checked above; tiles of the grid are disjoint output rectangles.
-        par::for_each_tile(n_slabs, m, |slabs, rows| unsafe { task(&job, slabs, rows) });
+        let slab_bytes = self.bytes.len() / n_slabs;
+        let grid = par::grid(n_slabs, slab_bytes, m, rayon::current_num_threads());
+        let call = scratch::call_id();
+        let out = OutPtr(out);
+        // One parallel region: each task quantizes the rows it covers into its thread's reused
+        // buffers (once per thread and row range), then runs its slabs.
+        par::for_each_tile(grid, n_slabs, m, |slabs, rows| {
+            scratch::with(|s| {
+                let tag = (call, rows.start, rows.end);
+                if s.tag != tag {
+                    let xr = &x[rows.start * k..rows.end * k];
+                    act::quantize_into(
+                        &mut s.acts,
+                        &mut s.row,
+                        xr,
+                        rows.len(),
+                        grid.max_rows,
+                        k,
+                        spec,
+                        isa,
+                    );
+                    s.tag = tag;
+                }
+                let job = Job {
+                    w: *self,
+                    acts: &s.acts,
+                    // SAFETY: row `rows.start` is inside the `m x n` output.
+                    out: OutPtr(unsafe { out.get().add(rows.start * n) }),
+                    bias,
+                };
+                // Row passes outside, slabs inside: the task's slab range stays in L2 while
+                // each pass of rows goes over it.
+                for pass in par::passes(rows.len()) {
+                    // SAFETY: the ISA was checked above; tasks write disjoint output rectangles
+                    // (rows of `job.out` are relative to `rows.start`, as the activations).
+                    unsafe { task(&job, slabs.clone(), pass) }
+                }
+            })
+        });
         Ok(())
     }
 }
@@ -219,6 +244,9 @@ fn s8_biased(isa: Isa) -> bool {
     matches!(isa, Isa::AvxVnni | Isa::Avx512Vnni)
 }
 
+/// The most 32-bit lanes of any path's vector.
+pub(crate) const MAX_LANES: usize = 16;
+
 /// 32-bit lanes of a vector on `isa` (= weight rows per slab).
 pub(crate) fn lanes(isa: Isa) -> usize {
     match isa {
@@ -228,11 +256,13 @@ pub(crate) fn lanes(isa: Isa) -> usize {
     }
 }
 
-/// One GEMM call, shared by its tasks.
+/// One task of a GEMM call: the weights, the quantized activations of the task's rows, and
+/// the output and bias from the task's first row.
 pub(crate) struct Job<'a> {
     w: QuantView<'a>,
     acts: &'a Acts,
     out: OutPtr,
+    /// `n` values (not padded: a partial last slab reads a padded copy of its tail).
     bias: Option<&'a [f32]>,
 }
 
@@ -326,6 +356,18 @@ pub(crate) unsafe fn task_with<S: Simd, R: RunRows>(
     for s in slabs {
         let (nt, g) = (s / per_tile, s % per_tile);
         let n0 = s * S::LANES;
+        let nvalid = (w.n - n0).min(S::LANES);
+        // A partial last slab reads its bias from a zero-padded copy (the kernels load a whole
+        // vector of it and store `nvalid` lanes).
+        let mut tail = [0f32; MAX_LANES];
+        let bias = match job.bias {
+            None => std::ptr::null(),
+            Some(b) if nvalid == S::LANES => b.as_ptr().add(n0),
+            Some(b) => {
+                tail[..nvalid].copy_from_slice(&b[n0..n0 + nvalid]);
+                tail.as_ptr()
+            }
+        };
         let sl = Slab {
             codes: base.add(nt * kb_n * cb + g * S::LANES * 4),
             scales: scale_base.add(nt * kb_n * sb),
@@ -333,8 +375,8 @@ pub(crate) unsafe fn task_with<S: Simd, R: RunRows>(
             kb_n,
             out: job.out.0.add(n0),
             ldo: w.n,
-            bias: job.bias.map_or(std::ptr::null(), |b| b.as_ptr().add(n0)),
-            nvalid: (w.n - n0).min(S::LANES),
+            bias,
+            nvalid,
         };
         let mut m = rows.start;
         while m < rows.end {

@@ -33,9 +33,10 @@ struct Args {
     /// Timed repetitions per measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     iters: usize,
-    /// Threads for every kernel (kernels-cpu, candle, llama.cpp).
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
+    /// Threads for every kernel (kernels-cpu, candle, llama.cpp); the side-by-side table takes a
+    /// list (e.g. `1,2`: every type at each count), the windows table one count.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<usize>,
     /// Weights of the windows table: f32 (in memory) or a GGUF type written by the project's
     /// writer (f16, bf16, q8_0, q4_0, q4_k, q6_k).
     #[arg(long, default_value = "f32")]
@@ -81,14 +82,29 @@ fn ggml(name: &str) -> Result<GgmlDType> {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    dllm_models::threads::configure(a.threads).context("--threads")?;
     if a.iters == 0 || a.rounds == 0 {
         bail!("--iters and --rounds must be positive");
     }
+    if let Some(t) = a
+        .threads
+        .iter()
+        .find(|&&t| t == 0 || t > dllm_models::threads::MAX_THREADS)
+    {
+        bail!(
+            "--threads: {t} is outside 1..={}",
+            dllm_models::threads::MAX_THREADS
+        );
+    }
     if let (Some(lb), Some(lq)) = (&a.llama_bench, &a.llama_quantize) {
+        let list: Vec<String> = a.threads.iter().map(|t| t.to_string()).collect();
         println!(
             "100M LLaDA, one forward over {} tokens, {} thread(s); llama-bench -p {} -n 0 -r {} vs llada-rs (median of {}), alternated, {} rounds (ranges over rounds)\n",
-            a.canvas, a.threads, a.canvas, a.iters, a.iters, a.rounds
+            a.canvas,
+            list.join(", "),
+            a.canvas,
+            a.iters,
+            a.iters,
+            a.rounds
         );
         return vs_llama::run(&vs_llama::Plan {
             llama_bench: lb.clone(),
@@ -98,9 +114,13 @@ fn main() -> Result<()> {
             rounds: a.rounds,
             reps: a.iters,
             tokens: a.canvas,
-            threads: a.threads,
+            threads: a.threads.clone(),
         });
     }
+    let [threads] = a.threads[..] else {
+        bail!("--threads: the windows table takes one count");
+    };
+    dllm_models::threads::configure(threads).context("--threads")?;
     let which = match a.linears.as_str() {
         "packed" => CpuLinears::Packed,
         "candle" => CpuLinears::Candle,
@@ -113,7 +133,7 @@ fn main() -> Result<()> {
             path.display(),
             path.display(),
             a.canvas,
-            a.threads,
+            threads,
             a.iters
         );
     }
@@ -137,7 +157,7 @@ fn main() -> Result<()> {
         m.info().num_params as f64 / 1e6,
         a.linears,
         a.canvas,
-        a.threads,
+        threads,
         a.iters
     );
     windows::table(&mut m, a.canvas, &a.windows, a.iters)

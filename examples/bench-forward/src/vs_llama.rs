@@ -5,8 +5,10 @@
 //! `llama-quantize` run on the F32 file (so Q4_0 has the Q6_K `output.weight` llama-quantize
 //! writes). llama.cpp is never built here: the caller passes the paths of its binaries.
 
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::GgmlDType;
@@ -30,8 +32,8 @@ pub struct Plan {
     pub reps: usize,
     /// Canvas length.
     pub tokens: usize,
-    /// Threads for both sides.
-    pub threads: usize,
+    /// Thread counts, each for both sides.
+    pub threads: Vec<usize>,
 }
 
 fn run_ok(cmd: &mut Command) -> Result<String> {
@@ -69,27 +71,103 @@ fn make(plan: &Plan, ty: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// CPU seconds (user + system) used so far by this process's finished children.
-fn children_cpu() -> f64 {
-    // SAFETY: a valid `who` and a valid out-pointer.
+/// Run `cmd` to its end: (stdout, CPU seconds, peak RSS in MB) of the child. CPU time comes from
+/// its rusage (`wait4`); the peak RSS from polling its `VmHWM` every 2 ms while it runs, because
+/// the rusage's `ru_maxrss` of a spawned child starts at the parent's peak (the kernel carries the
+/// spawning process's high-water mark over `exec`), which here is a whole model's.
+fn run_measured(cmd: &mut Command) -> Result<(String, f64, f64)> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poll = {
+        let done = done.clone();
+        // Until the child has called `exec` it shares this process's memory (and name).
+        let me = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| status_name(&s));
+        std::thread::spawn(move || {
+            let path = format!("/proc/{pid}/status");
+            let mut peak = 0f64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok(s) = std::fs::read_to_string(&path) {
+                    if status_name(&s) != me {
+                        peak = peak.max(status_kb(&s, "VmHWM:").unwrap_or(0.0));
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak / 1024.0
+        })
+    };
+    let mut err = child.stderr.take().context("child stderr")?;
+    let err_reader = std::thread::spawn(move || {
+        let mut e = Vec::new();
+        let _ = err.read_to_end(&mut e);
+        e
+    });
+    let mut out = Vec::new();
+    child
+        .stdout
+        .take()
+        .context("child stdout")?
+        .read_to_end(&mut out)?;
+    let mut status = 0;
+    // SAFETY: a valid pid of our own child, valid out-pointers; the child is reaped here (and
+    // `child` is not waited on again).
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let waited = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut ru) };
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = poll.join().unwrap_or(0.0);
+    if waited < 0 {
+        bail!("waiting for {cmd:?}: {}", std::io::Error::last_os_error());
+    }
+    let err = err_reader.join().unwrap_or_default();
+    let status = std::process::ExitStatus::from_raw(status);
+    if !status.success() {
+        bail!(
+            "{cmd:?} failed ({status}): {}",
+            String::from_utf8_lossy(&err)
+        );
+    }
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-    t(ru.ru_utime) + t(ru.ru_stime)
+    Ok((
+        String::from_utf8_lossy(&out).into_owned(),
+        t(ru.ru_utime) + t(ru.ru_stime),
+        peak,
+    ))
 }
 
-/// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run).
-fn llama_run(plan: &Plan, model: &Path, reps: usize) -> Result<(f64, f64)> {
-    let before = children_cpu();
-    let out = run_ok(
+/// The `Name:` of a `/proc/PID/status`.
+fn status_name(status: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Name:"))
+        .map(|v| v.trim().to_string())
+}
+
+/// The value in kB of the `/proc/PID/status` line starting with `key`.
+fn status_kb(status: &str, key: &str) -> Option<f64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+}
+
+/// One `llama-bench -r reps` run: (mean wall ms per forward, CPU seconds of the whole run, peak
+/// RSS in MB).
+fn llama_run(plan: &Plan, model: &Path, reps: usize, threads: usize) -> Result<(f64, f64, f64)> {
+    let (out, cpu, rss) = run_measured(
         Command::new(&plan.llama_bench)
             .arg("-m")
             .arg(model)
             .args(["-p", &plan.tokens.to_string(), "-n", "0"])
-            .args(["-t", &plan.threads.to_string()])
+            .args(["-t", &threads.to_string()])
             .args(["-r", &reps.to_string(), "-o", "json"]),
     )?;
-    let cpu = children_cpu() - before;
     let v: serde_json::Value =
         serde_json::from_str(&out).context("parsing llama-bench's JSON output")?;
     let ns = v
@@ -98,16 +176,33 @@ fn llama_run(plan: &Plan, model: &Path, reps: usize) -> Result<(f64, f64)> {
         .and_then(|r| r.get("avg_ns"))
         .and_then(|n| n.as_f64())
         .context("llama-bench output has no avg_ns")?;
-    Ok((ns / 1e6, cpu))
+    Ok((ns / 1e6, cpu, rss))
 }
 
-/// llama.cpp per forward: (wall ms as llama-bench reports it, CPU ms). The CPU time is the
-/// difference between a run of `1 + reps` forwards and a run of 1, so loading and warm-up
-/// cancel out.
-fn llama_ms(plan: &Plan, model: &Path) -> Result<(f64, f64)> {
-    let (_, one) = llama_run(plan, model, 1)?;
-    let (wall, many) = llama_run(plan, model, 1 + plan.reps)?;
-    Ok((wall, (many - one) / plan.reps as f64 * 1e3))
+/// llama.cpp per forward: (wall ms as llama-bench reports it, CPU ms, peak RSS MB). The CPU
+/// time is the difference between a run of `1 + reps` forwards and a run of 1, so loading and
+/// warm-up cancel out.
+fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)> {
+    let (_, one, rss1) = llama_run(plan, model, 1, threads)?;
+    let (wall, many, rss) = llama_run(plan, model, 1 + plan.reps, threads)?;
+    Ok((wall, (many - one) / plan.reps as f64 * 1e3, rss.max(rss1)))
+}
+
+/// Give freed heap memory back to the system and reset this process's peak RSS to its current
+/// RSS (Linux `clear_refs` 5); false if the kernel refused the reset.
+fn reset_peak_rss() -> bool {
+    // SAFETY: no arguments beyond the pad size; glibc only releases free memory.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// This process's `VmRSS` or `VmHWM` (peak), in MB.
+fn rss_mb(key: &str) -> Result<f64> {
+    let s = std::fs::read_to_string("/proc/self/status")?;
+    Ok(status_kb(&s, key).with_context(|| format!("no {key} in /proc/self/status"))? / 1024.0)
 }
 
 /// This process's CPU time, in seconds.
@@ -157,54 +252,93 @@ pub fn run(plan: &Plan) -> Result<()> {
     let t = plan.tokens;
     let mut wall_rows = Vec::new();
     let mut cpu_rows = Vec::new();
+    let mut rss_rows = Vec::new();
+    let pools = plan
+        .threads
+        .iter()
+        .map(|&n| dllm_models::threads::pool(n))
+        .collect::<dllm_models::Result<Vec<_>>>()?;
+    let mut peak_ok = true;
     for ty in &plan.types {
         let path = make(plan, ty)?;
+        // Our peak RSS for this file alone: from loading it to its last forward.
+        peak_ok &= reset_peak_rss();
+        let floor = rss_mb("VmRSS:")?;
         let mut m = load_gguf(&path, CpuLinears::Packed)?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
-        let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
-        for _ in 0..plan.rounds {
-            let (w, c) = llama_ms(plan, &path)?;
-            lw.push(w);
-            lc.push(c);
-            let (w, _) = ours_ms(plan.reps, || {
-                m.forward_full(&x, Rows::All)?;
-                Ok(())
-            })?;
-            aw.push(w);
-            let (w, c) = ours_ms(plan.reps, || {
-                m.forward_full(&x, Rows::Positions(&last))?;
-                Ok(())
-            })?;
-            ow.push(w);
-            oc.push(c);
-        }
+        let mut llama_rss = 0f64;
         let name = ty.to_uppercase();
-        wall_rows.push(format!(
-            "| {name} | {} | {} | {:.2}x | {} | {:.2}x |",
-            range(&lw),
-            range(&aw),
-            mid(&lw) / mid(&aw),
-            range(&ow),
-            mid(&lw) / mid(&ow)
+        for (&threads, pool) in plan.threads.iter().zip(&pools) {
+            let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
+            for _ in 0..plan.rounds {
+                let (w, c, rss) = llama_ms(plan, &path, threads)?;
+                lw.push(w);
+                lc.push(c);
+                llama_rss = llama_rss.max(rss);
+                let (w, _) = pool.install(|| {
+                    ours_ms(plan.reps, || {
+                        m.forward_full(&x, Rows::All)?;
+                        Ok(())
+                    })
+                })?;
+                aw.push(w);
+                let (w, c) = pool.install(|| {
+                    ours_ms(plan.reps, || {
+                        m.forward_full(&x, Rows::Positions(&last))?;
+                        Ok(())
+                    })
+                })?;
+                ow.push(w);
+                oc.push(c);
+            }
+            wall_rows.push(format!(
+                "| {threads} | {name} | {} | {} | {:.2}x | {} | {:.2}x |",
+                range(&lw),
+                range(&aw),
+                mid(&lw) / mid(&aw),
+                range(&ow),
+                mid(&lw) / mid(&ow)
+            ));
+            cpu_rows.push(format!(
+                "| {threads} | {name} | {} | {} | {:.2}x |",
+                range(&lc),
+                range(&oc),
+                mid(&lc) / mid(&oc)
+            ));
+        }
+        let ours_rss = rss_mb("VmHWM:")?;
+        let file_mb = std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64;
+        rss_rows.push(format!(
+            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} ({floor:.0} before loading) | {:.2}x |",
+            ours_rss / llama_rss
         ));
-        cpu_rows.push(format!(
-            "| {name} | {} | {} | {:.2}x |",
-            range(&lc),
-            range(&oc),
-            mid(&lc) / mid(&oc)
-        ));
+        drop(m);
+        drop(x);
     }
     println!("Wall clock (what llama-bench reports), ms per forward, ranges over rounds; ratio = llama.cpp / llada-rs (medians):\n");
-    println!("| GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| threads | GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
+    println!("|---:|---|---:|---:|---:|---:|---:|");
     for r in &wall_rows {
         println!("{r}");
     }
-    println!("\nCPU time per forward (immune to preemption by other jobs), ms; llada-rs with logits for the last row:\n");
-    println!("| GGUF | llama.cpp | llada-rs | ratio |");
-    println!("|---|---:|---:|---:|");
+    println!("\nCPU time per forward (immune to preemption by other jobs; llama.cpp's threads also count the time they spin waiting for each other), ms; llada-rs with logits for the last row:\n");
+    println!("| threads | GGUF | llama.cpp | llada-rs | ratio |");
+    println!("|---:|---|---:|---:|---:|");
     for r in &cpu_rows {
+        println!("{r}");
+    }
+    println!(
+        "\nPeak RSS, MB (llama.cpp: the largest VmHWM of its llama-bench processes on the file; llada-rs: this process's VmHWM from loading the file to its last forward, which includes what the process held before loading it{}); ratio = llada-rs / llama.cpp:\n",
+        if peak_ok {
+            ""
+        } else {
+            ", NOT reset between files: the kernel refused clear_refs"
+        }
+    );
+    println!("| GGUF | file MB | llama.cpp | llada-rs | ratio |");
+    println!("|---|---:|---:|---:|---:|");
+    for r in &rss_rows {
         println!("{r}");
     }
     Ok(())
