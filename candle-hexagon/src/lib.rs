@@ -73,9 +73,6 @@ pub mod transport;
 pub use kernels_dsp as abi;
 
 pub use block::KvStats;
-pub use memory::{DeviceBuffer, MemoryStats};
-pub use routing::RoutingStats;
-pub use runtime::SwapStats;
 pub use block::{
     Cols, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
     LayerWeights, Matrix, Node, PackedWeight, Part, Program, TransformerWeights, WeightRef,
@@ -83,10 +80,13 @@ pub use block::{
 pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{fmt_bytes, Error, Result};
 pub use memory::{page_size, SHARED_MEMORY_SUPPORTED};
+pub use memory::{DeviceBuffer, MemoryStats};
 pub use ops::linear::{PackedFormat, Placed};
 pub use ops::HexLinear;
+pub use routing::RoutingStats;
 pub use routing::{Decision, OpDesc, OpKind, Reason, RoutingReport, Support, Tier, WeightFormat};
 pub use runtime::PlanRow;
+pub use runtime::SwapStats;
 pub use runtime::{MemoryPlan, MemoryPolicy, SwapSnapshot};
 
 /// Path of the host FastRPC shim library built with this crate (feature `fastrpc`, Linux host
