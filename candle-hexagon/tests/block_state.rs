@@ -429,3 +429,35 @@ fn malformed_programs_are_errors_naming_the_node() {
         &[1, 4, 40]
     );
 }
+
+/// A program whose result is the layer stack's output itself (no tail): without a selection the
+/// result is the residual stream in place (a `SelectRows` output aliases its input), with one it
+/// is the requested rows — and the same values.
+#[test]
+fn a_program_without_a_tail_returns_the_stream_in_place() {
+    let dev = emulated();
+    let m = Model::random(&small(2, false), 6);
+    let mut cfg = m.config(64);
+    cfg.program.tail.clear();
+    cfg.program.output = cfg.program.layer_output;
+    let mut w = m.weights();
+    w.tail = Default::default();
+    let Placed::Npu(t) = HexTransformer::new(&dev, &cfg, &w).unwrap() else {
+        panic!("placed")
+    };
+    let x = tensor(&[1, 6, 64], 11, 1.0, DType::F32);
+    let mut kv = t.new_kv(1, 16).unwrap();
+    let all = t.forward(&mut kv, &x, 0, None).unwrap();
+    assert_eq!(all.dims(), &[1, 6, 64]);
+    let mut kv = t.new_kv(1, 16).unwrap();
+    let some = t.forward(&mut kv, &x, 0, Some(&[4, 1])).unwrap();
+    assert_eq!(some.dims(), &[1, 2, 64]);
+    let pick = all
+        .index_select(&Tensor::new(&[4u32, 1], &Device::Cpu).unwrap(), 1)
+        .unwrap();
+    let d = max_abs(&pick, &some);
+    assert!(
+        d < 1e-3,
+        "selected rows differ from the whole stream's by {d}"
+    );
+}

@@ -229,12 +229,23 @@ impl ShapePlan {
             });
         }
         let regions = p.acts.len() + 2;
+        // The result's bytes: without a selection a `SelectRows` output is its input's.
         let (out_cols, _) = t.inner.result_cols();
+        let mut out_act = out_cols.act;
+        while r.is_none() {
+            match p.layer.iter().find_map(|n| match n {
+                Node::SelectRows { x, out } if out.act == out_act => Some(x.act),
+                _ => None,
+            }) {
+                Some(src) => out_act = src,
+                None => break,
+            }
+        }
         let graph = Graph::capture(
             decls,
             &batches,
             &[p.input, regions - 2, regions - 1],
-            &[out_cols.act],
+            &[out_act],
         );
         let items: Vec<(u64, &[(usize, usize)])> = (0..regions)
             .map(|i| (separate.size[i] as u64, graph.tensors[i].live.as_slice()))
