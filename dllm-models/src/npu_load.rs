@@ -442,14 +442,13 @@ fn shared(p: PackedWeight, bias: Option<&Tensor>) -> Result<Linear> {
     )?))
 }
 
-/// The packed matrix of role `p` in layer `i` (or in the tail).
+/// The packed matrix of role `p` in layer `i` (or in the tail), by the recorded program's roles.
 fn packed(
     hex: &HexTransformer,
-    cfg: &TransformerConfig,
+    rec: &Recorded,
     i: Option<usize>,
     p: Proj,
 ) -> Result<Option<PackedWeight>> {
-    let rec = record(cfg)?;
     let roles = if i.is_some() {
         &rec.layer.1
     } else {
@@ -473,8 +472,9 @@ pub(crate) fn shared_block(
     cfg: &TransformerConfig,
     qkv_bias: Option<&Tensor>,
 ) -> Result<(Qkv, Linear, GateUp, Linear)> {
+    let rec = record(cfg)?;
     let get = |p: Proj| -> Result<PackedWeight> {
-        packed(hex, cfg, Some(i), p)?.ok_or(Error::NpuBlock {
+        packed(hex, &rec, Some(i), p)?.ok_or(Error::NpuBlock {
             block: i,
             blocks: hex.num_blocks(),
         })
@@ -512,7 +512,7 @@ pub(crate) fn shared_block(
 
 /// The LM head over the NPU module's packed head, when the head is on the NPU.
 pub(crate) fn shared_head(hex: &HexTransformer, cfg: &TransformerConfig) -> Result<Option<Linear>> {
-    packed(hex, cfg, None, Proj::Head)?
+    packed(hex, &record(cfg)?, None, Proj::Head)?
         .map(|p| shared(p, None))
         .transpose()
 }

@@ -27,6 +27,11 @@ pub(crate) struct Scratch {
     pub tag: (u64, usize, usize),
 }
 
+// Why a thread-local and not a buffer passed in: the GEMMs run on whatever rayon pool the
+// caller installed (the model's own, or the global one), and a buffer must belong to the worker
+// thread that fills it, for the whole call, without a lock. This is a cache of memory, not
+// configuration: no option or behaviour depends on it, results are the same bits with a fresh
+// buffer, and it is freed with its thread. (Options and pools are passed explicitly.)
 thread_local! {
     static SCRATCH: Cell<Scratch> = Cell::new(Scratch::default());
 }

@@ -275,6 +275,18 @@ fn refs<'a>(m: &'a Matrix<'a>) -> (Vec<WeightRef<'a>>, Vec<Option<&'a Tensor>>) 
     m.parts.iter().map(|(_, p)| (p.weight, p.bias)).unzip()
 }
 
+/// Pack program matrix `m` (`k` input columns) in `format`.
+fn pack_matrix(
+    m: &Matrix<'_>,
+    format: PackedFormat,
+    k: usize,
+    host: &mut HostWeights,
+    pinned: &mut Pinned,
+) -> Result<PackedLinear> {
+    let (parts, biases) = refs(m);
+    PackedLinear::pack(m.name.clone(), &parts, &biases, format, k, host, pinned)
+}
+
 impl HexTransformerConfig {
     /// Bad values (zero sizes, a malformed program) are errors; shapes the kernels do not take
     /// are the routing entry point's business ([`HexagonDevice::supports`] on
@@ -427,16 +439,7 @@ impl HexTransformer {
                 .collect::<Result<Vec<_>>>()?;
             let mut matrices = Vec::with_capacity(l.matrices.len());
             for ((m, &(_, k)), &f) in l.matrices.iter().zip(&checked.layer_mats).zip(f) {
-                let (parts, biases) = refs(m);
-                matrices.push(Some(PackedLinear::pack(
-                    m.name.clone(),
-                    &parts,
-                    &biases,
-                    f,
-                    k,
-                    &mut host,
-                    &mut pinned,
-                )?));
+                matrices.push(Some(pack_matrix(m, f, k, &mut host, &mut pinned)?));
             }
             layers.push(PackedLayer { vectors, matrices });
         }
@@ -462,16 +465,7 @@ impl HexTransformer {
         {
             match f {
                 Ok(f) => {
-                    let (parts, biases) = refs(m);
-                    tail_matrices.push(Some(PackedLinear::pack(
-                        m.name.clone(),
-                        &parts,
-                        &biases,
-                        f,
-                        k,
-                        &mut host,
-                        &mut pinned,
-                    )?));
+                    tail_matrices.push(Some(pack_matrix(m, f, k, &mut host, &mut pinned)?));
                     reasons.push(None);
                 }
                 Err(r) => {

@@ -594,6 +594,19 @@ impl Emit<'_> {
                 &[hd / 2, pos_tables / (hd / 2)],
             )
         };
+        // NeoX rotary embedding of `src` into `dst` over `count` rows' positions.
+        let rope = |dst: kdsp_tensor, src: kdsp_tensor, count: usize| {
+            kdsp_op::new(
+                KDSP_OP_ROPE_NEOX,
+                dst,
+                &[
+                    src,
+                    rows(act, self.pos, Wire::I32, &[count]),
+                    tables(self.cos),
+                    tables(self.sin),
+                ],
+            )
+        };
         for (node, &on_selected) in nodes.iter().zip(sel) {
             let label = node.label();
             // Rows per item of this node's operands.
@@ -661,19 +674,7 @@ impl Emit<'_> {
                         [4, hd * 4, row, row * m],
                     );
                     // Row t of item i has position ws + t: the positions region holds them all.
-                    batch.push(
-                        label,
-                        kdsp_op::new(
-                            KDSP_OP_ROPE_NEOX,
-                            v,
-                            &[
-                                v,
-                                rows(act, self.pos, Wire::I32, &[m]),
-                                tables(self.cos),
-                                tables(self.sin),
-                            ],
-                        ),
-                    );
+                    batch.push(label, rope(v, v, m));
                 }
                 Node::CacheKeysRoped { x } => {
                     let row = loc[x.act].row;
@@ -684,19 +685,7 @@ impl Emit<'_> {
                             [hd, x.len / hd, n, 1],
                             [4, hd * 4, row, row * n],
                         );
-                        batch.push(
-                            label,
-                            kdsp_op::new(
-                                KDSP_OP_ROPE_NEOX,
-                                self.kv.k_rows(li, bi, self.len, n),
-                                &[
-                                    kin,
-                                    rows(act, self.pos, Wire::I32, &[n]),
-                                    tables(self.cos),
-                                    tables(self.sin),
-                                ],
-                            ),
-                        );
+                        batch.push(label, rope(self.kv.k_rows(li, bi, self.len, n), kin, n));
                     }
                 }
                 Node::CacheValues { x } => {
