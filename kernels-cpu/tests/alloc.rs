@@ -132,8 +132,14 @@ fn steady_state_kernels_allocate_nothing() {
                 attention(&q, &segs, s, 0.125, &mut att).unwrap();
             });
             pool.install(&mut calls);
-            // Called from a pool thread.
-            let inside = pool.install(|| count(|| (0..3).for_each(|_| calls())));
+            // Called from a pool thread. The count is process-wide, and rayon's own deques grow
+            // and shrink now and then (seen once under load: 1 allocation at 2 threads, 1 row),
+            // so the least of three rounds of 3 calls must be 0: a kernel that allocates per call
+            // allocates in every round.
+            let inside = (0..3)
+                .map(|_| pool.install(|| count(|| (0..3).for_each(|_| calls()))))
+                .min()
+                .unwrap_or(0);
             assert_eq!(
                 inside, 0,
                 "{threads} threads, {m} rows: allocations inside the pool"
