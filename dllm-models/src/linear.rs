@@ -199,22 +199,39 @@ impl CpuLinear {
         }
     }
 
-    /// Pack a dense `(out, in)` weight, keeping f16/bf16 half and anything else as f32.
+    /// Pack a dense `(out, in)` weight, keeping f16/bf16 half and anything else as f32. A
+    /// contiguous CPU tensor is packed from its own storage (no copy of the matrix on the way).
     pub fn from_dense(weight: &Tensor, bias: Option<&Tensor>) -> Result<Self> {
         let (n, k) = weight.dims2()?;
-        let w = match weight.dtype() {
-            DType::F16 => {
-                let v: Vec<half::f16> = weight.flatten_all()?.to_vec1()?;
-                DenseMatrix::from_f16(&v, n, k)?
-            }
-            DType::BF16 => {
-                let v: Vec<half::bf16> = weight.flatten_all()?.to_vec1()?;
-                DenseMatrix::from_bf16(&v, n, k)?
-            }
+        let f32_weight;
+        let weight = match weight.dtype() {
+            DType::F16 | DType::BF16 | DType::F32 => weight,
             _ => {
-                let v: Vec<f32> = weight.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
-                DenseMatrix::from_f32(&v, n, k)?
+                f32_weight = weight.to_dtype(DType::F32)?;
+                &f32_weight
             }
+        };
+        let (storage, layout) = weight.storage_and_layout();
+        let packed = match (&*storage, layout.contiguous_offsets()) {
+            (candle_core::Storage::Cpu(CpuStorage::F16(v)), Some((a, b))) => {
+                Some(DenseMatrix::from_f16(&v[a..b], n, k)?)
+            }
+            (candle_core::Storage::Cpu(CpuStorage::BF16(v)), Some((a, b))) => {
+                Some(DenseMatrix::from_bf16(&v[a..b], n, k)?)
+            }
+            (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) => {
+                Some(DenseMatrix::from_f32(&v[a..b], n, k)?)
+            }
+            _ => None,
+        };
+        drop(storage);
+        let w = match packed {
+            Some(w) => w,
+            None => match weight.dtype() {
+                DType::F16 => DenseMatrix::from_f16(&weight.flatten_all()?.to_vec1()?, n, k)?,
+                DType::BF16 => DenseMatrix::from_bf16(&weight.flatten_all()?.to_vec1()?, n, k)?,
+                _ => DenseMatrix::from_f32(&weight.flatten_all()?.to_vec1()?, n, k)?,
+            },
         };
         Self::with(Packed::Dense(w), bias, n, k)
     }

@@ -71,6 +71,20 @@ pub struct TransformerWeights {
     rope: Rope,
 }
 
+/// Give the pages of the load's freed transient copies back to the system. Each tensor is read
+/// and packed through a few buffers of its size; glibc keeps freed blocks of that size in its
+/// heap, where later packed matrices and reads interleave with them, so without this the resident
+/// size after loading grew by about a third of the weights (F32 GGUF of 97.5M parameters: 488 MiB
+/// resident for 372 MiB of weights; glibc's `malloc_trim` hands the free pages inside the heap
+/// back). Other allocators return large blocks themselves.
+fn release_freed_pages() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free memory of glibc's allocator; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// How the attention of one block gets its keys: the closure receives the block's `q`
 /// `(b, nq, heads, d)` and fresh `k`, `v` `(b, n, kv_heads, d)` and returns `(b, nq, heads * d)`.
 type Attend<'a> = dyn FnMut(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + 'a;
@@ -161,6 +175,23 @@ impl TransformerWeights {
                 which,
             )?)
         };
+        // The embedding and the head first: they are the largest tensors, and the copies a read
+        // and a pack make of them pass while little else is resident (peak memory of a load is
+        // the resident weights plus the transient copies of the tensor being read).
+        let embed_p = w.get(Role::Embed, &[v, h])?;
+        let npu_head = match &hex {
+            Some(hex) => shared_head(hex, &cfg)?,
+            None => None,
+        };
+        let head = match npu_head {
+            Some(head) => head,
+            None if cfg.tie_word_embeddings => {
+                prepare(Linear::on_backend(embed_p.clone(), None, backend, which)?)?
+            }
+            None => lin(Role::Head, v, h, None)?,
+        };
+        let embed = Embedding::new(embed_p, dtype);
+        release_freed_pages();
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let (attn_norm, ffn_norm) = (norm(Role::AttnNorm(i))?, norm(Role::FfnNorm(i))?);
@@ -203,20 +234,8 @@ impl TransformerWeights {
                     down: lin(Role::Down(i), h, ff, None)?,
                 },
             });
+            release_freed_pages();
         }
-        let embed_p = w.get(Role::Embed, &[v, h])?;
-        let npu_head = match &hex {
-            Some(hex) => shared_head(hex, &cfg)?,
-            None => None,
-        };
-        let head = match npu_head {
-            Some(head) => head,
-            None if cfg.tie_word_embeddings => {
-                prepare(Linear::on_backend(embed_p.clone(), None, backend, which)?)?
-            }
-            None => lin(Role::Head, v, h, None)?,
-        };
-        let embed = Embedding::new(embed_p, dtype);
         let norm_f = norm(Role::FinalNorm)?;
         let rope = Rope::new(
             cfg.rope_theta,

@@ -128,20 +128,32 @@ impl DenseMatrix {
 
     /// From f32 values (kept f32).
     pub fn from_f32(w: &[f32], n: usize, k: usize) -> Result<Self> {
-        let raw: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-        Self::from_row_major(DenseType::F32, n, k, &raw)
+        Self::from_row_major(
+            DenseType::F32,
+            n,
+            k,
+            &le_bytes(w, |v| v.to_le_bytes().to_vec()),
+        )
     }
 
     /// From f16 values (kept f16).
     pub fn from_f16(w: &[f16], n: usize, k: usize) -> Result<Self> {
-        let raw: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-        Self::from_row_major(DenseType::F16, n, k, &raw)
+        Self::from_row_major(
+            DenseType::F16,
+            n,
+            k,
+            &le_bytes(w, |v| v.to_le_bytes().to_vec()),
+        )
     }
 
     /// From bf16 values (kept bf16).
     pub fn from_bf16(w: &[bf16], n: usize, k: usize) -> Result<Self> {
-        let raw: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-        Self::from_row_major(DenseType::BF16, n, k, &raw)
+        Self::from_row_major(
+            DenseType::BF16,
+            n,
+            k,
+            &le_bytes(w, |v| v.to_le_bytes().to_vec()),
+        )
     }
 
     /// Take bytes already in tile order (e.g. fp16 tiles made for the NPU).
@@ -479,3 +491,24 @@ unsafe fn k_dense<S: Simd, const MR: usize, const T: u8>(sl: &Slab, job: &Job<'_
         S::store(sl.out.add((m0 + i) * sl.ldo), v, sl.nvalid);
     }
 }
+
+/// The little-endian bytes of `w`: the values' own memory on a little-endian target (no copy:
+/// packing a matrix then needs no second buffer of its size), `each`'s bytes collected otherwise.
+fn le_bytes<T: Plain>(w: &[T], each: impl Fn(&T) -> Vec<u8>) -> std::borrow::Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") {
+        // SAFETY: `T: Plain` (f32, f16, bf16): values without padding, so every byte of the
+        // slice is initialised; `u8` has alignment 1, the length is the slice's size in
+        // bytes, and the borrow keeps `w` alive and unmodified.
+        std::borrow::Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), std::mem::size_of_val(w))
+        })
+    } else {
+        std::borrow::Cow::Owned(w.iter().flat_map(each).collect())
+    }
+}
+
+/// Element types whose memory is their bytes (no padding, every bit pattern a value).
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for f16 {}
+impl Plain for bf16 {}
