@@ -2,9 +2,9 @@
 //! bidirectional attention; the weight-owning layers ([`Linear`], [`Embedding`]) live in
 //! [`crate::linear`] and are re-exported here, where the model code has always found them.
 //!
-//! Every op has two forms selected by [`OpMode`]: the fused CPU kernels candle ships for inference
-//! (`rms_norm`, `rope_thd`, CPU flash attention), and differentiable compositions for training
-//! (candle's fused ops have no backward pass).
+//! Every op has two forms selected by [`OpMode`]: fused CPU kernels for inference (candle's
+//! `rms_norm` and `rope_thd`; kernels-cpu's attention, SwiGLU and residual add, split over the
+//! model's pool), and differentiable compositions for training (fused ops have no backward pass).
 //!
 //! With [`Backend::Hexagon`] the fused forms run on the Hexagon NPU through `candle-hexagon`:
 //! linear layers own weights packed into NPU memory at load time ([`Linear::Hex`]); on the CPU
@@ -80,8 +80,50 @@ pub fn swiglu(gate: &Tensor, up: &Tensor, mode: OpMode, backend: &Backend) -> Re
     match (mode, backend) {
         #[cfg(feature = "hexagon")]
         (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::swiglu(d, gate, up)?),
+        (OpMode::Fused, _) => match cpu_pointwise(gate, up, kernels_cpu::pointwise::swiglu)? {
+            Some(t) => Ok(t),
+            None => Ok((candle_nn::ops::silu(gate)? * up)?),
+        },
         _ => Ok((candle_nn::ops::silu(gate)? * up)?),
     }
+}
+
+/// `a + b` in the fused form: kernels-cpu's parallel add for f32 CPU tensors of one shape,
+/// candle's otherwise (and for training).
+pub fn add(a: &Tensor, b: &Tensor, mode: OpMode) -> Result<Tensor> {
+    if mode == OpMode::Fused {
+        if let Some(t) = cpu_pointwise(a, b, kernels_cpu::pointwise::add)? {
+            return Ok(t);
+        }
+    }
+    Ok((a + b)?)
+}
+
+/// `op` over two contiguous f32 CPU tensors of one shape, read in place, on the current rayon
+/// pool; `None` for anything else (the caller uses candle's op).
+fn cpu_pointwise(
+    a: &Tensor,
+    b: &Tensor,
+    op: fn(&[f32], &[f32], &mut [f32]) -> kernels_cpu::Result<()>,
+) -> Result<Option<Tensor>> {
+    use candle_core::{CpuStorage, Storage};
+    if a.dtype() != DType::F32 || b.dtype() != DType::F32 || a.shape() != b.shape() {
+        return Ok(None);
+    }
+    let (sa, la) = a.storage_and_layout();
+    let (sb, lb) = b.storage_and_layout();
+    let (Storage::Cpu(CpuStorage::F32(va)), Storage::Cpu(CpuStorage::F32(vb))) = (&*sa, &*sb)
+    else {
+        return Ok(None);
+    };
+    let (Some((a0, a1)), Some((b0, b1))) = (la.contiguous_offsets(), lb.contiguous_offsets())
+    else {
+        return Ok(None);
+    };
+    let mut out = vec![0f32; a1 - a0];
+    op(&va[a0..a1], &vb[b0..b1], &mut out)?;
+    drop((sa, sb));
+    Ok(Some(Tensor::from_vec(out, a.shape(), a.device())?))
 }
 
 /// NeoX / HF `rotate_half` rotary embedding tables, grown on demand.

@@ -21,6 +21,7 @@
 //!   explicit path for tests and benchmarks.
 //! - [`threads`]: the thread count every kernel uses.
 //! - [`attention`]: attention over KV-cache segments (skip ranges, GQA, f32/f16/bf16 storage).
+//! - [`pointwise`]: SwiGLU and the residual add between the GEMMs, split over the pool.
 
 #![warn(missing_docs)]
 
@@ -37,6 +38,7 @@ mod error;
 pub mod ggml;
 pub mod isa;
 mod par;
+pub mod pointwise;
 mod qgemm;
 mod qgemm_rows;
 pub mod qlayout;

@@ -151,7 +151,7 @@ impl BlockOps for CpuBlock<'_, '_> {
 
     fn add(&mut self, acc: Act, x: &Act) -> Result<Act> {
         Ok(Act {
-            t: (acc.t + &x.t)?,
+            t: crate::layers::add(&acc.t, &x.t, self.w.mode)?,
             selected: acc.selected,
         })
     }

@@ -65,6 +65,11 @@ struct Args {
     /// Where the side-by-side table's GGUF files go (reused if present).
     #[arg(long, default_value = "/tmp/llada-bench-forward")]
     dir: PathBuf,
+    /// Internal: the side-by-side table's memory probe. Load this GGUF and run the table's
+    /// forwards at each `--threads` count in a fresh process, whose peak RSS the parent reads
+    /// (as it reads llama-bench's).
+    #[arg(long, hide = true)]
+    rss_probe: Option<PathBuf>,
 }
 
 fn ggml(name: &str) -> Result<GgmlDType> {
@@ -94,6 +99,9 @@ fn main() -> Result<()> {
             "--threads: {t} is outside 1..={}",
             dllm_models::threads::MAX_THREADS
         );
+    }
+    if let Some(path) = &a.rss_probe {
+        return vs_llama::rss_probe(path, a.canvas, a.iters, &a.threads);
     }
     if let (Some(lb), Some(lq)) = (&a.llama_bench, &a.llama_quantize) {
         let list: Vec<String> = a.threads.iter().map(|t| t.to_string()).collect();

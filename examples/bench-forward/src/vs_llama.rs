@@ -188,21 +188,50 @@ fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)
     Ok((wall, (many - one) / plan.reps as f64 * 1e3, rss.max(rss1)))
 }
 
-/// Give freed heap memory back to the system and reset this process's peak RSS to its current
-/// RSS (Linux `clear_refs` 5); false if the kernel refused the reset.
-fn reset_peak_rss() -> bool {
-    // SAFETY: no arguments beyond the pad size; glibc only releases free memory.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    unsafe {
-        libc::malloc_trim(0);
+/// The memory probe's process (`bench-forward --rss-probe`): load `path` and run the forwards
+/// the timed table runs (a warm-up and `reps` forwards, all rows and the last row, at each thread
+/// count); the parent reads this process's peak RSS as it reads llama-bench's.
+pub fn rss_probe(path: &Path, tokens: usize, reps: usize, threads: &[usize]) -> Result<()> {
+    let mut m = load_gguf(path, CpuLinears::Packed)?;
+    let x = canvas(tokens, m.info().vocab_size)?;
+    let last = [tokens - 1];
+    for &n in threads {
+        let pool = dllm_models::threads::pool(n)?;
+        pool.install(|| -> Result<()> {
+            let m = &mut m;
+            for _ in 0..=reps {
+                m.forward_full(&x, Rows::All)?;
+                m.forward_full(&x, Rows::Positions(&last))?;
+            }
+            Ok(())
+        })?;
     }
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+    // This process's own high-water mark (a new address space at `exec`: it starts from zero,
+    // unlike the rusage peak, and the parent cannot tell this process from itself by name).
+    let s = std::fs::read_to_string("/proc/self/status")?;
+    let kb = status_kb(&s, "VmHWM:").context("no VmHWM in /proc/self/status")?;
+    println!("{kb}");
+    Ok(())
 }
 
-/// This process's `VmRSS` or `VmHWM` (peak), in MB.
-fn rss_mb(key: &str) -> Result<f64> {
-    let s = std::fs::read_to_string("/proc/self/status")?;
-    Ok(status_kb(&s, key).with_context(|| format!("no {key} in /proc/self/status"))? / 1024.0)
+/// llada-rs's peak RSS in MB on `path`: the memory probe in a process of its own, which reports
+/// its `VmHWM` when done.
+fn ours_rss(plan: &Plan, path: &Path) -> Result<f64> {
+    let exe = std::env::current_exe().context("finding bench-forward's own path")?;
+    let threads: Vec<String> = plan.threads.iter().map(|t| t.to_string()).collect();
+    let (out, _, _) = run_measured(
+        Command::new(exe)
+            .arg("--rss-probe")
+            .arg(path)
+            .args(["--canvas", &plan.tokens.to_string()])
+            .args(["--iters", &plan.reps.to_string()])
+            .args(["--threads", &threads.join(",")]),
+    )?;
+    let kb: f64 = out
+        .trim()
+        .parse()
+        .with_context(|| format!("the memory probe printed `{}`", out.trim()))?;
+    Ok(kb / 1024.0)
 }
 
 /// This process's CPU time, in seconds.
@@ -258,12 +287,9 @@ pub fn run(plan: &Plan) -> Result<()> {
         .iter()
         .map(|&n| dllm_models::threads::pool(n))
         .collect::<dllm_models::Result<Vec<_>>>()?;
-    let mut peak_ok = true;
     for ty in &plan.types {
         let path = make(plan, ty)?;
-        // Our peak RSS for this file alone: from loading it to its last forward.
-        peak_ok &= reset_peak_rss();
-        let floor = rss_mb("VmRSS:")?;
+        let ours_rss = ours_rss(plan, &path)?;
         let mut m = load_gguf(&path, CpuLinears::Packed)?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
@@ -307,10 +333,9 @@ pub fn run(plan: &Plan) -> Result<()> {
                 mid(&lc) / mid(&oc)
             ));
         }
-        let ours_rss = rss_mb("VmHWM:")?;
         let file_mb = std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64;
         rss_rows.push(format!(
-            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} ({floor:.0} before loading) | {:.2}x |",
+            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} | {:.2}x |",
             ours_rss / llama_rss
         ));
         drop(m);
@@ -329,12 +354,7 @@ pub fn run(plan: &Plan) -> Result<()> {
         println!("{r}");
     }
     println!(
-        "\nPeak RSS, MB (llama.cpp: the largest VmHWM of its llama-bench processes on the file; llada-rs: this process's VmHWM from loading the file to its last forward, which includes what the process held before loading it{}); ratio = llada-rs / llama.cpp:\n",
-        if peak_ok {
-            ""
-        } else {
-            ", NOT reset between files: the kernel refused clear_refs"
-        }
+        "\nPeak RSS, MB: each side's process on the file alone (llama.cpp: the largest VmHWM of its llama-bench processes; llada-rs: a bench-forward process that loads the file and runs the same forwards at each thread count), polled every 2 ms; ratio = llada-rs / llama.cpp:\n"
     );
     println!("| GGUF | file MB | llama.cpp | llada-rs | ratio |");
     println!("|---|---:|---:|---:|---:|");
