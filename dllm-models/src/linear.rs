@@ -68,6 +68,12 @@ pub struct CpuOptions {
     /// GEMMs and attention, candle's gemm). `None`: the caller's current rayon pool (rayon's
     /// global pool unless the caller installed another).
     pub threads: Option<usize>,
+    /// Element type of the K/V cache the model's sequences keep on the host: `F32`, `F16` or
+    /// `BF16` (anything else is an error when the model is built); `None` (default): the compute
+    /// dtype. Keys and values are rounded to it when written (f16: half the bytes of f32, as
+    /// llama.cpp keeps its cache by default); attention reads it widened to f32. The NPU keeps
+    /// its own cache in fp16, so with the stack on the NPU only `F16` is accepted.
+    pub kv_dtype: Option<DType>,
 }
 
 /// The kernels-cpu type of a ggml dtype, when it has a kernel.

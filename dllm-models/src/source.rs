@@ -129,6 +129,9 @@ pub struct LoadOptions {
     /// Threads of the model's own pool for its CPU kernels ([`CpuOptions::threads`]); `None`
     /// (default): the caller's current rayon pool.
     pub threads: Option<usize>,
+    /// Element type of the K/V cache ([`CpuOptions::kv_dtype`]); `None` (default): the compute
+    /// dtype.
+    pub kv_dtype: Option<DType>,
 }
 
 impl LoadOptions {
@@ -142,6 +145,7 @@ impl LoadOptions {
         CpuOptions {
             linears: self.cpu_linears,
             threads: self.threads,
+            kv_dtype: self.kv_dtype,
         }
     }
 
@@ -161,6 +165,7 @@ impl Default for LoadOptions {
             backend: Backend::Cpu,
             cpu_linears: CpuLinears::Packed,
             threads: None,
+            kv_dtype: None,
         }
     }
 }

@@ -140,7 +140,7 @@ impl DiffusionTransformer {
                 c.num_layers,
                 c.num_kv_heads,
                 c.head_dim(),
-                weights.info.dtype,
+                weights.cpu_options().kv_dtype.unwrap_or(weights.info.dtype),
             )?)
         };
         Ok(Self {

@@ -113,6 +113,15 @@ impl TransformerWeights {
         cpu: CpuOptions,
     ) -> Result<Self> {
         let pool = cpu.threads.map(crate::threads::pool).transpose()?;
+        match cpu.kv_dtype {
+            None | Some(DType::F32 | DType::F16 | DType::BF16) => {}
+            Some(dtype) => {
+                return Err(Error::UnsupportedDtype {
+                    what: "the KV cache",
+                    dtype,
+                })
+            }
+        }
         let which = cpu.linears;
         if backend.hexagon().is_some() && mode != OpMode::Fused {
             return Err(Error::HexagonNeedsFused {
@@ -129,6 +138,14 @@ impl TransformerWeights {
             Some(dev) if mode == OpMode::Fused => place_blocks(dev, &cfg, w)?,
             _ => None,
         };
+        if let (Some(_), Some(dtype)) = (&hex, cpu.kv_dtype) {
+            if dtype != DType::F16 {
+                return Err(Error::UnsupportedDtype {
+                    what: "the K/V cache of a model on the NPU (it keeps its cache in fp16)",
+                    dtype,
+                });
+            }
+        }
         let ops_backend = if hex.is_some() {
             Backend::Cpu
         } else {

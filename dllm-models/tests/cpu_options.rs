@@ -37,10 +37,12 @@ fn logits(m: &mut DiffusionTransformer) -> Vec<u32> {
 const CANDLE_1: CpuOptions = CpuOptions {
     linears: CpuLinears::Candle,
     threads: Some(1),
+    kv_dtype: None,
 };
 const PACKED_3: CpuOptions = CpuOptions {
     linears: CpuLinears::Packed,
     threads: Some(3),
+    kv_dtype: None,
 };
 
 #[test]
@@ -194,7 +196,8 @@ fn load_options_threads_give_the_loaded_model_its_pool() {
         m.weights().cpu_options(),
         CpuOptions {
             linears: CpuLinears::Candle,
-            threads: Some(2)
+            threads: Some(2),
+            kv_dtype: None,
         }
     );
     assert_eq!(m.weights().install(rayon::current_num_threads), 2);
@@ -206,4 +209,58 @@ fn load_options_threads_give_the_loaded_model_its_pool() {
         ..Default::default()
     };
     assert!(dllm_models::load(&src, &bad).is_err());
+}
+
+#[test]
+fn the_kv_cache_dtype_is_the_models_option_and_a_bad_one_is_an_error() {
+    let cfg = tiny_llada();
+    let w = random_weights(&cfg, 5).unwrap();
+    let build = |kv: Option<DType>| {
+        let src = HfWeights::from_tensors(w.clone(), cfg.arch, DType::F32, &Device::Cpu);
+        let cpu = CpuOptions {
+            kv_dtype: kv,
+            ..Default::default()
+        };
+        TransformerWeights::new_with(cfg.clone(), &src, OpMode::Fused, &Default::default(), cpu)
+            .map(|w| DiffusionTransformer::from_weights(std::sync::Arc::new(w)).unwrap())
+    };
+    let ids: Vec<u32> = (0..24u32).map(|i| (i * 37 + 5) % 200).collect();
+    let c = Tensor::from_slice(&ids, (1, ids.len()), &Device::Cpu).unwrap();
+    // A cached prefix of 16 positions, then a window over the rest that reads it.
+    let run = |m: &mut DiffusionTransformer| {
+        m.forward(&c, 0..16, Rows::None).unwrap();
+        m.commit(0..16).unwrap();
+        let l = m.forward(&c, 16..24, Rows::All).unwrap();
+        (
+            l.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            m.cache_bytes(),
+        )
+    };
+    let (f32_logits, f32_bytes) = run(&mut build(None).unwrap());
+    for (dt, bytes_per) in [(DType::F16, 2), (DType::BF16, 2)] {
+        let (l, bytes) = run(&mut build(Some(dt)).unwrap());
+        // Half the bytes of the f32 cache, and logits that moved only by the rounding of K/V.
+        assert_eq!(bytes * 4, f32_bytes * bytes_per, "{dt:?}");
+        let worst = l
+            .iter()
+            .zip(&f32_logits)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let tol = if dt == DType::F16 { 1e-2 } else { 5e-2 };
+        assert!(worst > 0.0 && worst < tol, "{dt:?}: {worst}");
+    }
+    // `Some(F32)` is the default's cache exactly.
+    assert_eq!(
+        run(&mut build(Some(DType::F32)).unwrap()),
+        (f32_logits, f32_bytes)
+    );
+    match build(Some(DType::U8)) {
+        Err(e @ Error::UnsupportedDtype { .. }) => {
+            assert!(e.to_string().contains("KV cache"), "{e}")
+        }
+        other => panic!(
+            "expected an error for a u8 cache, got {:?}",
+            other.map(|_| ())
+        ),
+    }
 }

@@ -146,7 +146,7 @@ fn main() -> Result<()> {
         );
     }
     let (mut m, what) = match (&a.gguf, a.weights.as_str()) {
-        (Some(p), _) => (model::load_gguf(p, which)?, p.display().to_string()),
+        (Some(p), _) => (model::load_gguf(p, which, None)?, p.display().to_string()),
         (None, "f32") => (model::in_memory(which)?, "f32 (in memory)".to_string()),
         (None, ty) => {
             std::fs::create_dir_all(&a.dir)?;
@@ -155,7 +155,7 @@ fn main() -> Result<()> {
                 model::write_gguf(&p, ggml(ty)?)?;
             }
             (
-                model::load_gguf(&p, which)?,
+                model::load_gguf(&p, which, None)?,
                 format!("{ty} GGUF (project writer)"),
             )
         }

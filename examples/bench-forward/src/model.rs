@@ -29,6 +29,7 @@ pub fn in_memory(which: CpuLinears) -> Result<DiffusionTransformer> {
     let cpu = CpuOptions {
         linears: which,
         threads: None,
+        kv_dtype: None,
     };
     Ok(DiffusionTransformer::new_with(
         cfg,
@@ -39,10 +40,15 @@ pub fn in_memory(which: CpuLinears) -> Result<DiffusionTransformer> {
     )?)
 }
 
-/// A GGUF file through the public loader.
-pub fn load_gguf(path: &Path, which: CpuLinears) -> Result<DiffusionTransformer> {
+/// A GGUF file through the public loader, with a K/V cache of `kv_dtype` (`None`: f32).
+pub fn load_gguf(
+    path: &Path,
+    which: CpuLinears,
+    kv_dtype: Option<DType>,
+) -> Result<DiffusionTransformer> {
     let opts = LoadOptions {
         cpu_linears: which,
+        kv_dtype,
         ..Default::default()
     };
     Ok(

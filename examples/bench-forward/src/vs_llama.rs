@@ -16,6 +16,10 @@ use dllm_models::{CpuLinears, DiffusionLm, Rows};
 
 use crate::model::{canvas, load_gguf, write_gguf};
 
+/// The K/V cache type of both sides: llama.cpp's default (`-ctk f16 -ctv f16`, passed
+/// explicitly), and llada-rs's `kv_dtype` option.
+const KV_DTYPE: candle_core::DType = candle_core::DType::F16;
+
 /// What to compare.
 pub struct Plan {
     /// `llama-bench`.
@@ -166,6 +170,7 @@ fn llama_run(plan: &Plan, model: &Path, reps: usize, threads: usize) -> Result<(
             .arg(model)
             .args(["-p", &plan.tokens.to_string(), "-n", "0"])
             .args(["-t", &threads.to_string()])
+            .args(["-ctk", "f16", "-ctv", "f16"])
             .args(["-r", &reps.to_string(), "-o", "json"]),
     )?;
     let v: serde_json::Value =
@@ -192,7 +197,7 @@ fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)
 /// the timed table runs (a warm-up and `reps` forwards, all rows and the last row, at each thread
 /// count); the parent reads this process's peak RSS as it reads llama-bench's.
 pub fn rss_probe(path: &Path, tokens: usize, reps: usize, threads: &[usize]) -> Result<()> {
-    let mut m = load_gguf(path, CpuLinears::Packed)?;
+    let mut m = load_gguf(path, CpuLinears::Packed, Some(KV_DTYPE))?;
     let x = canvas(tokens, m.info().vocab_size)?;
     let last = [tokens - 1];
     for &n in threads {
@@ -290,7 +295,7 @@ pub fn run(plan: &Plan) -> Result<()> {
     for ty in &plan.types {
         let path = make(plan, ty)?;
         let ours_rss = ours_rss(plan, &path)?;
-        let mut m = load_gguf(&path, CpuLinears::Packed)?;
+        let mut m = load_gguf(&path, CpuLinears::Packed, Some(KV_DTYPE))?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
         let mut llama_rss = 0f64;

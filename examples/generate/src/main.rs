@@ -49,6 +49,11 @@ struct Args {
     /// Compute dtype: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Element type of the K/V cache: f32, f16 or bf16 [default: --dtype]. f16 halves the
+    /// cache's memory (llama.cpp's default cache type); with --device hexagon the NPU keeps its
+    /// cache in fp16, so only f16 applies there.
+    #[arg(long, value_name = "DTYPE")]
+    kv_dtype: Option<String>,
     /// Threads for every CPU kernel, 1..=256 (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -62,12 +67,12 @@ struct Args {
     no_live: bool,
 }
 
-fn parse_dtype(s: &str) -> Result<DType> {
+fn parse_dtype(flag: &str, s: &str) -> Result<DType> {
     match s {
         "f32" => Ok(DType::F32),
         "f16" => Ok(DType::F16),
         "bf16" => Ok(DType::BF16),
-        _ => bail!("--dtype: `{s}` (expected f32, f16 or bf16)"),
+        _ => bail!("{flag}: `{s}` (expected f32, f16 or bf16)"),
     }
 }
 
@@ -78,8 +83,21 @@ fn run(a: Args) -> Result<()> {
         dllm_models::threads::configure(t).context("--threads")?;
     }
     // Every flag is checked before anything is opened or loaded.
-    let dtype = parse_dtype(&a.dtype)?;
+    let dtype = parse_dtype("--dtype", &a.dtype)?;
     a.device.check(&a.dtype)?;
+    let kv_dtype = a
+        .kv_dtype
+        .as_deref()
+        .map(|s| parse_dtype("--kv-dtype", s))
+        .transpose()?;
+    if let (Some(npu), Some(kv)) = (a.device.npu_dtype(), a.kv_dtype.as_deref()) {
+        if kv != npu {
+            bail!(
+                "--kv-dtype {kv}: with --device hexagon the NPU keeps its K/V cache in {npu}; \
+                 drop --kv-dtype, or use --device cpu --kv-dtype {kv}"
+            );
+        }
+    }
     a.decode.check()?;
     match (&a.prompt_ids, &a.prompt) {
         (Some(_), _) if a.chat => {
@@ -94,6 +112,7 @@ fn run(a: Args) -> Result<()> {
     let backend = a.device.backend()?;
     let opts = LoadOptions {
         dtype,
+        kv_dtype,
         device: Device::Cpu,
         tokenizer: a.tokenizer.clone(),
         backend: backend.clone(),
@@ -194,6 +213,8 @@ fn run(a: Args) -> Result<()> {
             // What the CPU computes in; the NPU (--device hexagon) computes in fp16.
             "dtype": a.dtype,
             "npu_dtype": a.device.npu_dtype(),
+            // The K/V cache's element type (the NPU's cache is fp16).
+            "kv_dtype": a.kv_dtype.as_deref().or(a.device.npu_dtype()).unwrap_or(&a.dtype),
             "gen_length": params.gen_length,
             "block_length": params.block_length,
             "steps_requested": params.steps,

@@ -519,6 +519,11 @@ fn flags_are_checked_first_and_ignored_settings_are_errors() {
             "character device",
         ),
         (&["--tokenizer", "/dev/zero"], "character device"),
+        (&["--kv-dtype", "q8_0"], "--kv-dtype: `q8_0`"),
+        (
+            &["--device", "hexagon", "--kv-dtype", "f32"],
+            "--kv-dtype f32",
+        ),
     ];
     for (args, word) in cases {
         let mut all = vec!["--model", nowhere, "--prompt", "hello"];
@@ -616,4 +621,29 @@ fn special_token_text_in_a_prompt_is_text() {
     );
     assert_eq!(v["dtype"], "f32");
     assert!(v["npu_dtype"].is_null());
+}
+
+#[test]
+fn the_kv_cache_dtype_is_a_flag_and_reported() {
+    let dir = model_dir("kvdtype");
+    let d = dir.to_str().unwrap();
+    let base = [
+        "--model",
+        d,
+        "--prompt-ids",
+        "5,6,7,8",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--json",
+    ];
+    let v = run_json(&base, &[]);
+    assert_eq!(v["kv_dtype"], "f32", "{v}");
+    let v = run_json(&base, &["--kv-dtype", "f16"]);
+    assert_eq!(v["kv_dtype"], "f16", "{v}");
+    assert_eq!(v["dtype"], "f32", "{v}");
+    let v = run_json(&base, &["--device", "hexagon"]);
+    assert_eq!(v["kv_dtype"], "f16", "the NPU's cache: {v}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
