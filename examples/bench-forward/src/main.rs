@@ -56,6 +56,10 @@ struct Args {
     /// llama.cpp's `llama-quantize` (makes the Q8_0 and Q4_0 files).
     #[arg(long, requires = "llama_bench")]
     llama_quantize: Option<PathBuf>,
+    /// Models of the side-by-side table: `100m` (the ~100M random LLaDA) and `shipped` (the
+    /// shipped 1.1M `models/tiny-llada`), each at every type and thread count.
+    #[arg(long, value_delimiter = ',', default_value = "100m,shipped")]
+    models: Vec<String>,
     /// GGUF types of the side-by-side table.
     #[arg(long, value_delimiter = ',', default_value = "f32,f16,q8_0,q4_0")]
     types: Vec<String>,
@@ -106,7 +110,7 @@ fn main() -> Result<()> {
     if let (Some(lb), Some(lq)) = (&a.llama_bench, &a.llama_quantize) {
         let list: Vec<String> = a.threads.iter().map(|t| t.to_string()).collect();
         println!(
-            "100M LLaDA, one forward over {} tokens, {} thread(s); llama-bench -p {} -n 0 -r {} vs llada-rs (median of {}), alternated, {} rounds (ranges over rounds)\n",
+            "LLaDA models, one forward over {} tokens, {} thread(s); llama-bench -p {} -n 0 -r {} -ctk f16 -ctv f16 vs llada-rs with an f16 K/V cache (median of {}), alternated, {} rounds (ranges over rounds)\n",
             a.canvas,
             list.join(", "),
             a.canvas,
@@ -118,6 +122,11 @@ fn main() -> Result<()> {
             llama_bench: lb.clone(),
             llama_quantize: lq.clone(),
             dir: a.dir.clone(),
+            models: a
+                .models
+                .iter()
+                .map(|m| model::BenchModel::parse(m))
+                .collect::<Result<_>>()?,
             types: a.types.clone(),
             rounds: a.rounds,
             reps: a.iters,

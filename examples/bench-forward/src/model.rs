@@ -58,9 +58,68 @@ pub fn load_gguf(
     )
 }
 
+/// A model of the side-by-side table: its name in the tables and how to get its f32 weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchModel {
+    /// The ~100M random LLaDA.
+    Random100m,
+    /// The shipped 1.1M LLaDA, `models/tiny-llada`.
+    Shipped,
+}
+
+impl BenchModel {
+    /// Parse a `--models` entry.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "100m" => Ok(Self::Random100m),
+            "shipped" => Ok(Self::Shipped),
+            other => anyhow::bail!("--models: `{other}` (expected 100m or shipped)"),
+        }
+    }
+
+    /// The name in the tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Random100m => "97.5M random",
+            Self::Shipped => "1.1M shipped",
+        }
+    }
+
+    /// The stem of its GGUF files.
+    pub fn stem(self) -> &'static str {
+        match self {
+            Self::Random100m => "bench100m",
+            Self::Shipped => "shipped-tiny-llada",
+        }
+    }
+
+    /// Its config and f32 weights (HF names).
+    pub fn weights(self) -> Result<(TransformerConfig, std::collections::HashMap<String, Tensor>)> {
+        match self {
+            Self::Random100m => synthetic(),
+            Self::Shipped => {
+                let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada");
+                let cfg = dllm_models::source::read_config(&dir.join("config.json"))
+                    .with_context(|| format!("reading {}", dir.display()))?;
+                let w =
+                    candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu)?
+                        .into_iter()
+                        .map(|(k, v)| Ok((k, v.to_dtype(DType::F32)?)))
+                        .collect::<Result<_>>()?;
+                Ok((cfg, w))
+            }
+        }
+    }
+}
+
 /// Write the synthetic model as a GGUF with 2-D weights in `dtype` (the project's writer).
 pub fn write_gguf(path: &Path, dtype: GgmlDType) -> Result<()> {
-    let (cfg, w) = synthetic()?;
+    write_model_gguf(BenchModel::Random100m, path, dtype)
+}
+
+/// Write `model` as a GGUF with 2-D weights in `dtype` (the project's writer).
+pub fn write_model_gguf(model: BenchModel, path: &Path, dtype: GgmlDType) -> Result<()> {
+    let (cfg, w) = model.weights()?;
     dllm_models::gguf_write::write_gguf(path, &cfg, &w, dtype, &placeholder_vocab(cfg.vocab_size))
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())

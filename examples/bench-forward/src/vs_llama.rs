@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::quantized::GgmlDType;
 use dllm_models::{CpuLinears, DiffusionLm, Rows};
 
-use crate::model::{canvas, load_gguf, write_gguf};
+use crate::model::{canvas, load_gguf, write_model_gguf, BenchModel};
 
 /// The K/V cache type of both sides: llama.cpp's default (`-ctk f16 -ctv f16`, passed
 /// explicitly), and llada-rs's `kv_dtype` option.
@@ -28,6 +28,8 @@ pub struct Plan {
     pub llama_quantize: PathBuf,
     /// Where the GGUF files go.
     pub dir: PathBuf,
+    /// The models (each at every type and thread count).
+    pub models: Vec<BenchModel>,
     /// GGUF types (`f32`, `f16`, `q8_0`, `q4_0`).
     pub types: Vec<String>,
     /// Alternated rounds.
@@ -52,17 +54,17 @@ fn run_ok(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Make `<dir>/<ty>.gguf`.
-fn make(plan: &Plan, ty: &str) -> Result<PathBuf> {
-    let path = plan.dir.join(format!("bench100m-{ty}.gguf"));
+/// Make `<dir>/<model stem>-<ty>.gguf`.
+fn make(plan: &Plan, model: BenchModel, ty: &str) -> Result<PathBuf> {
+    let path = plan.dir.join(format!("{}-{ty}.gguf", model.stem()));
     if path.is_file() {
         return Ok(path);
     }
     match ty {
-        "f32" => write_gguf(&path, GgmlDType::F32)?,
-        "f16" => write_gguf(&path, GgmlDType::F16)?,
+        "f32" => write_model_gguf(model, &path, GgmlDType::F32)?,
+        "f16" => write_model_gguf(model, &path, GgmlDType::F16)?,
         "q8_0" | "q4_0" => {
-            let src = make(plan, "f32")?;
+            let src = make(plan, model, "f32")?;
             run_ok(
                 Command::new(&plan.llama_quantize)
                     .arg(&src)
@@ -292,14 +294,18 @@ pub fn run(plan: &Plan) -> Result<()> {
         .iter()
         .map(|&n| dllm_models::threads::pool(n))
         .collect::<dllm_models::Result<Vec<_>>>()?;
-    for ty in &plan.types {
-        let path = make(plan, ty)?;
+    for (model, ty) in plan
+        .models
+        .iter()
+        .flat_map(|&m| plan.types.iter().map(move |ty| (m, ty)))
+    {
+        let path = make(plan, model, ty)?;
         let ours_rss = ours_rss(plan, &path)?;
         let mut m = load_gguf(&path, CpuLinears::Packed, Some(KV_DTYPE))?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
         let mut llama_rss = 0f64;
-        let name = ty.to_uppercase();
+        let name = format!("{} | {}", model.name(), ty.to_uppercase());
         for (&threads, pool) in plan.threads.iter().zip(&pools) {
             let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
             for _ in 0..plan.rounds {
@@ -347,22 +353,22 @@ pub fn run(plan: &Plan) -> Result<()> {
         drop(x);
     }
     println!("Wall clock (what llama-bench reports), ms per forward, ranges over rounds; ratio = llama.cpp / llada-rs (medians):\n");
-    println!("| threads | GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("| threads | model | GGUF | llama.cpp | llada-rs, logits for all {t} rows | ratio | llada-rs, logits for the last row (as llama-bench) | ratio |");
+    println!("|---:|---|---|---:|---:|---:|---:|---:|");
     for r in &wall_rows {
         println!("{r}");
     }
     println!("\nCPU time per forward (immune to preemption by other jobs; llama.cpp's threads also count the time they spin waiting for each other), ms; llada-rs with logits for the last row:\n");
-    println!("| threads | GGUF | llama.cpp | llada-rs | ratio |");
-    println!("|---:|---|---:|---:|---:|");
+    println!("| threads | model | GGUF | llama.cpp | llada-rs | ratio |");
+    println!("|---:|---|---|---:|---:|---:|");
     for r in &cpu_rows {
         println!("{r}");
     }
     println!(
         "\nPeak RSS, MB: each side's process on the file alone (llama.cpp: the largest VmHWM of its llama-bench processes; llada-rs: a bench-forward process that loads the file and runs the same forwards at each thread count), polled every 2 ms; ratio = llada-rs / llama.cpp:\n"
     );
-    println!("| GGUF | file MB | llama.cpp | llada-rs | ratio |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| model | GGUF | file MB | llama.cpp | llada-rs | ratio |");
+    println!("|---|---|---:|---:|---:|---:|");
     for r in &rss_rows {
         println!("{r}");
     }
