@@ -35,6 +35,7 @@ mod aligned;
 pub mod attention;
 pub mod dense;
 mod error;
+mod expf;
 pub mod ggml;
 pub mod isa;
 mod par;

@@ -1,11 +1,10 @@
 //! Pointwise ops of the transformer block that sit between the GEMMs: SwiGLU (`silu(gate) * up`)
 //! and the residual add, split over the current rayon pool.
 //!
-//! The exponential is a polynomial in plain f32 operations (Cephes' `expf`: range reduction by
-//! ln 2, degree-6 polynomial, relative error about 1e-7), not the C library's: the same
-//! operations in the same order on every target and SIMD width (Rust never fuses a multiply and
-//! an add by itself), so results are bit-identical across x86-64, AArch64, thread counts and the
-//! vector width the compiler picks. On x86-64 the loops are compiled a second time for AVX2 and
+//! The exponential is the attention's polynomial in plain f32 operations ([`crate::expf`]), not
+//! the C library's: the same operations in the same order on every target and SIMD width (Rust
+//! never fuses a multiply and an add by itself), so results are bit-identical across x86-64,
+//! AArch64, thread counts and the vector width the compiler picks. On x86-64 the loops are compiled a second time for AVX2 and
 //! picked at run time.
 
 use rayon::prelude::*;
@@ -20,23 +19,7 @@ const CHUNK: usize = 1 << 13;
 /// `e^x` for `x` in the range `silu` needs (clamped to [-87, 88]: no overflow, no subnormals).
 #[inline(always)]
 fn exp_poly(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer (|x * log2 e| < 2^22).
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let mut p = 1.987_569_1e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
-    let y = (p * (r * r) + r) + 1.0;
-    // 2^n by building the float's exponent: n is in [-126, 127] after the clamp.
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    crate::expf::exp_clamped(x, 88.0)
 }
 
 #[inline(always)]
