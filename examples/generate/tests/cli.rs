@@ -31,6 +31,21 @@ fn run(args: &[&str]) -> std::process::Output {
         .expect("run generate")
 }
 
+/// A short `--json` run of the model in `dir`: 16 positions in blocks of 8 after 4 prompt ids.
+fn short_run(dir: &str) -> Vec<&str> {
+    vec![
+        "--model",
+        dir,
+        "--prompt-ids",
+        "5,6,7,8",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--json",
+    ]
+}
+
 /// `generate` with `base` then `extra` arguments, which must succeed: its `--json` object.
 fn run_json(base: &[&str], extra: &[&str]) -> serde_json::Value {
     let out = run(&[base, extra].concat());
@@ -47,20 +62,8 @@ fn json_output_matches_the_library() {
     let dir = model_dir("json");
     let d = dir.to_str().unwrap();
     for strategy in ["vanilla", "prefix-cache", "dual-cache", "mbsd"] {
-        let mut args = vec![
-            "--model",
-            d,
-            "--prompt-ids",
-            "5,6,7,8",
-            "--gen-length",
-            "16",
-            "--block-length",
-            "8",
-            "--strategy",
-            strategy,
-            "--no-early-stop",
-            "--json",
-        ];
+        let mut args = short_run(d);
+        args.extend(["--strategy", strategy, "--no-early-stop"]);
         // A step count is a schedule; mbsd's staged stabilization decides by confidence and
         // rejects one (its steps resolve to gen-length, as the library's below).
         if strategy != "mbsd" {
@@ -245,19 +248,10 @@ fn hexagon_json_reports_the_placement_plans_built() {
     let dir = model_dir("plans");
     let d = dir.to_str().unwrap();
     let base = [
-        "--model",
-        d,
-        "--prompt-ids",
-        "5,6,7,8",
-        "--gen-length",
-        "16",
-        "--block-length",
-        "8",
-        "--strategy",
-        "dual-cache",
-        "--no-early-stop",
-        "--json",
-    ];
+        short_run(d),
+        vec!["--strategy", "dual-cache", "--no-early-stop"],
+    ]
+    .concat();
     let json = |extra: &[&str]| run_json(&base, extra);
     // somr (the default): the whole model fits the window, so one plan places every weight
     // resident and stays in force for every forward of every window shape.
@@ -627,17 +621,7 @@ fn special_token_text_in_a_prompt_is_text() {
 fn the_kv_cache_dtype_is_a_flag_and_reported() {
     let dir = model_dir("kvdtype");
     let d = dir.to_str().unwrap();
-    let base = [
-        "--model",
-        d,
-        "--prompt-ids",
-        "5,6,7,8",
-        "--gen-length",
-        "16",
-        "--block-length",
-        "8",
-        "--json",
-    ];
+    let base = short_run(d);
     let v = run_json(&base, &[]);
     assert_eq!(v["kv_dtype"], "f32", "{v}");
     let v = run_json(&base, &["--kv-dtype", "f16"]);
