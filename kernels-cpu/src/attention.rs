@@ -13,8 +13,9 @@
 //! storage type.
 //!
 //! Determinism: every output row is computed by one task, sequentially over the keys in segment
-//! order, in blocks of [`KEY_BLOCK`] keys with explicit 16-lane accumulators, so the result is
-//! bit-identical for any number of threads and for the SIMD-width the compiler picks.
+//! order, in blocks of [`KEY_BLOCK`] keys whose scores are each a sum over the head dimension in
+//! order (keys in the vector lanes, no reduction across lanes), so the result is bit-identical for
+//! any number of threads and for the SIMD width the compiler picks.
 
 use std::ops::Range;
 
@@ -27,7 +28,6 @@ use crate::{Error, Result};
 pub const KEY_BLOCK: usize = 64;
 /// Query rows one task handles together (they share the converted key/value blocks).
 pub const QUERY_BLOCK: usize = 16;
-const LANES: usize = 16;
 
 /// A storage element the kernels read: f32, f16 or bf16.
 pub trait Element: Copy + Send + Sync + 'static {
@@ -350,14 +350,15 @@ fn task<'b, T: Element>(
     let nq_max = QUERY_BLOCK * group;
     let all = crate::scratch::grow(
         buf,
-        2 * nq_max * d + 2 * nq_max + (2 * d + nq_max) * KEY_BLOCK,
+        2 * nq_max * d + 2 * nq_max + (3 * d + nq_max) * KEY_BLOCK,
     );
     let (acc, rest) = all.split_at_mut(nq_max * d);
     let (qf, rest) = rest.split_at_mut(nq_max * d);
     let (m, rest) = rest.split_at_mut(nq_max);
     let (l, rest) = rest.split_at_mut(nq_max);
     let (kb, rest) = rest.split_at_mut(KEY_BLOCK * d);
-    let (vb, sc) = rest.split_at_mut(KEY_BLOCK * d);
+    let (vb, rest) = rest.split_at_mut(KEY_BLOCK * d);
+    let (kt, sc) = rest.split_at_mut(KEY_BLOCK * d);
     let (acc, qf, m, l) = (
         &mut acc[..nq * d],
         &mut qf[..nq * d],
@@ -393,7 +394,7 @@ fn task<'b, T: Element>(
                 r += 1;
             }
             if nk > 0 {
-                block(qf, &kb[..nk * d], &vb[..nk * d], d, nk, sc, m, l, acc);
+                block(qf, &kb[..nk * d], &vb[..nk * d], kt, d, nk, sc, m, l, acc);
             }
         }
     }
@@ -412,35 +413,18 @@ pub fn exp_neg(x: f32) -> f32 {
     crate::expf::exp_clamped(x, 0.0)
 }
 
-/// Dot product with explicit lanes (vectorisable; the result does not depend on the SIMD width).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; LANES];
-    let chunks = a.len() / LANES;
-    for c in 0..chunks {
-        let (x, y) = (&a[c * LANES..][..LANES], &b[c * LANES..][..LANES]);
-        for i in 0..LANES {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    let mut tail = 0f32;
-    for i in chunks * LANES..a.len() {
-        tail += a[i] * b[i];
-    }
-    let mut s = 0f32;
-    for x in lanes {
-        s += x;
-    }
-    s + tail
-}
-
-/// One key block: scores, online-softmax update, value accumulation.
+/// One key block: scores, online-softmax update, value accumulation. The scores of a query are
+/// computed with the keys in the lanes (the block transposed to `kt`, `d x nk`, once for all the
+/// task's queries): each score is a sum over the head dimension in order, one multiply and one
+/// add per element, with no reduction across lanes, so it vectorises over keys and gives the same
+/// bits at any SIMD width.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn block(
     qf: &[f32],
     kb: &[f32],
     vb: &[f32],
+    kt: &mut [f32],
     d: usize,
     nk: usize,
     sc: &mut [f32],
@@ -449,15 +433,44 @@ fn block(
     acc: &mut [f32],
 ) {
     let nq = m.len();
+    let kt = &mut kt[..d * nk];
+    for (j, key) in kb.chunks_exact(d).enumerate() {
+        for (e, &x) in key.iter().enumerate() {
+            kt[e * nk + j] = x;
+        }
+    }
     for i in 0..nq {
         let qi = &qf[i * d..(i + 1) * d];
         let s = &mut sc[i * nk..(i + 1) * nk];
-        let mut mx = m[i];
-        for j in 0..nk {
-            let v = dot(qi, &kb[j * d..(j + 1) * d]);
-            s[j] = v;
-            mx = mx.max(v);
+        // 16 keys at a time in registers across the head dimension.
+        let mut j0 = 0;
+        while j0 < nk {
+            let w = (nk - j0).min(16);
+            let mut r = [0f32; 16];
+            if w == 16 {
+                for (e, &qe) in qi.iter().enumerate() {
+                    for (x, &k) in r.iter_mut().zip(&kt[e * nk + j0..][..16]) {
+                        *x += qe * k;
+                    }
+                }
+            } else {
+                for (e, &qe) in qi.iter().enumerate() {
+                    for (x, &k) in r[..w].iter_mut().zip(&kt[e * nk + j0..][..w]) {
+                        *x += qe * k;
+                    }
+                }
+            }
+            s[j0..j0 + w].copy_from_slice(&r[..w]);
+            j0 += w;
         }
+        // The maximum in 16 lanes (exact in any order), then across them.
+        let mut lanes = [m[i]; 16];
+        for c in s.chunks(16) {
+            for (x, &v) in lanes.iter_mut().zip(c) {
+                *x = x.max(v);
+            }
+        }
+        let mx = lanes.iter().fold(m[i], |a, &b| a.max(b));
         if mx == f32::NEG_INFINITY {
             continue;
         }
@@ -475,12 +488,29 @@ fn block(
         if corr != 1.0 {
             a.iter_mut().for_each(|x| *x *= corr);
         }
-        for j in 0..nk {
-            let p = s[j];
-            let vj = &vb[j * d..(j + 1) * d];
-            for (x, &y) in a.iter_mut().zip(vj) {
-                *x += p * y;
+        // Values accumulated 16 columns at a time in registers across the block's keys (the same
+        // operations in the same order as one pass per key over the whole row: `acc += p * v`,
+        // key by key), so each column is loaded and stored once per block, not once per key.
+        let mut c0 = 0;
+        while c0 < d {
+            let w = (d - c0).min(16);
+            let mut r = [0f32; 16];
+            r[..w].copy_from_slice(&a[c0..c0 + w]);
+            if w == 16 {
+                for (j, &p) in s.iter().enumerate() {
+                    for (x, &y) in r.iter_mut().zip(&vb[j * d + c0..][..16]) {
+                        *x += p * y;
+                    }
+                }
+            } else {
+                for (j, &p) in s.iter().enumerate() {
+                    for (x, &y) in r[..w].iter_mut().zip(&vb[j * d + c0..][..w]) {
+                        *x += p * y;
+                    }
+                }
             }
+            a[c0..c0 + w].copy_from_slice(&r[..w]);
+            c0 += w;
         }
     }
 }
