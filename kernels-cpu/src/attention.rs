@@ -413,11 +413,16 @@ pub fn exp_neg(x: f32) -> f32 {
     crate::expf::exp_clamped(x, 0.0)
 }
 
+/// Queries whose scores (and value sums) are computed together: each runs its own chain of adds,
+/// so `QUERIES_AT_ONCE` independent chains hide the add latency and share every key/value load.
+const QUERIES_AT_ONCE: usize = 4;
+
 /// One key block: scores, online-softmax update, value accumulation. The scores of a query are
 /// computed with the keys in the lanes (the block transposed to `kt`, `d x nk`, once for all the
 /// task's queries): each score is a sum over the head dimension in order, one multiply and one
 /// add per element, with no reduction across lanes, so it vectorises over keys and gives the same
-/// bits at any SIMD width.
+/// bits at any SIMD width. [`QUERIES_AT_ONCE`] queries go through the scores and the value sums
+/// together (each query's operations and their order are those of a query on its own).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn block(
@@ -439,30 +444,20 @@ fn block(
             kt[e * nk + j] = x;
         }
     }
+    let mut i = 0;
+    while i + QUERIES_AT_ONCE <= nq {
+        scores::<QUERIES_AT_ONCE>(qf, i, kt, d, nk, sc);
+        i += QUERIES_AT_ONCE;
+    }
+    while i < nq {
+        scores::<1>(qf, i, kt, d, nk, sc);
+        i += 1;
+    }
+    // Softmax update per query; the queries with any weight join the value sums.
+    let mut batch = [0usize; QUERIES_AT_ONCE];
+    let mut nb = 0;
     for i in 0..nq {
-        let qi = &qf[i * d..(i + 1) * d];
         let s = &mut sc[i * nk..(i + 1) * nk];
-        // 16 keys at a time in registers across the head dimension.
-        let mut j0 = 0;
-        while j0 < nk {
-            let w = (nk - j0).min(16);
-            let mut r = [0f32; 16];
-            if w == 16 {
-                for (e, &qe) in qi.iter().enumerate() {
-                    for (x, &k) in r.iter_mut().zip(&kt[e * nk + j0..][..16]) {
-                        *x += qe * k;
-                    }
-                }
-            } else {
-                for (e, &qe) in qi.iter().enumerate() {
-                    for (x, &k) in r[..w].iter_mut().zip(&kt[e * nk + j0..][..w]) {
-                        *x += qe * k;
-                    }
-                }
-            }
-            s[j0..j0 + w].copy_from_slice(&r[..w]);
-            j0 += w;
-        }
         // The maximum in 16 lanes (exact in any order), then across them.
         let mut lanes = [m[i]; 16];
         for c in s.chunks(16) {
@@ -484,34 +479,103 @@ fn block(
         }
         l[i] = l[i] * corr + sum;
         m[i] = mx;
-        let a = &mut acc[i * d..(i + 1) * d];
         if corr != 1.0 {
-            a.iter_mut().for_each(|x| *x *= corr);
+            acc[i * d..(i + 1) * d].iter_mut().for_each(|x| *x *= corr);
         }
-        // Values accumulated 16 columns at a time in registers across the block's keys (the same
-        // operations in the same order as one pass per key over the whole row: `acc += p * v`,
-        // key by key), so each column is loaded and stored once per block, not once per key.
-        let mut c0 = 0;
-        while c0 < d {
-            let w = (d - c0).min(16);
-            let mut r = [0f32; 16];
-            r[..w].copy_from_slice(&a[c0..c0 + w]);
-            if w == 16 {
-                for (j, &p) in s.iter().enumerate() {
-                    for (x, &y) in r.iter_mut().zip(&vb[j * d + c0..][..16]) {
-                        *x += p * y;
-                    }
-                }
-            } else {
-                for (j, &p) in s.iter().enumerate() {
-                    for (x, &y) in r[..w].iter_mut().zip(&vb[j * d + c0..][..w]) {
-                        *x += p * y;
+        batch[nb] = i;
+        nb += 1;
+        if nb == QUERIES_AT_ONCE {
+            values(batch, sc, nk, vb, d, acc);
+            nb = 0;
+        }
+    }
+    for &i in &batch[..nb] {
+        values([i], sc, nk, vb, d, acc);
+    }
+}
+
+/// The scores of queries `i0..i0 + N` against the block's keys (`kt`, `d x nk`), into their rows of
+/// `sc`: 16 keys at a time in registers across the head dimension, N queries sharing each load.
+#[inline(always)]
+fn scores<const N: usize>(qf: &[f32], i0: usize, kt: &[f32], d: usize, nk: usize, sc: &mut [f32]) {
+    let qs: [&[f32]; N] = std::array::from_fn(|n| &qf[(i0 + n) * d..][..d]);
+    let mut j0 = 0;
+    while j0 < nk {
+        let w = (nk - j0).min(16);
+        let mut r = [[0f32; 16]; N];
+        if w == 16 {
+            for e in 0..d {
+                let k = &kt[e * nk + j0..][..16];
+                for (rn, q) in r.iter_mut().zip(&qs) {
+                    let qe = q[e];
+                    for (x, &kk) in rn.iter_mut().zip(k) {
+                        *x += qe * kk;
                     }
                 }
             }
-            a[c0..c0 + w].copy_from_slice(&r[..w]);
-            c0 += w;
+        } else {
+            for e in 0..d {
+                let k = &kt[e * nk + j0..][..w];
+                for (rn, q) in r.iter_mut().zip(&qs) {
+                    let qe = q[e];
+                    for (x, &kk) in rn[..w].iter_mut().zip(k) {
+                        *x += qe * kk;
+                    }
+                }
+            }
         }
+        for (n, rn) in r.iter().enumerate() {
+            sc[(i0 + n) * nk + j0..][..w].copy_from_slice(&rn[..w]);
+        }
+        j0 += w;
+    }
+}
+
+/// `acc[i] += sum_j p[i][j] v[j]` for the N queries `idx`, key by key in order (the operations of
+/// one pass per key over the whole row), 16 columns at a time in registers across the block's
+/// keys, the N queries sharing each value load.
+#[inline(always)]
+fn values<const N: usize>(
+    idx: [usize; N],
+    sc: &[f32],
+    nk: usize,
+    vb: &[f32],
+    d: usize,
+    acc: &mut [f32],
+) {
+    let ps: [&[f32]; N] = std::array::from_fn(|n| &sc[idx[n] * nk..][..nk]);
+    let mut c0 = 0;
+    while c0 < d {
+        let w = (d - c0).min(16);
+        let mut r = [[0f32; 16]; N];
+        for (rn, &i) in r.iter_mut().zip(&idx) {
+            rn[..w].copy_from_slice(&acc[i * d + c0..][..w]);
+        }
+        if w == 16 {
+            for j in 0..nk {
+                let v = &vb[j * d + c0..][..16];
+                for (rn, p) in r.iter_mut().zip(&ps) {
+                    let pj = p[j];
+                    for (x, &y) in rn.iter_mut().zip(v) {
+                        *x += pj * y;
+                    }
+                }
+            }
+        } else {
+            for j in 0..nk {
+                let v = &vb[j * d + c0..][..w];
+                for (rn, p) in r.iter_mut().zip(&ps) {
+                    let pj = p[j];
+                    for (x, &y) in rn[..w].iter_mut().zip(v) {
+                        *x += pj * y;
+                    }
+                }
+            }
+        }
+        for (rn, &i) in r.iter().zip(&idx) {
+            acc[i * d + c0..][..w].copy_from_slice(&rn[..w]);
+        }
+        c0 += w;
     }
 }
 
