@@ -75,6 +75,30 @@ pub fn bench_llada_100m() -> TransformerConfig {
     }
 }
 
+/// LLaDA-8B's matrix shapes with 2 of its 32 layers (for benchmarks at the real model's shapes
+/// without its 16 GB): d 4096, 32 heads of 128, MLP 12288, vocabulary 126464 with LLaDA-8B's
+/// special ids, rotary base 500000. 1.47B parameters, most of them in the embedding and the head.
+pub fn bench_llada_8b_shaped() -> TransformerConfig {
+    TransformerConfig {
+        hidden_size: 4096,
+        num_layers: 2,
+        num_heads: 32,
+        num_kv_heads: 32,
+        intermediate_size: 12288,
+        vocab_size: 126464,
+        rope_theta: 500_000.0,
+        max_seq_len: 4096,
+        special: SpecialTokens {
+            mask: crate::gguf::LLADA_8B_MASK_ID,
+            eos: 126081,
+            eot: Some(crate::special::LLADA_8B_EOT_ID),
+            bos: Some(126080),
+            pad: Some(126081),
+        },
+        ..tiny_llada()
+    }
+}
+
 struct SplitMix(u64);
 
 impl SplitMix {

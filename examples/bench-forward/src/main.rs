@@ -56,9 +56,10 @@ struct Args {
     /// llama.cpp's `llama-quantize` (makes the Q8_0 and Q4_0 files).
     #[arg(long, requires = "llama_bench")]
     llama_quantize: Option<PathBuf>,
-    /// Models of the side-by-side table: `100m` (the ~100M random LLaDA) and `shipped` (the
-    /// shipped 1.1M `models/tiny-llada`), each at every type and thread count.
-    #[arg(long, value_delimiter = ',', default_value = "100m,shipped")]
+    /// Models of the side-by-side table: `100m` (the ~100M random LLaDA), `shipped` (the
+    /// shipped 1.1M `models/tiny-llada`) and `8b` (LLaDA-8B's shapes with 2 layers, random:
+    /// 5.9 GB as F32; most of the run's time), each at every type and thread count.
+    #[arg(long, value_delimiter = ',', default_value = "100m,shipped,8b")]
     models: Vec<String>,
     /// GGUF types of the side-by-side table.
     #[arg(long, value_delimiter = ',', default_value = "f32,f16,q8_0,q4_0")]

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
-use dllm_models::synthetic::{bench_llada_100m, random_weights};
+use dllm_models::synthetic::{bench_llada_100m, bench_llada_8b_shaped, random_weights};
 use dllm_models::weights::HfWeights;
 use dllm_models::{
     Backend, CpuLinears, CpuOptions, DiffusionTransformer, LoadOptions, ModelSource, OpMode,
@@ -65,6 +65,8 @@ pub enum BenchModel {
     Random100m,
     /// The shipped 1.1M LLaDA, `models/tiny-llada`.
     Shipped,
+    /// LLaDA-8B's shapes with 2 layers (random, 1.47B parameters).
+    Shaped8b,
 }
 
 impl BenchModel {
@@ -73,7 +75,8 @@ impl BenchModel {
         match s {
             "100m" => Ok(Self::Random100m),
             "shipped" => Ok(Self::Shipped),
-            other => anyhow::bail!("--models: `{other}` (expected 100m or shipped)"),
+            "8b" => Ok(Self::Shaped8b),
+            other => anyhow::bail!("--models: `{other}` (expected 100m, shipped or 8b)"),
         }
     }
 
@@ -82,6 +85,7 @@ impl BenchModel {
         match self {
             Self::Random100m => "97.5M random",
             Self::Shipped => "1.1M shipped",
+            Self::Shaped8b => "8B-shaped, 2 layers",
         }
     }
 
@@ -90,6 +94,7 @@ impl BenchModel {
         match self {
             Self::Random100m => "bench100m",
             Self::Shipped => "shipped-tiny-llada",
+            Self::Shaped8b => "bench8b-2layers",
         }
     }
 
@@ -97,6 +102,11 @@ impl BenchModel {
     pub fn weights(self) -> Result<(TransformerConfig, std::collections::HashMap<String, Tensor>)> {
         match self {
             Self::Random100m => synthetic(),
+            Self::Shaped8b => {
+                let cfg = bench_llada_8b_shaped();
+                let w = random_weights(&cfg, 0)?;
+                Ok((cfg, w))
+            }
             Self::Shipped => {
                 let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada");
                 let cfg = dllm_models::source::read_config(&dir.join("config.json"))

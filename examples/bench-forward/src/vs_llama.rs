@@ -60,6 +60,7 @@ fn make(plan: &Plan, model: BenchModel, ty: &str) -> Result<PathBuf> {
     if path.is_file() {
         return Ok(path);
     }
+    eprintln!("writing {} ({}, {ty})", path.display(), model.name());
     match ty {
         "f32" => write_model_gguf(model, &path, GgmlDType::F32)?,
         "f16" => write_model_gguf(model, &path, GgmlDType::F16)?,
@@ -195,35 +196,40 @@ fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)
     Ok((wall, (many - one) / plan.reps as f64 * 1e3, rss.max(rss1)))
 }
 
-/// The memory probe's process (`bench-forward --rss-probe`): load `path` and run the forwards
-/// the timed table runs (a warm-up and `reps` forwards, all rows and the last row, at each thread
-/// count); the parent reads this process's peak RSS as it reads llama-bench's.
+/// The memory probe's process (`bench-forward --rss-probe`): load `path`, run the forwards
+/// llama-bench runs (a warm-up and `reps` forwards with the last row's logits) at each thread
+/// count and print this process's peak RSS in kB; then run the same number of forwards with
+/// every row's logits (what the timed table also runs) and print the peak again. The parent reads
+/// them as it reads llama-bench's.
 pub fn rss_probe(path: &Path, tokens: usize, reps: usize, threads: &[usize]) -> Result<()> {
     let mut m = load_gguf(path, CpuLinears::Packed, Some(KV_DTYPE))?;
     let x = canvas(tokens, m.info().vocab_size)?;
     let last = [tokens - 1];
-    for &n in threads {
-        let pool = dllm_models::threads::pool(n)?;
-        pool.install(|| -> Result<()> {
-            let m = &mut m;
-            for _ in 0..=reps {
-                m.forward_full(&x, Rows::All)?;
-                m.forward_full(&x, Rows::Positions(&last))?;
-            }
-            Ok(())
-        })?;
-    }
     // This process's own high-water mark (a new address space at `exec`: it starts from zero,
     // unlike the rusage peak, and the parent cannot tell this process from itself by name).
-    let s = std::fs::read_to_string("/proc/self/status")?;
-    let kb = status_kb(&s, "VmHWM:").context("no VmHWM in /proc/self/status")?;
-    println!("{kb}");
+    let hwm = || -> Result<f64> {
+        let s = std::fs::read_to_string("/proc/self/status")?;
+        status_kb(&s, "VmHWM:").context("no VmHWM in /proc/self/status")
+    };
+    for rows in [Rows::Positions(&last), Rows::All] {
+        for &n in threads {
+            let pool = dllm_models::threads::pool(n)?;
+            pool.install(|| -> Result<()> {
+                for _ in 0..=reps {
+                    m.forward_full(&x, rows)?;
+                }
+                Ok(())
+            })?;
+        }
+        println!("{}", hwm()?);
+    }
     Ok(())
 }
 
 /// llada-rs's peak RSS in MB on `path`: the memory probe in a process of its own, which reports
-/// its `VmHWM` when done.
-fn ours_rss(plan: &Plan, path: &Path) -> Result<f64> {
+/// its `VmHWM` after the forwards llama-bench runs (last-row logits) and after those with every
+/// row's logits.
+fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64)> {
     let exe = std::env::current_exe().context("finding bench-forward's own path")?;
     let threads: Vec<String> = plan.threads.iter().map(|t| t.to_string()).collect();
     let (out, _, _) = run_measured(
@@ -234,11 +240,14 @@ fn ours_rss(plan: &Plan, path: &Path) -> Result<f64> {
             .args(["--iters", &plan.reps.to_string()])
             .args(["--threads", &threads.join(",")]),
     )?;
-    let kb: f64 = out
-        .trim()
-        .parse()
+    let kb: Vec<f64> = out
+        .split_whitespace()
+        .map(|w| w.parse::<f64>())
+        .collect::<Result<_, _>>()
+        .ok()
+        .filter(|v: &Vec<f64>| v.len() == 2)
         .with_context(|| format!("the memory probe printed `{}`", out.trim()))?;
-    Ok(kb / 1024.0)
+    Ok((kb[0] / 1024.0, kb[1] / 1024.0))
 }
 
 /// This process's CPU time, in seconds.
@@ -300,13 +309,14 @@ pub fn run(plan: &Plan) -> Result<()> {
         .flat_map(|&m| plan.types.iter().map(move |ty| (m, ty)))
     {
         let path = make(plan, model, ty)?;
-        let ours_rss = ours_rss(plan, &path)?;
+        let (ours_rss, ours_rss_all) = ours_rss(plan, &path)?;
         let mut m = load_gguf(&path, CpuLinears::Packed, Some(KV_DTYPE))?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
         let mut llama_rss = 0f64;
         let name = format!("{} | {}", model.name(), ty.to_uppercase());
         for (&threads, pool) in plan.threads.iter().zip(&pools) {
+            eprintln!("timing {name} at {threads} thread(s)");
             let (mut lw, mut lc, mut aw, mut ow, mut oc) = (vec![], vec![], vec![], vec![], vec![]);
             for _ in 0..plan.rounds {
                 let (w, c, rss) = llama_ms(plan, &path, threads)?;
@@ -346,7 +356,7 @@ pub fn run(plan: &Plan) -> Result<()> {
         }
         let file_mb = std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64;
         rss_rows.push(format!(
-            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} | {:.2}x |",
+            "| {name} | {file_mb:.0} | {llama_rss:.0} | {ours_rss:.0} | {:.2}x | {ours_rss_all:.0} |",
             ours_rss / llama_rss
         ));
         drop(m);
@@ -365,10 +375,10 @@ pub fn run(plan: &Plan) -> Result<()> {
         println!("{r}");
     }
     println!(
-        "\nPeak RSS, MB: each side's process on the file alone (llama.cpp: the largest VmHWM of its llama-bench processes; llada-rs: a bench-forward process that loads the file and runs the same forwards at each thread count), polled every 2 ms; ratio = llada-rs / llama.cpp:\n"
+        "\nPeak RSS, MB: each side's process on the file alone (llama.cpp: the largest VmHWM of its llama-bench processes, polled every 2 ms; llada-rs: a bench-forward process that loads the file and runs the forwards llama-bench runs, logits for the last row, at each thread count, then as many with every row's logits); ratio = llada-rs / llama.cpp on the same work:\n"
     );
-    println!("| model | GGUF | file MB | llama.cpp | llada-rs | ratio |");
-    println!("|---|---|---:|---:|---:|---:|");
+    println!("| model | GGUF | file MB | llama.cpp | llada-rs, last-row logits | ratio | llada-rs, then all {t} rows' logits |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
     for r in &rss_rows {
         println!("{r}");
     }
