@@ -99,13 +99,12 @@ pub fn add(a: &Tensor, b: &Tensor, mode: OpMode) -> Result<Tensor> {
     Ok((a + b)?)
 }
 
+/// A kernels-cpu element-wise op of two inputs into an output of the same length.
+type PointwiseOp = fn(&[f32], &[f32], &mut [f32]) -> kernels_cpu::Result<()>;
+
 /// `op` over two contiguous f32 CPU tensors of one shape, read in place, on the current rayon
 /// pool; `None` for anything else (the caller uses candle's op).
-fn cpu_pointwise(
-    a: &Tensor,
-    b: &Tensor,
-    op: fn(&[f32], &[f32], &mut [f32]) -> kernels_cpu::Result<()>,
-) -> Result<Option<Tensor>> {
+fn cpu_pointwise(a: &Tensor, b: &Tensor, op: PointwiseOp) -> Result<Option<Tensor>> {
     use candle_core::{CpuStorage, Storage};
     if a.dtype() != DType::F32 || b.dtype() != DType::F32 || a.shape() != b.shape() {
         return Ok(None);
