@@ -412,8 +412,29 @@ impl KvCache {
     }
 }
 
+/// Run `f` on the elements of a CPU tensor of element type `E`, read in place (a copy only when
+/// the tensor is not contiguous); an error naming the device for a tensor that is not on the CPU.
+pub(crate) fn with_cpu_slice<E: candle_core::WithDType, R>(
+    t: &Tensor,
+    f: impl FnOnce(&[E]) -> Result<R>,
+) -> Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*storage else {
+        return Err(KvCacheDefect::NotOnCpu {
+            device: format!("{:?}", t.device().location()),
+        }
+        .into());
+    };
+    let (a, b) = layout
+        .contiguous_offsets()
+        .expect("a contiguous tensor has contiguous offsets");
+    f(&cpu.as_slice::<E>()?[a..b])
+}
+
 /// Copy a `(batch, n, heads, hd)` tensor into position-major rows `dst_rows` of `dst`
-/// (`(rows, batch, heads, hd)`).
+/// (`(rows, batch, heads, hd)`). An f32 tensor is narrowed row by row straight into the cache
+/// (rounding to nearest even, as candle's conversion; no converted copy of the whole tensor).
 pub(crate) fn scatter_rows<T: KvElem>(
     t: &Tensor,
     dst: &mut [T],
@@ -430,28 +451,38 @@ pub(crate) fn scatter_rows<T: KvElem>(
             got: t.dims().to_vec(),
         });
     }
-    let t = t.to_dtype(T::DTYPE)?.contiguous()?;
-    let (storage, layout) = t.storage_and_layout();
-    let candle_core::Storage::Cpu(cpu) = &*storage else {
-        return Err(KvCacheDefect::NotOnCpu {
-            device: format!("{:?}", t.device().location()),
-        }
-        .into());
-    };
-    let src = &cpu.as_slice::<T>()?[layout.start_offset()..];
     let row = h * d;
     let buffer_rows = dst.len() / (b * row).max(1);
-    for (i, r) in dst_rows.enumerate().take(n) {
-        for bi in 0..b {
-            let s = &src[(bi * n + i) * row..][..row];
-            let o = (r * b + bi) * row;
-            dst.get_mut(o..o + row)
-                .ok_or(KvCacheDefect::RowOutsideBuffer {
-                    row: r,
-                    rows: buffer_rows,
-                })?
-                .copy_from_slice(s);
+    fn put<S: Copy, T>(
+        src: &[S],
+        dst: &mut [T],
+        dst_rows: impl Iterator<Item = usize>,
+        (b, n, row, buffer_rows): (usize, usize, usize, usize),
+        copy: impl Fn(&[S], &mut [T]),
+    ) -> Result<()> {
+        for (i, r) in dst_rows.enumerate().take(n) {
+            for bi in 0..b {
+                let s = &src[(bi * n + i) * row..][..row];
+                let o = (r * b + bi) * row;
+                copy(
+                    s,
+                    dst.get_mut(o..o + row)
+                        .ok_or(KvCacheDefect::RowOutsideBuffer {
+                            row: r,
+                            rows: buffer_rows,
+                        })?,
+                );
+            }
         }
+        Ok(())
     }
-    Ok(())
+    let geom = (b, n, row, buffer_rows);
+    if t.dtype() == DType::F32 {
+        with_cpu_slice::<f32, _>(t, |src| put(src, dst, dst_rows, geom, T::from_f32_slice))
+    } else {
+        let t = t.to_dtype(T::DTYPE)?;
+        with_cpu_slice::<T, _>(&t, |src| {
+            put(src, dst, dst_rows, geom, |s, o| o.copy_from_slice(s))
+        })
+    }
 }

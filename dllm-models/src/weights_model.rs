@@ -15,7 +15,7 @@ use crate::block::{Block, GateUp, Qkv};
 use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexTransformer;
-use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
+use crate::kv_cache::{scatter_rows, with_cpu_slice, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{attention_on, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
 use crate::linear::{dense, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
@@ -732,9 +732,28 @@ fn segment_attention_with<T: KvElem>(
     kv: KvGeom,
     scale: f32,
 ) -> Result<Tensor> {
+    match q.dtype() {
+        DType::F32 => segment_attention_q::<f32, T>(q, segs, fresh, kv, scale),
+        DType::F16 => segment_attention_q::<half::f16, T>(q, segs, fresh, kv, scale),
+        DType::BF16 => segment_attention_q::<half::bf16, T>(q, segs, fresh, kv, scale),
+        dtype => Err(Error::UnsupportedDtype {
+            what: "attention",
+            dtype,
+        }),
+    }
+}
+
+/// [`segment_attention_with`] with queries of element type `Q` (the compute dtype), read in
+/// place, whatever the cache's element type: the output comes out in `Q`, with no conversion
+/// of the queries or the output through the cache's type.
+fn segment_attention_q<Q: ka::Element + candle_core::WithDType, T: KvElem>(
+    q: &Tensor,
+    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
+    fresh: Option<FreshRows<'_, T>>,
+    kv: KvGeom,
+    scale: f32,
+) -> Result<Tensor> {
     let (b, nq, h, d) = q.dims4()?;
-    let qt = q.to_dtype(T::DTYPE)?.contiguous()?;
-    let qv = tensor_slice::<T>(&qt)?;
     let row = kv.row();
     let shape = AttnShape {
         q_rows: nq,
@@ -743,38 +762,40 @@ fn segment_attention_with<T: KvElem>(
         head_dim: d,
     };
     let per = nq * h * d;
-    let mut out = vec![T::ZERO; b * per];
-    for bi in 0..b {
-        let mut list: Vec<KvSegment<'_, T>> = segs
-            .iter()
-            .map(|(c, rows, skip)| KvSegment {
-                k: c.k.get(bi * row..).unwrap_or(&[]),
-                v: c.v.get(bi * row..).unwrap_or(&[]),
-                rows: *rows,
-                row_stride: b * row,
-                skip: *skip,
-            })
-            .collect();
-        if let Some(f) = &fresh {
-            let off = bi * f.rows * row;
-            list.push(KvSegment {
-                k: &f.k[off..],
-                v: &f.v[off..],
-                rows: f.rows,
-                row_stride: row,
-                skip: Skip::None,
-            });
+    let mut out = vec![Q::ZERO; b * per];
+    with_cpu_slice::<Q, _>(q, |qv| {
+        for bi in 0..b {
+            let mut list: Vec<KvSegment<'_, T>> = segs
+                .iter()
+                .map(|(c, rows, skip)| KvSegment {
+                    k: c.k.get(bi * row..).unwrap_or(&[]),
+                    v: c.v.get(bi * row..).unwrap_or(&[]),
+                    rows: *rows,
+                    row_stride: b * row,
+                    skip: *skip,
+                })
+                .collect();
+            if let Some(f) = &fresh {
+                let off = bi * f.rows * row;
+                list.push(KvSegment {
+                    k: &f.k[off..],
+                    v: &f.v[off..],
+                    rows: f.rows,
+                    row_stride: row,
+                    skip: Skip::None,
+                });
+            }
+            ka::attention(
+                &qv[bi * per..(bi + 1) * per],
+                &list,
+                shape,
+                scale,
+                &mut out[bi * per..(bi + 1) * per],
+            )?;
         }
-        ka::attention(
-            &qv[bi * per..(bi + 1) * per],
-            &list,
-            shape,
-            scale,
-            &mut out[bi * per..(bi + 1) * per],
-        )?;
-    }
-    let t = Tensor::from_vec(out, (b, nq, h * d), q.device())?;
-    Ok(t.to_dtype(q.dtype())?)
+        Ok(())
+    })?;
+    Ok(Tensor::from_vec(out, (b, nq, h * d), q.device())?)
 }
 
 /// The key/value set of `segs` plus the fresh `k`/`v` as `(b, rows, kv_heads, d)` tensors, for the

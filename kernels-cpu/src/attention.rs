@@ -14,8 +14,8 @@
 //!
 //! Determinism: every output row is computed by one task, sequentially over the keys in segment
 //! order, in blocks of [`KEY_BLOCK`] keys whose scores are each a sum over the head dimension in
-//! order (keys in the vector lanes, no reduction across lanes), so the result is bit-identical for
-//! any number of threads and for the SIMD width the compiler picks.
+//! order (queries in the vector lanes, no reduction across lanes), so the result is bit-identical
+//! for any number of threads and for the SIMD width the compiler picks.
 
 use std::ops::Range;
 
@@ -130,7 +130,7 @@ pub struct AttnShape {
     pub head_dim: usize,
 }
 
-fn check<T>(q: &[T], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) -> Result<()> {
+fn check<Q, T>(q: &[Q], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) -> Result<()> {
     let bad = |what: String| {
         Err(Error::Shape {
             op: "attention",
@@ -181,26 +181,28 @@ fn check<T>(q: &[T], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) ->
 
 /// `out = softmax(scale * q k^T) v` per query head over every non-skipped row of `segs`.
 ///
-/// `out` has the layout of `q`. Rows whose keys are all skipped (or no keys at all) produce zeros.
-pub fn attention<T: Element>(
-    q: &[T],
+/// `out` has the layout and element type of `q`, which need not be the keys' and values' (an f32
+/// model with an f16 cache reads its f32 queries as they are). Rows whose keys are all skipped (or
+/// no keys at all) produce zeros.
+pub fn attention<Q: Element, T: Element>(
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     shape: AttnShape,
     scale: f32,
-    out: &mut [T],
+    out: &mut [Q],
 ) -> Result<()> {
     attention_with(crate::isa::Isa::best(), q, segs, shape, scale, out)
 }
 
 /// [`attention`] on an explicit SIMD path (an error if this CPU does not run it). Every path gives
 /// bit-identical results.
-pub fn attention_with<T: Element>(
+pub fn attention_with<Q: Element, T: Element>(
     isa: crate::isa::Isa,
-    q: &[T],
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     shape: AttnShape,
     scale: f32,
-    out: &mut [T],
+    out: &mut [Q],
 ) -> Result<()> {
     isa.require()?;
     check(q, segs, shape, out.len())?;
@@ -240,7 +242,7 @@ pub fn attention_with<T: Element>(
                     let o = unsafe {
                         std::slice::from_raw_parts_mut(dst.get().add(r * q_row_len + h * d), d)
                     };
-                    T::from_f32_slice(src, o);
+                    Q::from_f32_slice(src, o);
                 }
             }
         })
@@ -267,13 +269,14 @@ impl<T> OutPtr<T> {
 }
 
 /// [`task`] compiled for the widest SIMD the CPU runs. The body uses explicit lanes and no fused
-/// multiply-add (Rust never contracts `a * b + c`), so every path computes bit-identical results;
-/// only the vector width the compiler may use differs. (On AArch64 NEON is the baseline, so the
-/// plain `task` is already the NEON code for every NEON path.)
+/// multiply-add (Rust never contracts `a * b + c`; `f32::mul_add` over these arrays is not
+/// vectorised by the compiler, measured: five times slower), so every path computes
+/// bit-identical results; only the vector width the compiler may use differs. (On AArch64 NEON
+/// is the baseline, so the plain `task` is already the NEON code for every NEON path.)
 #[allow(clippy::too_many_arguments)]
-fn task_dispatch<'b, T: Element>(
+fn task_dispatch<'b, Q: Element, T: Element>(
     isa: crate::isa::Isa,
-    q: &[T],
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
@@ -303,8 +306,8 @@ fn task_dispatch<'b, T: Element>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn task_avx512<'b, T: Element>(
-    q: &[T],
+unsafe fn task_avx512<'b, Q: Element, T: Element>(
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
@@ -318,8 +321,8 @@ unsafe fn task_avx512<'b, T: Element>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn task_avx2<'b, T: Element>(
-    q: &[T],
+unsafe fn task_avx2<'b, Q: Element, T: Element>(
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
@@ -335,8 +338,8 @@ unsafe fn task_avx2<'b, T: Element>(
 /// size serves every task of a call).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn task<'b, T: Element>(
-    q: &[T],
+fn task<'b, Q: Element, T: Element>(
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
     scale: f32,
@@ -350,34 +353,37 @@ fn task<'b, T: Element>(
     let nq_max = QUERY_BLOCK * group;
     let all = crate::scratch::grow(
         buf,
-        2 * nq_max * d + 2 * nq_max + (3 * d + nq_max) * KEY_BLOCK,
+        2 * nq_max * d + 2 * nq_max + (2 * d + nq_max) * KEY_BLOCK,
     );
     let (acc, rest) = all.split_at_mut(nq_max * d);
-    let (qf, rest) = rest.split_at_mut(nq_max * d);
+    let (qt, rest) = rest.split_at_mut(nq_max * d);
     let (m, rest) = rest.split_at_mut(nq_max);
     let (l, rest) = rest.split_at_mut(nq_max);
     let (kb, rest) = rest.split_at_mut(KEY_BLOCK * d);
-    let (vb, rest) = rest.split_at_mut(KEY_BLOCK * d);
-    let (kt, sc) = rest.split_at_mut(KEY_BLOCK * d);
-    let (acc, qf, m, l) = (
+    let (vb, sc) = rest.split_at_mut(KEY_BLOCK * d);
+    let (acc, qt, m, l) = (
         &mut acc[..nq * d],
-        &mut qf[..nq * d],
+        &mut qt[..nq * d],
         &mut m[..nq],
         &mut l[..nq],
     );
     let sc = &mut sc[..KEY_BLOCK * nq];
-    acc.fill(0.0);
-    m.fill(f32::NEG_INFINITY);
-    l.fill(0.0);
-    // Queries of this task in f32, pre-scaled.
+    // Queries of this task in f32, pre-scaled, transposed (`d x nq`: the queries in the lanes),
+    // once per task; each is widened into its accumulator row first (zeroed after).
     for (ri, r) in rows.clone().enumerate() {
         for g in 0..group {
             let h = kh * group + g;
-            let dst = &mut qf[(ri * group + g) * d..][..d];
-            T::to_f32_slice(&q[r * s.heads * d + h * d..][..d], dst);
-            dst.iter_mut().for_each(|x| *x *= scale);
+            let i = ri * group + g;
+            let row = &mut acc[i * d..][..d];
+            Q::to_f32_slice(&q[r * s.heads * d + h * d..][..d], row);
+            for (e, x) in row.iter().enumerate() {
+                qt[e * nq + i] = x * scale;
+            }
         }
     }
+    acc.fill(0.0);
+    m.fill(f32::NEG_INFINITY);
+    l.fill(0.0);
     for seg in segs {
         let mut cursor = 0usize;
         let mut r = 0usize;
@@ -394,7 +400,7 @@ fn task<'b, T: Element>(
                 r += 1;
             }
             if nk > 0 {
-                block(qf, &kb[..nk * d], &vb[..nk * d], kt, d, nk, sc, m, l, acc);
+                block(qt, &kb[..nk * d], &vb[..nk * d], d, nk, sc, m, l, acc);
             }
         }
     }
@@ -413,23 +419,23 @@ pub fn exp_neg(x: f32) -> f32 {
     crate::expf::exp_clamped(x, 0.0)
 }
 
-/// Queries whose scores (and value sums) are computed together: each runs its own chain of adds,
-/// so `QUERIES_AT_ONCE` independent chains hide the add latency and share every key/value load.
-const QUERIES_AT_ONCE: usize = 4;
+/// Queries in the vector lanes of the scores and the softmax.
+const LANES: usize = 16;
+/// Keys whose scores are computed together (independent add chains sharing each query load), and
+/// queries whose value sums are (independent chains sharing each value load).
+const AT_ONCE: usize = 4;
 
-/// One key block: scores, online-softmax update, value accumulation. The scores of a query are
-/// computed with the keys in the lanes (the block transposed to `kt`, `d x nk`, once for all the
-/// task's queries): each score is a sum over the head dimension in order, one multiply and one
-/// add per element, with no reduction across lanes, so it vectorises over keys and gives the same
-/// bits at any SIMD width. [`QUERIES_AT_ONCE`] queries go through the scores and the value sums
-/// together (each query's operations and their order are those of a query on its own).
+/// One key block: scores, online-softmax update, value accumulation, with the queries in the
+/// lanes (`qt` is `d x nq`): a score is a sum over the head dimension in order, one multiply and
+/// one add per element, and a query's softmax sums its keys in order, lane by lane, so nothing is
+/// reduced across lanes and the bits are the same at any SIMD width. The scores go to `sc`
+/// key-major (`nk x nq`).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn block(
-    qf: &[f32],
+    qt: &[f32],
     kb: &[f32],
     vb: &[f32],
-    kt: &mut [f32],
     d: usize,
     nk: usize,
     sc: &mut [f32],
@@ -438,112 +444,119 @@ fn block(
     acc: &mut [f32],
 ) {
     let nq = m.len();
-    let kt = &mut kt[..d * nk];
-    for (j, key) in kb.chunks_exact(d).enumerate() {
-        for (e, &x) in key.iter().enumerate() {
-            kt[e * nk + j] = x;
-        }
-    }
-    let mut i = 0;
-    while i + QUERIES_AT_ONCE <= nq {
-        scores::<QUERIES_AT_ONCE>(qf, i, kt, d, nk, sc);
-        i += QUERIES_AT_ONCE;
-    }
-    while i < nq {
-        scores::<1>(qf, i, kt, d, nk, sc);
-        i += 1;
-    }
-    // Softmax update per query; the queries with any weight join the value sums.
-    let mut batch = [0usize; QUERIES_AT_ONCE];
+    let sc = &mut sc[..nk * nq];
+    let mut batch = [0usize; AT_ONCE];
     let mut nb = 0;
-    for i in 0..nq {
-        let s = &mut sc[i * nk..(i + 1) * nk];
-        // The maximum in 16 lanes (exact in any order), then across them.
-        let mut lanes = [m[i]; 16];
-        for c in s.chunks(16) {
-            for (x, &v) in lanes.iter_mut().zip(c) {
+    let mut i0 = 0;
+    while i0 < nq {
+        let w = (nq - i0).min(LANES);
+        let mut j = 0;
+        while j + AT_ONCE <= nk {
+            scores::<AT_ONCE>(qt, kb, d, nq, i0, w, j, sc);
+            j += AT_ONCE;
+        }
+        while j < nk {
+            scores::<1>(qt, kb, d, nq, i0, w, j, sc);
+            j += 1;
+        }
+        // The block maximum of each query (exact in any order), the weights, their sum in key
+        // order.
+        let mut mx = [f32::NEG_INFINITY; LANES];
+        mx[..w].copy_from_slice(&m[i0..i0 + w]);
+        for j in 0..nk {
+            for (x, &v) in mx[..w].iter_mut().zip(&sc[j * nq + i0..][..w]) {
                 *x = x.max(v);
             }
         }
-        let mx = lanes.iter().fold(m[i], |a, &b| a.max(b));
-        if mx == f32::NEG_INFINITY {
-            continue;
+        let mut sum = [0f32; LANES];
+        for j in 0..nk {
+            let s = &mut sc[j * nq + i0..][..w];
+            for ((x, &mm), t) in s.iter_mut().zip(&mx[..w]).zip(sum[..w].iter_mut()) {
+                *x = exp_neg(*x - mm);
+                *t += *x;
+            }
         }
-        let corr = exp_neg(m[i] - mx);
-        for x in s.iter_mut() {
-            *x = exp_neg(*x - mx);
+        for lane in 0..w {
+            let i = i0 + lane;
+            if mx[lane] == f32::NEG_INFINITY {
+                continue;
+            }
+            let corr = exp_neg(m[i] - mx[lane]);
+            l[i] = l[i] * corr + sum[lane];
+            m[i] = mx[lane];
+            if corr != 1.0 {
+                acc[i * d..(i + 1) * d].iter_mut().for_each(|x| *x *= corr);
+            }
+            batch[nb] = i;
+            nb += 1;
+            if nb == AT_ONCE {
+                values(batch, sc, nq, nk, vb, d, acc);
+                nb = 0;
+            }
         }
-        let mut sum = 0f32;
-        for x in s.iter() {
-            sum += *x;
-        }
-        l[i] = l[i] * corr + sum;
-        m[i] = mx;
-        if corr != 1.0 {
-            acc[i * d..(i + 1) * d].iter_mut().for_each(|x| *x *= corr);
-        }
-        batch[nb] = i;
-        nb += 1;
-        if nb == QUERIES_AT_ONCE {
-            values(batch, sc, nk, vb, d, acc);
-            nb = 0;
-        }
+        i0 += w;
     }
     for &i in &batch[..nb] {
-        values([i], sc, nk, vb, d, acc);
+        values([i], sc, nq, nk, vb, d, acc);
     }
 }
 
-/// The scores of queries `i0..i0 + N` against the block's keys (`kt`, `d x nk`), into their rows of
-/// `sc`: 16 keys at a time in registers across the head dimension, N queries sharing each load.
+/// The scores of keys `j..j + N` against queries `i0..i0 + w` (`w <= LANES`), into their rows of
+/// the key-major `sc`: the queries in the lanes across the head dimension, N keys sharing each
+/// query load.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn scores<const N: usize>(qf: &[f32], i0: usize, kt: &[f32], d: usize, nk: usize, sc: &mut [f32]) {
-    let qs: [&[f32]; N] = std::array::from_fn(|n| &qf[(i0 + n) * d..][..d]);
-    let mut j0 = 0;
-    while j0 < nk {
-        let w = (nk - j0).min(16);
-        let mut r = [[0f32; 16]; N];
-        if w == 16 {
-            for e in 0..d {
-                let k = &kt[e * nk + j0..][..16];
-                for (rn, q) in r.iter_mut().zip(&qs) {
-                    let qe = q[e];
-                    for (x, &kk) in rn.iter_mut().zip(k) {
-                        *x += qe * kk;
-                    }
-                }
-            }
-        } else {
-            for e in 0..d {
-                let k = &kt[e * nk + j0..][..w];
-                for (rn, q) in r.iter_mut().zip(&qs) {
-                    let qe = q[e];
-                    for (x, &kk) in rn[..w].iter_mut().zip(k) {
-                        *x += qe * kk;
-                    }
+fn scores<const N: usize>(
+    qt: &[f32],
+    kb: &[f32],
+    d: usize,
+    nq: usize,
+    i0: usize,
+    w: usize,
+    j: usize,
+    sc: &mut [f32],
+) {
+    let ks: [&[f32]; N] = std::array::from_fn(|n| &kb[(j + n) * d..][..d]);
+    let mut r = [[0f32; LANES]; N];
+    if w == LANES {
+        for e in 0..d {
+            let qv = &qt[e * nq + i0..][..LANES];
+            for (rn, k) in r.iter_mut().zip(&ks) {
+                let ke = k[e];
+                for (x, &qe) in rn.iter_mut().zip(qv) {
+                    *x += qe * ke;
                 }
             }
         }
-        for (n, rn) in r.iter().enumerate() {
-            sc[(i0 + n) * nk + j0..][..w].copy_from_slice(&rn[..w]);
+    } else {
+        for e in 0..d {
+            let qv = &qt[e * nq + i0..][..w];
+            for (rn, k) in r.iter_mut().zip(&ks) {
+                let ke = k[e];
+                for (x, &qe) in rn[..w].iter_mut().zip(qv) {
+                    *x += qe * ke;
+                }
+            }
         }
-        j0 += w;
+    }
+    for (n, rn) in r.iter().enumerate() {
+        sc[(j + n) * nq + i0..][..w].copy_from_slice(&rn[..w]);
     }
 }
 
-/// `acc[i] += sum_j p[i][j] v[j]` for the N queries `idx`, key by key in order (the operations of
-/// one pass per key over the whole row), 16 columns at a time in registers across the block's
-/// keys, the N queries sharing each value load.
+/// `acc[i] += sum_j p[j][i] v[j]` for the N queries `idx` (`p` = the key-major weights in `sc`),
+/// key by key in order (the operations of one pass per key over the whole row), 16 columns at a
+/// time in registers across the block's keys, the N queries sharing each value load.
 #[inline(always)]
 fn values<const N: usize>(
     idx: [usize; N],
     sc: &[f32],
+    nq: usize,
     nk: usize,
     vb: &[f32],
     d: usize,
     acc: &mut [f32],
 ) {
-    let ps: [&[f32]; N] = std::array::from_fn(|n| &sc[idx[n] * nk..][..nk]);
     let mut c0 = 0;
     while c0 < d {
         let w = (d - c0).min(16);
@@ -554,8 +567,9 @@ fn values<const N: usize>(
         if w == 16 {
             for j in 0..nk {
                 let v = &vb[j * d + c0..][..16];
-                for (rn, p) in r.iter_mut().zip(&ps) {
-                    let pj = p[j];
+                let p = &sc[j * nq..][..nq];
+                for (rn, &i) in r.iter_mut().zip(&idx) {
+                    let pj = p[i];
                     for (x, &y) in rn.iter_mut().zip(v) {
                         *x += pj * y;
                     }
@@ -564,8 +578,9 @@ fn values<const N: usize>(
         } else {
             for j in 0..nk {
                 let v = &vb[j * d + c0..][..w];
-                for (rn, p) in r.iter_mut().zip(&ps) {
-                    let pj = p[j];
+                let p = &sc[j * nq..][..nq];
+                for (rn, &i) in r.iter_mut().zip(&idx) {
+                    let pj = p[i];
                     for (x, &y) in rn[..w].iter_mut().zip(v) {
                         *x += pj * y;
                     }
@@ -580,8 +595,8 @@ fn values<const N: usize>(
 }
 
 /// Slow reference: the same function in f64 with every key set materialised (for tests).
-pub fn attention_reference<T: Element>(
-    q: &[T],
+pub fn attention_reference<Q: Element, T: Element>(
+    q: &[Q],
     segs: &[KvSegment<'_, T>],
     shape: AttnShape,
     scale: f32,
@@ -599,7 +614,12 @@ pub fn attention_reference<T: Element>(
         T::to_f32_slice(x, &mut o);
         o
     };
-    let qf = widen(&q[..q_rows * heads * d]);
+    let qf = {
+        let q = &q[..q_rows * heads * d];
+        let mut o = vec![0f32; q.len()];
+        Q::to_f32_slice(q, &mut o);
+        o
+    };
     let mut keys: Vec<(Vec<f32>, Vec<f32>)> = Vec::new(); // per kept row, all kv heads
     for g in segs {
         let mut cursor = 0;
