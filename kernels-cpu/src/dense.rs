@@ -453,10 +453,17 @@ pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Ran
                     $mr
                 }};
             }
+            // Eight or more independent accumulators wherever the rows allow (an FMA's latency
+            // is four cycles at two per cycle): a pass's last rows are not left to one- and
+            // two-row kernels that wait on their own few chains.
             m += if S::LANES >= 16 && left >= 12 {
                 go!(12)
+            } else if S::LANES >= 16 && left >= 8 {
+                go!(8)
             } else if left >= 6 {
                 go!(6)
+            } else if left >= 4 {
+                go!(4)
             } else if left >= 3 {
                 go!(3)
             } else if left >= 2 {
