@@ -14,7 +14,6 @@ use super::plan::{bucket_of, layer_batches, ShapeKey, ShapePlan};
 use super::HexTransformer;
 use crate::device::{HexagonDevice, PlanKey};
 use crate::error::{Error, Result};
-use crate::memory::leases::Access;
 use crate::ops::{rows, typed_mut, Wire};
 use crate::routing::{Decision, OpKind, Reason};
 use crate::runtime::pager::Pager;
@@ -175,7 +174,7 @@ pub(crate) fn submit(
     // Host writes: input rows (as f32), positions, selection.
     let m = b * n;
     let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    act.with_host_bytes(plan.x(t), m * width * 4, Access::Write, |d| -> Result<()> {
+    act.with_host_bytes(plan.x(t), m * width * 4, |d| -> Result<()> {
         typed_mut::<f32>(d)?.copy_from_slice(&xs);
         Ok(())
     })??;

@@ -7,9 +7,8 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::device::{check_statuses, HexagonDevice};
 use crate::error::{Error, Result};
-use crate::memory::leases::Access;
 use crate::memory::PooledBuffer;
-use crate::ops::typed_mut;
+use crate::ops::typed;
 use crate::routing::{Decision, OpKind, Tier};
 use crate::runtime::somr::{prefetch, Prefetch};
 use crate::runtime::Runtime;
@@ -131,8 +130,8 @@ impl ForwardHandle {
         let mut v = vec![0f32; n];
         if n > 0 {
             self.act
-                .with_host_bytes(self.out_off, n * 4, Access::Read, |bytes| {
-                    typed_mut::<f32>(bytes).map(|s| v.copy_from_slice(s))
+                .with_host_view(self.out_off, n * 4, |bytes| {
+                    typed::<f32>(bytes).map(|s| v.copy_from_slice(s))
                 })??;
         }
         self.dev.mem().count_staged(0, n * 4);

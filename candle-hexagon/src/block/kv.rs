@@ -444,12 +444,9 @@ impl DeviceKv {
             for bi in 0..self.batch {
                 for r in runs {
                     let off = base + (bi * self.capacity + r.start) * rb;
-                    buf.with_host_bytes(
-                        off,
-                        r.len() * rb,
-                        crate::memory::leases::Access::Read,
-                        |b| typed_mut::<f16>(b).map(|v| out[half].extend_from_slice(v)),
-                    )??;
+                    buf.with_host_view(off, r.len() * rb, |b| {
+                        typed::<f16>(b).map(|v| out[half].extend_from_slice(v))
+                    })??;
                 }
             }
         }
@@ -581,7 +578,6 @@ impl DeviceKv {
                     buf.with_host_bytes(
                         off,
                         cnt * rb,
-                        crate::memory::leases::Access::Write,
                         |b| {
                             typed_mut::<f16>(b)
                                 .map(|d| d.copy_from_slice(&vals[from..from + cnt * row_elems]))

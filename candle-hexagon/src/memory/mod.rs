@@ -343,7 +343,7 @@ impl DeviceBuffer {
     /// Copy `data` in at `off`. Fails with [`Error::Busy`] while a batch in flight may read or
     /// write any of those bytes, and with [`Error::InvalidInput`] outside the buffer.
     pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
-        self.with_host_bytes(off, data.len(), Access::Write, |dst| {
+        self.with_host_bytes(off, data.len(), |dst| {
             dst.copy_from_slice(data);
         })
     }
@@ -358,7 +358,7 @@ impl DeviceBuffer {
 
     /// [`Self::read`] into a caller's slice.
     pub fn read_into(&self, off: usize, out: &mut [u8]) -> Result<()> {
-        self.with_host_bytes(off, out.len(), Access::Read, |src| {
+        self.with_host_view(off, out.len(), |src| {
             out.copy_from_slice(src);
         })
     }
@@ -421,27 +421,40 @@ impl DeviceBuffer {
         Ok(())
     }
 
-    /// Run `f` on the host bytes `[off, off + n)` after checking `access` against the batches in
-    /// flight; the buffer's lease lock is held meanwhile, so no batch touching the buffer can be
-    /// registered (and start) during `f`. The one place host code dereferences shared memory
-    /// of a buffer; a weight-file range refuses (its bytes are read through `WeightBytes`).
+    /// Run `f` on the host bytes `[off, off + n)` to write them, after checking the range
+    /// against the batches in flight as a write (no batch in flight may read or write it); the
+    /// buffer's lease lock is held meanwhile, so no batch touching the buffer can be registered
+    /// (and start) during `f`. The one place host code gets a mutable view of a buffer's shared
+    /// memory; reads go through [`Self::with_host_view`] / [`Self::read_in_place`]. A weight-file
+    /// range refuses (its bytes are read through `WeightBytes`).
     pub(crate) fn with_host_bytes<T>(
         &self,
         off: usize,
         n: usize,
-        access: Access,
         f: impl FnOnce(&mut [u8]) -> T,
     ) -> Result<T> {
         self.check_bounds(off, n)?;
         let shm = self.owned()?;
         self.leases
-            .with_checked(self.id, &[(off as u64, (off + n) as u64, access)], || {
-                // SAFETY: bounds checked; the range conflicts with no batch in flight and none can
-                // start while the lock is held; the slice does not outlive the call. Host callers
-                // of one buffer are serialised by the same lock, so the slice is exclusive.
+            .with_checked(self.id, &[(off as u64, (off + n) as u64, Access::Write)], || {
+                // SAFETY: bounds checked; as a write the range conflicts with no batch in flight
+                // (none reads or writes it) and none can start while the lock is held; host
+                // callers of one buffer, readers included, are serialised by the same lock, so
+                // the slice is the only view of these bytes; it does not outlive the call.
                 let bytes = unsafe { shm.slice_mut::<u8>(off, n) }.expect("bounds checked");
                 f(bytes)
             })
+    }
+
+    /// Run `f` on a shared view of the host bytes `[off, off + n)`, checked as a read (batches
+    /// in flight that only read the range do not conflict): [`Self::read_in_place`] for one range.
+    pub(crate) fn with_host_view<T>(
+        &self,
+        off: usize,
+        n: usize,
+        f: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T> {
+        self.read_in_place(&[(off, n)], |views| f(views[0]))
     }
 
     /// Run `f` on shared views of the host bytes of `ranges` (`(offset, len)` each) after
@@ -530,7 +543,7 @@ impl WeightSlot {
     /// Fill the slot (load time), checked like any host write.
     pub(crate) fn fill<T>(&self, f: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
         self.buf
-            .with_host_bytes(self.offset, self.len, Access::Write, f)?
+            .with_host_bytes(self.offset, self.len, f)?
     }
 
     /// A copy of the slot's bytes, checked like any host read.

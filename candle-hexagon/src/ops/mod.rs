@@ -32,7 +32,6 @@ use half::{bf16, f16};
 use kernels_dsp::*;
 
 use crate::error::{Error, Result};
-use crate::memory::leases::Access;
 use crate::memory::{align_tensor, DeviceBuffer};
 
 /// Element types whose every bit pattern is a valid value (so shared bytes can be viewed as them).
@@ -203,7 +202,7 @@ pub(crate) fn stage_in(
 ) -> Result<usize> {
     let n = l.shape().elem_count();
     let bytes = n * wire.size();
-    buf.with_host_bytes(off, bytes, Access::Write, |dst| -> Result<()> {
+    buf.with_host_bytes(off, bytes, |dst| -> Result<()> {
         match (s, wire) {
             (CpuStorage::F32(v), Wire::F32) => {
                 typed_mut::<f32>(dst)?.copy_from_slice(contiguous(v, l, what)?);
@@ -250,17 +249,17 @@ pub(crate) fn stage_out(
     wire: Wire,
     dtype: DType,
 ) -> Result<CpuStorage> {
-    buf.with_host_bytes(off, n * wire.size(), Access::Read, |bytes| {
+    buf.with_host_view(off, n * wire.size(), |bytes| {
         storage_from(bytes, wire, dtype)
     })?
 }
 
 /// A `dtype` storage from shared bytes holding `wire` values.
-pub(crate) fn storage_from(bytes: &mut [u8], wire: Wire, dtype: DType) -> Result<CpuStorage> {
+pub(crate) fn storage_from(bytes: &[u8], wire: Wire, dtype: DType) -> Result<CpuStorage> {
     let n = bytes.len() / wire.size();
     Ok(match wire {
         Wire::F32 => {
-            let src = typed_mut::<f32>(bytes)?;
+            let src = typed::<f32>(bytes)?;
             match dtype {
                 DType::F32 => CpuStorage::F32(src.to_vec()),
                 DType::F16 => CpuStorage::F16(src.iter().map(|&x| f16::from_f32(x)).collect()),
@@ -269,7 +268,7 @@ pub(crate) fn storage_from(bytes: &mut [u8], wire: Wire, dtype: DType) -> Result
             }
         }
         Wire::F16 => {
-            let src = typed_mut::<f16>(bytes)?;
+            let src = typed::<f16>(bytes)?;
             match dtype {
                 DType::F16 => CpuStorage::F16(src.to_vec()),
                 DType::F32 => {
