@@ -1,5 +1,5 @@
-//! The model-level comparison with llama.cpp: one forward over a 160-token canvas of the 100M
-//! LLaDA, per GGUF type, llama.cpp's `llama-bench` and llada-rs alternated in one run.
+//! The model-level comparison with llama.cpp: one forward over a 160-token canvas of each model
+//! (`--models`), per GGUF type, llama.cpp's `llama-bench` and llada-rs alternated in one run.
 //!
 //! F32 and F16 files come from the project's GGUF writer, Q8_0 and Q4_0 from llama.cpp's own
 //! `llama-quantize` run on the F32 file (so Q4_0 has the Q6_K `output.weight` llama-quantize
