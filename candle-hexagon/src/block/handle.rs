@@ -129,10 +129,9 @@ impl ForwardHandle {
         let n = b * r * w;
         let mut v = vec![0f32; n];
         if n > 0 {
-            self.act
-                .with_host_view(self.out_off, n * 4, |bytes| {
-                    typed::<f32>(bytes).map(|s| v.copy_from_slice(s))
-                })??;
+            self.act.with_host_view(self.out_off, n * 4, |bytes| {
+                typed::<f32>(bytes).map(|s| v.copy_from_slice(s))
+            })??;
         }
         self.dev.mem().count_staged(0, n * 4);
         let ns = self.started.elapsed().as_nanos() as u64;

@@ -575,14 +575,10 @@ impl DeviceKv {
                 for &(row, src, cnt) in spans {
                     let from = (bi * m + src) * row_elems;
                     let off = base + (bi * self.capacity + row) * rb;
-                    buf.with_host_bytes(
-                        off,
-                        cnt * rb,
-                        |b| {
-                            typed_mut::<f16>(b)
-                                .map(|d| d.copy_from_slice(&vals[from..from + cnt * row_elems]))
-                        },
-                    )??;
+                    buf.with_host_bytes(off, cnt * rb, |b| {
+                        typed_mut::<f16>(b)
+                            .map(|d| d.copy_from_slice(&vals[from..from + cnt * row_elems]))
+                    })??;
                     staged += cnt * rb;
                 }
             }

@@ -435,15 +435,18 @@ impl DeviceBuffer {
     ) -> Result<T> {
         self.check_bounds(off, n)?;
         let shm = self.owned()?;
-        self.leases
-            .with_checked(self.id, &[(off as u64, (off + n) as u64, Access::Write)], || {
+        self.leases.with_checked(
+            self.id,
+            &[(off as u64, (off + n) as u64, Access::Write)],
+            || {
                 // SAFETY: bounds checked; as a write the range conflicts with no batch in flight
                 // (none reads or writes it) and none can start while the lock is held; host
                 // callers of one buffer, readers included, are serialised by the same lock, so
                 // the slice is the only view of these bytes; it does not outlive the call.
                 let bytes = unsafe { shm.slice_mut::<u8>(off, n) }.expect("bounds checked");
                 f(bytes)
-            })
+            },
+        )
     }
 
     /// Run `f` on a shared view of the host bytes `[off, off + n)`, checked as a read (batches
@@ -542,8 +545,7 @@ impl std::fmt::Debug for WeightSlot {
 impl WeightSlot {
     /// Fill the slot (load time), checked like any host write.
     pub(crate) fn fill<T>(&self, f: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
-        self.buf
-            .with_host_bytes(self.offset, self.len, f)?
+        self.buf.with_host_bytes(self.offset, self.len, f)?
     }
 
     /// A copy of the slot's bytes, checked like any host read.
