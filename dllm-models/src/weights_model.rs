@@ -9,13 +9,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use kernels_cpu::attention::{self as ka, AttnShape, KvSegment, Skip};
+use kernels_cpu::attention::Skip;
 
 use crate::block::{Block, GateUp, Qkv};
 use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexTransformer;
-use crate::kv_cache::{scatter_rows, with_cpu_slice, CachedRows, FreeRows, KvElem, Pending};
+use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{attention_on, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
 use crate::linear::{dense, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
@@ -26,6 +26,7 @@ use crate::npu_load_off::{place_blocks, shared_block, shared_head};
 
 mod cpu_ops;
 mod rescore;
+mod segment;
 use crate::block_def;
 use crate::role::Role;
 use crate::weights::WeightSource;
@@ -33,6 +34,7 @@ use crate::{Error, PositionDefect, Result, WindowDefect};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::HexTransformer;
 use cpu_ops::{Act, CpuBlock, CpuHead};
+use segment::{materialize, segment_attention, segment_attention_fresh, KvGeom};
 
 /// [`TransformerWeights::cpu_linear_bytes`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -632,18 +634,7 @@ impl TransformerWeights {
                 }
                 match (&self.ops_backend, self.mode) {
                     (Backend::Cpu, OpMode::Fused) => {
-                        let (kt, vt) = (
-                            k.to_dtype(T::DTYPE)?.contiguous()?,
-                            v.to_dtype(T::DTYPE)?.contiguous()?,
-                        );
-                        let kn = tensor_slice::<T>(&kt)?;
-                        let vn = tensor_slice::<T>(&vt)?;
-                        let fresh = FreshRows {
-                            k: &kn,
-                            v: &vn,
-                            rows: pos.len(),
-                        };
-                        segment_attention_with(q, &[(c, len, skip)], Some(fresh), kv, self.scale())
+                        segment_attention_fresh(q, &[(c, len, skip)], k, v, kv, self.scale())
                     }
                     _ => {
                         let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
@@ -679,170 +670,4 @@ pub(crate) struct WindowRows {
     pub(crate) ws: usize,
     pub(crate) n: usize,
     pub(crate) hidden_rows: Option<Vec<usize>>,
-}
-
-/// Head geometry of the cache for one call.
-#[derive(Debug, Clone, Copy)]
-struct KvGeom {
-    batch: usize,
-    heads: usize,
-    hd: usize,
-}
-
-impl KvGeom {
-    fn of(w: &TransformerWeights, batch: usize) -> Self {
-        KvGeom {
-            batch,
-            heads: w.cfg.num_kv_heads,
-            hd: w.cfg.head_dim(),
-        }
-    }
-    /// Elements of one position of one batch item.
-    fn row(&self) -> usize {
-        self.heads * self.hd
-    }
-}
-
-/// Fresh K/V rows in `(batch, rows, kv_heads, head_dim)` layout (not position-major).
-struct FreshRows<'a, T> {
-    k: &'a [T],
-    v: &'a [T],
-    rows: usize,
-}
-
-fn tensor_slice<T: KvElem>(t: &Tensor) -> Result<Vec<T>> {
-    Ok(t.flatten_all()?.to_vec1::<T>()?)
-}
-
-fn segment_attention<T: KvElem>(
-    q: &Tensor,
-    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
-    kv: KvGeom,
-    scale: f32,
-) -> Result<Tensor> {
-    segment_attention_with(q, segs, None, kv, scale)
-}
-
-/// Attention of `q` `(b, nq, heads, d)` over position-major cache segments (each `(rows, rows
-/// count, skip)`) plus optional fresh rows; returns `(b, nq, heads * d)` in `q`'s dtype.
-fn segment_attention_with<T: KvElem>(
-    q: &Tensor,
-    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
-    fresh: Option<FreshRows<'_, T>>,
-    kv: KvGeom,
-    scale: f32,
-) -> Result<Tensor> {
-    match q.dtype() {
-        DType::F32 => segment_attention_q::<f32, T>(q, segs, fresh, kv, scale),
-        DType::F16 => segment_attention_q::<half::f16, T>(q, segs, fresh, kv, scale),
-        DType::BF16 => segment_attention_q::<half::bf16, T>(q, segs, fresh, kv, scale),
-        dtype => Err(Error::UnsupportedDtype {
-            what: "attention",
-            dtype,
-        }),
-    }
-}
-
-/// [`segment_attention_with`] with queries of element type `Q` (the compute dtype), read in
-/// place, whatever the cache's element type: the output comes out in `Q`, with no conversion
-/// of the queries or the output through the cache's type.
-fn segment_attention_q<Q: ka::Element + candle_core::WithDType, T: KvElem>(
-    q: &Tensor,
-    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
-    fresh: Option<FreshRows<'_, T>>,
-    kv: KvGeom,
-    scale: f32,
-) -> Result<Tensor> {
-    let (b, nq, h, d) = q.dims4()?;
-    let row = kv.row();
-    let shape = AttnShape {
-        q_rows: nq,
-        heads: h,
-        kv_heads: kv.heads,
-        head_dim: d,
-    };
-    let per = nq * h * d;
-    let mut out = vec![Q::ZERO; b * per];
-    with_cpu_slice::<Q, _>(q, |qv| {
-        for bi in 0..b {
-            let mut list: Vec<KvSegment<'_, T>> = segs
-                .iter()
-                .map(|(c, rows, skip)| KvSegment {
-                    k: c.k.get(bi * row..).unwrap_or(&[]),
-                    v: c.v.get(bi * row..).unwrap_or(&[]),
-                    rows: *rows,
-                    row_stride: b * row,
-                    skip: *skip,
-                })
-                .collect();
-            if let Some(f) = &fresh {
-                let off = bi * f.rows * row;
-                list.push(KvSegment {
-                    k: &f.k[off..],
-                    v: &f.v[off..],
-                    rows: f.rows,
-                    row_stride: row,
-                    skip: Skip::None,
-                });
-            }
-            ka::attention(
-                &qv[bi * per..(bi + 1) * per],
-                &list,
-                shape,
-                scale,
-                &mut out[bi * per..(bi + 1) * per],
-            )?;
-        }
-        Ok(())
-    })?;
-    Ok(Tensor::from_vec(out, (b, nq, h * d), q.device())?)
-}
-
-/// The key/value set of `segs` plus the fresh `k`/`v` as `(b, rows, kv_heads, d)` tensors, for the
-/// per-op NPU path whose kernel takes one key tensor (this copies the cache; the block-level path
-/// does not).
-fn materialize<T: KvElem>(
-    segs: &[(CachedRows<'_, T>, usize, Skip<'_>)],
-    k: &Tensor,
-    v: &Tensor,
-    kv: KvGeom,
-    device: &Device,
-) -> Result<(Tensor, Tensor)> {
-    let mut ks = Vec::new();
-    let mut vs = Vec::new();
-    for (c, rows, skip) in segs {
-        if *rows == 0 {
-            continue;
-        }
-        let keep: Vec<u32> = (0..*rows)
-            .filter(|r| match skip {
-                Skip::None => true,
-                Skip::Range { start, end } => !(*start..*end).contains(r),
-                Skip::Sorted(s) => s.binary_search(r).is_err(),
-            })
-            .map(|r| r as u32)
-            .collect();
-        if keep.is_empty() {
-            continue;
-        }
-        let shape = (*rows, kv.batch, kv.heads, kv.hd);
-        let idx = Tensor::new(keep, device)?;
-        let kt = Tensor::from_slice(&c.k[..rows * kv.batch * kv.row()], shape, device)?
-            .index_select(&idx, 0)?
-            .transpose(0, 1)?;
-        let vt = Tensor::from_slice(&c.v[..rows * kv.batch * kv.row()], shape, device)?
-            .index_select(&idx, 0)?
-            .transpose(0, 1)?;
-        ks.push(kt.to_dtype(k.dtype())?);
-        vs.push(vt.to_dtype(v.dtype())?);
-    }
-    if ks.is_empty() {
-        return Ok((k.clone(), v.clone()));
-    }
-    ks.push(k.clone());
-    vs.push(v.clone());
-    Ok((
-        Tensor::cat(&ks, 1)?.contiguous()?,
-        Tensor::cat(&vs, 1)?.contiguous()?,
-    ))
 }

@@ -450,14 +450,27 @@ impl DeviceBuffer {
     }
 
     /// Run `f` on a shared view of the host bytes `[off, off + n)`, checked as a read (batches
-    /// in flight that only read the range do not conflict): [`Self::read_in_place`] for one range.
+    /// in flight that only read the range do not conflict): [`Self::read_in_place`] for one
+    /// range, without its lists (this is every staged read's path).
     pub(crate) fn with_host_view<T>(
         &self,
         off: usize,
         n: usize,
         f: impl FnOnce(&[u8]) -> T,
     ) -> Result<T> {
-        self.read_in_place(&[(off, n)], |views| f(views[0]))
+        self.check_bounds(off, n)?;
+        let shm = self.owned()?;
+        self.leases.with_checked(
+            self.id,
+            &[(off as u64, (off + n) as u64, Access::Read)],
+            || {
+                // SAFETY: as in `read_in_place`: bounds checked, no batch in flight writes the
+                // range and none can be registered while the lock is held, host writers take
+                // the same lock; the view does not outlive the call.
+                let bytes = unsafe { shm.slice::<u8>(off, n) }.expect("bounds checked");
+                f(bytes)
+            },
+        )
     }
 
     /// Run `f` on shared views of the host bytes of `ranges` (`(offset, len)` each) after

@@ -17,9 +17,8 @@
 use candle_core::Tensor;
 use kernels_cpu::attention::Skip;
 
-use super::{
-    materialize, segment_attention_with, tensor_slice, FreshRows, KvGeom, TransformerWeights,
-};
+use super::segment::{materialize, segment_attention_fresh, KvGeom};
+use super::TransformerWeights;
 use crate::kv_cache::{CachedRows, KvElem};
 use crate::layers::{attention_on, Backend};
 use crate::{OpMode, PositionDefect, Result};
@@ -145,25 +144,14 @@ impl TransformerWeights {
                     let (kg, vg) = (k.narrow(1, s, gl)?, v.narrow(1, s, gl)?);
                     let skip = Skip::Sorted(&g.sorted);
                     let out = match (&self.ops_backend, self.mode) {
-                        (Backend::Cpu, OpMode::Fused) => {
-                            let (kt, vt) = (
-                                kg.to_dtype(T::DTYPE)?.contiguous()?,
-                                vg.to_dtype(T::DTYPE)?.contiguous()?,
-                            );
-                            let (kn, vn) = (tensor_slice::<T>(&kt)?, tensor_slice::<T>(&vt)?);
-                            let fresh = FreshRows {
-                                k: &kn,
-                                v: &vn,
-                                rows: gl,
-                            };
-                            segment_attention_with(
-                                &qg,
-                                &[(c, len, skip)],
-                                Some(fresh),
-                                kv,
-                                self.scale(),
-                            )?
-                        }
+                        (Backend::Cpu, OpMode::Fused) => segment_attention_fresh(
+                            &qg,
+                            &[(c, len, skip)],
+                            &kg,
+                            &vg,
+                            kv,
+                            self.scale(),
+                        )?,
                         _ => {
                             let (kk, vv) =
                                 materialize(&[(c, len, skip)], &kg, &vg, kv, &self.device)?;
