@@ -2,14 +2,17 @@
 //!
 //! Matrices keep their GGUF type (quantized blocks, and F16/BF16 half in memory) and are packed
 //! once for the kernels-cpu GEMMs by [`crate::linear`] (types it has no kernel for go through
-//! candle's `QMatMul`; embeddings are gathered row by row); F32 matrices and the 1-D norms and
-//! biases become dense tensors in the compute dtype.
+//! candle's `QMatMul`; embeddings are gathered row by row); the 1-D norms and biases become dense
+//! tensors in the compute dtype. For inference on the CPU, dense matrices (F32 of an f32 model,
+//! F16/BF16) are streamed from the file into their packed tiles a megabyte of rows at a time
+//! ([`WeightSource::get_packed`]), so a load's peak memory is the packed weights plus one read
+//! buffer; quantized ones are read whole, one at a time, and repacked.
 //! llama.cpp's converter permutes LLaDA's q/k rows for its interleaved RoPE; the loader undoes that
 //! permutation on the raw rows so the same rotate-half code serves both sources.
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Seek};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -18,11 +21,15 @@ use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
 
 use crate::config::{ConfigNames, TransformerConfig};
-use crate::layers::Param;
+use crate::layers::{CpuLinear, Param};
 use crate::lm::{Arch, SpecialTokens};
 use crate::role::Role;
 use crate::weights::WeightSource;
 use crate::{Error, Result};
+use kernels_cpu::{DenseMatrix, DenseType};
+
+/// Bytes read at a time when a matrix is streamed from the file into packed tiles.
+const STREAM_CHUNK_BYTES: usize = 1 << 20;
 
 /// LLaDA-8B's `[MASK]` id, used only when a GGUF of that exact vocabulary lacks the metadata key.
 pub const LLADA_8B_MASK_ID: u32 = 126336;
@@ -322,30 +329,38 @@ pub fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
     permute_rows_impl(q, heads, true)
 }
 
-fn permute_rows_impl(q: &QTensor, heads: usize, forward: bool) -> Result<QTensor> {
-    let (rows, cols) = q.shape().dims2()?;
+/// The original (Hugging Face) row of GGUF row `gguf_row` of a q/k weight permuted by llama.cpp's
+/// LLaDA converter, with heads of `hd` rows (even): GGUF row `h*hd + 2j + t` is original row
+/// `h*hd + t*(hd/2) + j`.
+fn hf_row(gguf_row: usize, hd: usize) -> usize {
+    let (h, r) = (gguf_row / hd, gguf_row % hd);
+    h * hd + (r % 2) * (hd / 2) + r / 2
+}
+
+/// Whether `rows` split into `heads` heads of an even size (what the permutation needs).
+fn check_head_split(rows: usize, heads: usize) -> Result<usize> {
     if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
         return Err(Error::HeadSplit { rows, heads });
     }
-    let hd = rows / heads;
+    Ok(rows / heads)
+}
+
+fn permute_rows_impl(q: &QTensor, heads: usize, forward: bool) -> Result<QTensor> {
+    let (rows, cols) = q.shape().dims2()?;
+    let hd = check_head_split(rows, heads)?;
     let dt = q.dtype();
     let row_bytes = cols / dt.block_size() * dt.type_size();
     let data = q.data()?;
     let mut out = vec![0u8; data.len()];
-    for h in 0..heads {
-        for j in 0..hd / 2 {
-            for t in 0..2 {
-                let gguf_row = h * hd + 2 * j + t;
-                let hf_row = h * hd + t * (hd / 2) + j;
-                let (src, dst) = if forward {
-                    (hf_row, gguf_row)
-                } else {
-                    (gguf_row, hf_row)
-                };
-                out[dst * row_bytes..(dst + 1) * row_bytes]
-                    .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
-            }
-        }
+    for gguf_row in 0..rows {
+        let hf_row = hf_row(gguf_row, hd);
+        let (src, dst) = if forward {
+            (hf_row, gguf_row)
+        } else {
+            (gguf_row, hf_row)
+        };
+        out[dst * row_bytes..(dst + 1) * row_bytes]
+            .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
     }
     let storage = QStorage::from_data(std::borrow::Cow::Owned(out), &Device::Cpu, dt)?;
     Ok(QTensor::new(storage, (rows, cols))?)
@@ -404,6 +419,79 @@ impl WeightSource for GgufWeights {
             // Matrices keep their file type: quantized blocks, and F16/BF16 stay half in memory.
             _ => Ok(Param::Quant(Arc::new(q))),
         }
+    }
+
+    fn get_packed(&self, role: Role, shape: &[usize]) -> Result<Option<CpuLinear>> {
+        let name = role.gguf_name();
+        let Some(info) = self.content.tensor_infos.get(&name) else {
+            return Err(Error::MissingTensor {
+                name,
+                source_desc: self.path.display().to_string(),
+            });
+        };
+        // The tiles keep what `get` would hand the packer: F32 matrices of an f32 model, and
+        // F16/BF16 ones kept half.
+        let (ty, dtype) = match info.ggml_dtype {
+            GgmlDType::F32 if self.dtype == DType::F32 => (DenseType::F32, DType::F32),
+            GgmlDType::F16 if self.keep_half => (DenseType::F16, DType::F16),
+            GgmlDType::BF16 if self.keep_half => (DenseType::BF16, DType::BF16),
+            _ => return Ok(None),
+        };
+        if !role.is_matrix() || shape.len() != 2 {
+            return Ok(None);
+        }
+        if info.shape.dims() != shape {
+            return Err(Error::TensorShape {
+                name,
+                expected: shape.to_vec(),
+                got: info.shape.dims().to_vec(),
+            });
+        }
+        let rows = shape[0];
+        let heads = match (self.arch, role) {
+            (Arch::Llada, Role::Q(_)) => Some(self.num_heads),
+            (Arch::Llada, Role::K(_)) => Some(self.num_kv_heads),
+            _ => None,
+        };
+        let hd = heads.map(|h| check_head_split(rows, h)).transpose()?;
+        let mut tiles = DenseMatrix::zeroed(ty, rows, shape[1])?;
+        let row_bytes = tiles.row_bytes();
+        let chunk = (STREAM_CHUNK_BYTES / row_bytes).clamp(1, rows);
+        let mut buf = vec![0u8; chunk * row_bytes];
+        let mut r = self
+            .reader
+            .lock()
+            .map_err(|_| Error::file(&self.path, "an earlier read of this file panicked"))?;
+        let at = self.content.tensor_data_offset.saturating_add(info.offset);
+        r.seek(SeekFrom::Start(at))
+            .map_err(|e| Error::file(&self.path, format!("tensor `{name}`: {e}")))?;
+        let mut row = 0;
+        while row < rows {
+            let n = chunk.min(rows - row);
+            let raw = &mut buf[..n * row_bytes];
+            r.read_exact(raw).map_err(|e| {
+                Error::file(
+                    &self.path,
+                    format!("tensor `{name}`, rows {row}..{}: {e}", row + n),
+                )
+            })?;
+            if !crate::limits::raw_is_finite(raw, dtype) {
+                return Err(Error::NonFinite {
+                    what: format!("tensor `{name}` of {}", self.path.display()),
+                    detail: "a NaN or infinite value".into(),
+                });
+            }
+            match hd {
+                None => tiles.set_rows(row, raw)?,
+                Some(hd) => {
+                    for (i, one) in raw.chunks_exact(row_bytes).enumerate() {
+                        tiles.set_rows(hf_row(row + i, hd), one)?;
+                    }
+                }
+            }
+            row += n;
+        }
+        Ok(Some(CpuLinear::from_packed(tiles)))
     }
 
     fn dtype(&self) -> DType {

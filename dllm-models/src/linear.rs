@@ -14,7 +14,7 @@ use std::sync::Arc;
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexLinear;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{CpuStorage, CustomOp1, DType, Layout, Module, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Module, Shape, Tensor};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::{HexLinear, Placed};
 use kernels_cpu::{DenseMatrix, DenseType, DenseView, GgmlType, QuantMatrix, QuantView};
@@ -242,8 +242,38 @@ impl CpuLinear {
         Self::with(Packed::Dense(w), bias, n, k)
     }
 
+    /// Dense tiles packed by the caller (a loader that streams rows from its file into them).
+    pub fn from_packed(w: DenseMatrix) -> Self {
+        let (n, k) = w.view().dims();
+        Self {
+            w: Arc::new(Packed::Dense(w)),
+            bias: None,
+            n,
+            k,
+        }
+    }
+
+    /// The same weights (shared, not copied) with `bias` fused.
+    pub fn with_bias(&self, bias: Option<&Tensor>) -> Result<Self> {
+        Ok(Self {
+            w: self.w.clone(),
+            bias: Self::bias_values(bias, self.n)?,
+            n: self.n,
+            k: self.k,
+        })
+    }
+
     fn with(w: Packed, bias: Option<&Tensor>, n: usize, k: usize) -> Result<Self> {
-        let bias = match bias {
+        Ok(Self {
+            w: Arc::new(w),
+            bias: Self::bias_values(bias, n)?,
+            n,
+            k,
+        })
+    }
+
+    fn bias_values(bias: Option<&Tensor>, n: usize) -> Result<Option<Arc<Vec<f32>>>> {
+        Ok(match bias {
             Some(b) => {
                 let v: Vec<f32> = b.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
                 if v.len() != n {
@@ -256,12 +286,6 @@ impl CpuLinear {
                 Some(Arc::new(v))
             }
             None => None,
-        };
-        Ok(Self {
-            w: Arc::new(w),
-            bias,
-            n,
-            k,
         })
     }
 
@@ -555,25 +579,45 @@ impl Linear {
     }
 }
 
-/// Token embedding over a dense or GGUF table. GGUF tables stay in their file type and are
-/// gathered row by row (kernels-cpu's reference dequantization; candle's for other types).
+/// Token embedding over a dense or GGUF table, or over packed tiles a loader streamed from its
+/// file (shared with a tied LM head). GGUF tables stay in their file type and are gathered row by
+/// row (kernels-cpu's reference dequantization; candle's for other types).
 #[derive(Debug, Clone)]
 pub struct Embedding {
-    table: Param,
+    table: Table,
     dtype: DType,
+}
+
+#[derive(Debug, Clone)]
+enum Table {
+    Param(Param),
+    Packed(CpuLinear),
 }
 
 impl Embedding {
     /// Wrap a `(vocab, hidden)` table; outputs are produced in `dtype`.
     pub fn new(table: Param, dtype: DType) -> Self {
-        Self { table, dtype }
+        Self {
+            table: Table::Param(table),
+            dtype,
+        }
+    }
+
+    /// Gather rows of packed `(vocab, hidden)` weights (the tiles of a tied LM head, read in
+    /// place); outputs are produced in `dtype`.
+    pub fn packed(table: CpuLinear, dtype: DType) -> Self {
+        Self {
+            table: Table::Packed(table),
+            dtype,
+        }
     }
 
     /// Rows of the table.
     pub fn rows(&self) -> Result<usize> {
         Ok(match &self.table {
-            Param::Dense(t) => t.dim(0)?,
-            Param::Quant(q) => q.shape().dims2()?.0,
+            Table::Param(Param::Dense(t)) => t.dim(0)?,
+            Table::Param(Param::Quant(q)) => q.shape().dims2()?.0,
+            Table::Packed(c) => c.dims().0,
         })
     }
 
@@ -586,13 +630,21 @@ impl Embedding {
             return Err(CanvasDefect::TokenOutOfRange { token: bad, rows }.into());
         }
         match &self.table {
-            Param::Dense(t) => {
+            Table::Packed(c) => {
+                let hidden = c.dims().1;
+                let mut out = vec![0f32; flat.len() * hidden];
+                for (o, &id) in out.chunks_exact_mut(hidden).zip(&flat) {
+                    c.row(id as usize, o)?;
+                }
+                Ok(Tensor::from_vec(out, (b, n, hidden), &Device::Cpu)?.to_dtype(self.dtype)?)
+            }
+            Table::Param(Param::Dense(t)) => {
                 let idx = Tensor::new(flat, t.device())?;
                 Ok(t.index_select(&idx, 0)?
                     .reshape((b, n, ()))?
                     .to_dtype(self.dtype)?)
             }
-            Param::Quant(q) => match kernel_type(q.dtype()) {
+            Table::Param(Param::Quant(q)) => match kernel_type(q.dtype()) {
                 Some(ty) => {
                     let (_, hidden) = q.shape().dims2()?;
                     let data = q.data()?;

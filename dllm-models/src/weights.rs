@@ -8,7 +8,7 @@ use candle_nn::VarBuilder;
 use std::collections::HashMap;
 
 use crate::config::TransformerConfig;
-use crate::linear::Param;
+use crate::linear::{CpuLinear, Param};
 use crate::lm::Arch;
 use crate::safetensors_header::TensorMeta;
 use crate::{Error, Result};
@@ -19,6 +19,16 @@ pub use crate::role::Role;
 pub trait WeightSource {
     /// The parameter for `role`, checked against `shape`, in the compute dtype (dense) or quantized.
     fn get(&self, role: Role, shape: &[usize]) -> Result<Param>;
+
+    /// The matrix for `role`, checked against `shape`, streamed from the checkpoint straight into
+    /// kernels-cpu's packed tiles (inference on the CPU): the matrix is never held whole in
+    /// another layout on the way, so a load's peak memory is the packed weights plus a few rows.
+    /// `None` when the source has no such path for this tensor (the caller packs what
+    /// [`WeightSource::get`] returns). Default: `None`.
+    fn get_packed(&self, role: Role, shape: &[usize]) -> Result<Option<CpuLinear>> {
+        let _ = (role, shape);
+        Ok(None)
+    }
 
     /// Compute dtype of dense parameters.
     fn dtype(&self) -> DType;

@@ -17,7 +17,7 @@ use crate::config::{MatrixDims, TransformerConfig};
 use crate::hexagon_off::HexTransformer;
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{attention_on, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
-use crate::linear::{dense, CpuOptions};
+use crate::linear::{dense, CpuLinear, CpuLinears, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 #[cfg(feature = "hexagon")]
 use crate::npu_load::{place_blocks, shared_block, shared_head};
@@ -186,7 +186,21 @@ impl TransformerWeights {
                 OpMode::Differentiable => Ok(l),
             }
         };
+        // Inference on the CPU over packed GEMMs: a source that can stream a matrix from its
+        // file into the packed tiles does so (no whole copy of it in another layout on the way).
+        let stream =
+            matches!(backend, Backend::Cpu) && mode == OpMode::Fused && which == CpuLinears::Packed;
+        let packed = |role: Role, out: usize, inp: usize| -> Result<Option<CpuLinear>> {
+            if stream {
+                w.get_packed(role, &[out, inp])
+            } else {
+                Ok(None)
+            }
+        };
         let lin = |role: Role, out: usize, inp: usize, b: Option<Tensor>| -> Result<Linear> {
+            if let Some(c) = packed(role, out, inp)? {
+                return Ok(Linear::Cpu(c.with_bias(b.as_ref())?));
+            }
             prepare(Linear::on_backend(
                 w.get(role, &[out, inp])?,
                 b,
@@ -195,21 +209,35 @@ impl TransformerWeights {
             )?)
         };
         // The embedding and the head first: they are the largest tensors, and the copies a read
-        // and a pack make of them pass while little else is resident (peak memory of a load is
-        // the resident weights plus the transient copies of the tensor being read).
-        let embed_p = w.get(Role::Embed, &[v, h])?;
+        // and a pack make of them (where the source cannot stream them into tiles) pass while
+        // little else is resident (peak memory of a load is the resident weights plus the
+        // transient copies of the tensor being read).
         let npu_head = match &hex {
             Some(hex) => shared_head(hex, &cfg)?,
             None => None,
         };
-        let head = match npu_head {
-            Some(head) => head,
-            None if cfg.tie_word_embeddings => {
-                prepare(Linear::on_backend(embed_p.clone(), None, backend, which)?)?
+        let (embed, head) = match packed(Role::Embed, v, h)? {
+            // A tied head and the embedding gather read the same tiles.
+            Some(table) => {
+                let head = match npu_head {
+                    Some(head) => head,
+                    None if cfg.tie_word_embeddings => Linear::Cpu(table.clone()),
+                    None => lin(Role::Head, v, h, None)?,
+                };
+                (Embedding::packed(table, dtype), head)
             }
-            None => lin(Role::Head, v, h, None)?,
+            None => {
+                let embed_p = w.get(Role::Embed, &[v, h])?;
+                let head = match npu_head {
+                    Some(head) => head,
+                    None if cfg.tie_word_embeddings => {
+                        prepare(Linear::on_backend(embed_p.clone(), None, backend, which)?)?
+                    }
+                    None => lin(Role::Head, v, h, None)?,
+                };
+                (Embedding::new(embed_p, dtype), head)
+            }
         };
-        let embed = Embedding::new(embed_p, dtype);
         release_freed_pages();
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {

@@ -104,26 +104,60 @@ pub struct DenseMatrix {
 impl DenseMatrix {
     /// Re-lay row-major raw little-endian elements of `ty` (`n` rows of `k`) into tile order.
     pub fn from_row_major(ty: DenseType, n: usize, k: usize, raw: &[u8]) -> Result<Self> {
-        let len = tiles_len(ty, n, k)?;
+        let mut m = Self::zeroed(ty, n, k)?;
         check_len(
             "dense weight bytes",
             raw.len(),
-            mul(
-                "dense weight bytes",
-                mul("dense weight bytes", n, k)?,
-                ty.size(),
-            )?,
+            mul("dense weight bytes", m.row_bytes(), n)?,
         )?;
-        let mut data = AlignedBytes::zeroed(len);
-        let dst = data.as_mut_slice();
-        let (kt_n, es) = (k.div_ceil(TILE), ty.size());
-        for (row, src_row) in raw.chunks_exact(k * es).enumerate() {
+        m.set_rows(0, raw)?;
+        Ok(m)
+    }
+
+    /// An `n x k` matrix of `ty` with every element zero, to be filled a few rows at a time
+    /// with [`DenseMatrix::set_rows`]: a loader streams a matrix from its file into the tiles
+    /// without holding the matrix's rows whole on the way.
+    pub fn zeroed(ty: DenseType, n: usize, k: usize) -> Result<Self> {
+        Ok(Self {
+            ty,
+            n,
+            k,
+            data: AlignedBytes::zeroed(tiles_len(ty, n, k)?),
+        })
+    }
+
+    /// Bytes of one row-major row (`k` elements of the matrix's type; no overflow: the tiles,
+    /// which hold at least a row, were allocated).
+    pub fn row_bytes(&self) -> usize {
+        self.k * self.ty.size()
+    }
+
+    /// Write rows `first..first + raw.len() / row_bytes` from row-major raw little-endian
+    /// elements of the matrix's type; `raw` must hold whole rows that fit in the matrix.
+    pub fn set_rows(&mut self, first: usize, raw: &[u8]) -> Result<()> {
+        let row_bytes = self.row_bytes();
+        if !raw.len().is_multiple_of(row_bytes)
+            || raw.len() / row_bytes > self.n.saturating_sub(first)
+        {
+            return Err(Error::Shape {
+                op: "dense weight rows",
+                what: format!(
+                    "{} bytes at row {first}: not whole rows of {row_bytes} bytes inside the {} rows",
+                    raw.len(),
+                    self.n
+                ),
+            });
+        }
+        let dst = self.data.as_mut_slice();
+        let (kt_n, es) = (self.k.div_ceil(TILE), self.ty.size());
+        for (i, src_row) in raw.chunks_exact(row_bytes).enumerate() {
+            let row = first + i;
             for (col, e) in src_row.chunks_exact(es).enumerate() {
                 let at = tile_index(kt_n, row, col) * es;
                 dst[at..at + es].copy_from_slice(e);
             }
         }
-        Ok(Self { ty, n, k, data })
+        Ok(())
     }
 
     /// From f32 values (kept f32).

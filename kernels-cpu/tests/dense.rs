@@ -145,3 +145,34 @@ fn bad_shapes_are_named_errors() {
     let e = DenseView::hmx_f16_tiles(&[0u8; 100], 32, 32).unwrap_err();
     assert!(e.to_string().contains("dense weight tiles"), "{e}");
 }
+
+#[test]
+fn a_matrix_filled_a_few_rows_at_a_time_is_the_matrix_packed_whole() {
+    // What a streaming loader does: rows arrive in chunks (and, for a permuted tensor, one row
+    // at a time out of order); the tiles must be the ones packed from the whole row-major matrix.
+    let (n, k) = (70, 45);
+    let w = Rng::new(9).vec(n * k);
+    let raw: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let whole = DenseMatrix::from_row_major(DenseType::F32, n, k, &raw).unwrap();
+    let mut chunked = DenseMatrix::zeroed(DenseType::F32, n, k).unwrap();
+    let row_bytes = chunked.row_bytes();
+    assert_eq!(row_bytes, k * 4);
+    for (i, chunk) in raw.chunks(row_bytes * 32).enumerate() {
+        chunked.set_rows(i * 32, chunk).unwrap();
+    }
+    assert_eq!(whole.view().bytes(), chunked.view().bytes());
+    let mut reversed = DenseMatrix::zeroed(DenseType::F32, n, k).unwrap();
+    for r in (0..n).rev() {
+        reversed
+            .set_rows(r, &raw[r * row_bytes..(r + 1) * row_bytes])
+            .unwrap();
+    }
+    assert_eq!(whole.view().bytes(), reversed.view().bytes());
+    // Rows past the end and partial rows are errors, and change nothing.
+    let before = reversed.view().bytes().to_vec();
+    let e = reversed.set_rows(n - 1, &raw[..2 * row_bytes]).unwrap_err();
+    assert!(e.to_string().contains("inside the 70 rows"), "{e}");
+    assert!(reversed.set_rows(0, &raw[..row_bytes - 4]).is_err());
+    assert!(reversed.set_rows(n + 1, &raw[..row_bytes]).is_err());
+    assert_eq!(before, reversed.view().bytes());
+}
