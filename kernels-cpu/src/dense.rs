@@ -76,6 +76,21 @@ pub fn tiles_len(ty: DenseType, n: usize, k: usize) -> Result<usize> {
     mul("dense weights", tiles, TILE_ELEMS * ty.size())
 }
 
+/// Row `row` (row-major elements of `ES` bytes) into its place in tile order: a tile row holds
+/// its K pairs 64 elements apart, each pair two consecutive elements.
+fn scatter_row<const ES: usize>(dst: &mut [u8], kt_n: usize, row: usize, src: &[u8]) {
+    let mut pairs = src.chunks_exact(2 * ES);
+    for (p, pair) in pairs.by_ref().enumerate() {
+        let at = tile_index(kt_n, row, 2 * p) * ES;
+        dst[at..at + 2 * ES].copy_from_slice(pair);
+    }
+    let last = pairs.remainder();
+    if !last.is_empty() {
+        let at = tile_index(kt_n, row, src.len() / ES - 1) * ES;
+        dst[at..at + ES].copy_from_slice(last);
+    }
+}
+
 /// Element index of `(row n, column k)` in tile order.
 fn tile_index(kt_n: usize, row: usize, col: usize) -> usize {
     let tile = (row / TILE) * kt_n + col / TILE;
@@ -148,13 +163,14 @@ impl DenseMatrix {
                 ),
             });
         }
+        let kt_n = self.k.div_ceil(TILE);
         let dst = self.data.as_mut_slice();
-        let (kt_n, es) = (self.k.div_ceil(TILE), self.ty.size());
         for (i, src_row) in raw.chunks_exact(row_bytes).enumerate() {
-            let row = first + i;
-            for (col, e) in src_row.chunks_exact(es).enumerate() {
-                let at = tile_index(kt_n, row, col) * es;
-                dst[at..at + es].copy_from_slice(e);
+            // Sized copies (not a `memcpy` call per element): a 1.5B-parameter file packs in
+            // seconds rather than a minute.
+            match self.ty.size() {
+                4 => scatter_row::<4>(dst, kt_n, first + i, src_row),
+                _ => scatter_row::<2>(dst, kt_n, first + i, src_row),
             }
         }
         Ok(())
