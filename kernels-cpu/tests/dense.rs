@@ -176,3 +176,42 @@ fn a_matrix_filled_a_few_rows_at_a_time_is_the_matrix_packed_whole() {
     assert!(reversed.set_rows(n + 1, &raw[..row_bytes]).is_err());
     assert_eq!(before, reversed.view().bytes());
 }
+
+#[test]
+fn half_weights_widened_once_per_pass_give_the_bits_of_widening_at_each_load() {
+    // A pass of 24 or more rows widens each f16/bf16 slab to f32 once; fewer rows widen at each
+    // load. Widening is exact, so a 40-row call equals 40 one-row calls bit for bit, on every path.
+    let mut rng = Rng::new(17);
+    let (n, k, m) = (70, 90, 40);
+    let w32 = rng.vec(n * k);
+    let x = rng.vec(m * k);
+    let bias = rng.vec(n);
+    let h: Vec<f16> = w32.iter().map(|&v| f16::from_f32(v)).collect();
+    let b: Vec<bf16> = w32.iter().map(|&v| bf16::from_f32(v)).collect();
+    for mat in [
+        DenseMatrix::from_f16(&h, n, k).unwrap(),
+        DenseMatrix::from_bf16(&b, n, k).unwrap(),
+    ] {
+        for isa in Isa::available() {
+            // One thread: the call's 40 rows are one task's pass.
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap();
+            let mut all = vec![0f32; m * n];
+            pool.install(|| mat.view().gemm_with(isa, &x, m, Some(&bias), &mut all))
+                .unwrap();
+            for r in 0..m {
+                let mut one = vec![0f32; n];
+                mat.view()
+                    .gemm_with(isa, &x[r * k..(r + 1) * k], 1, Some(&bias), &mut one)
+                    .unwrap();
+                let same = one
+                    .iter()
+                    .zip(&all[r * n..(r + 1) * n])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{:?} {isa} row {r}", mat.view().dtype());
+            }
+        }
+    }
+}
