@@ -125,6 +125,64 @@ fn cpu_pointwise(a: &Tensor, b: &Tensor, op: PointwiseOp) -> Result<Option<Tenso
     Ok(Some(Tensor::from_vec(out, a.shape(), a.device())?))
 }
 
+/// kernels-cpu's rotary embedding of `x` `(b, t, heads, d)` with tables `(t, d / 2)` (or one per
+/// batch, `(b, t, d / 2)`), for contiguous f32 CPU tensors, read in place: candle's `rope_thd`
+/// bits, vectorised and on the current rayon pool. `None` for anything else (the caller uses
+/// candle's op).
+fn cpu_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
+    use candle_core::{CpuStorage, Storage};
+    let Ok((b, _, heads, d)) = x.dims4() else {
+        return Ok(None);
+    };
+    if [x.dtype(), cos.dtype(), sin.dtype()] != [DType::F32; 3] || cos.shape() != sin.shape() {
+        return Ok(None);
+    }
+    let per_batch = cos.rank() == 3;
+    let (sx, lx) = x.storage_and_layout();
+    let (sc, lc) = cos.storage_and_layout();
+    let (ss, ls) = sin.storage_and_layout();
+    let (
+        Storage::Cpu(CpuStorage::F32(vx)),
+        Storage::Cpu(CpuStorage::F32(vc)),
+        Storage::Cpu(CpuStorage::F32(vs)),
+    ) = (&*sx, &*sc, &*ss)
+    else {
+        return Ok(None);
+    };
+    let (Some((x0, x1)), Some((c0, c1)), Some((s0, s1))) = (
+        lx.contiguous_offsets(),
+        lc.contiguous_offsets(),
+        ls.contiguous_offsets(),
+    ) else {
+        return Ok(None);
+    };
+    let (xv, cv, sv) = (&vx[x0..x1], &vc[c0..c1], &vs[s0..s1]);
+    let mut out = vec![0f32; xv.len()];
+    let per_x = xv.len() / b.max(1);
+    let per_cs = if per_batch {
+        cv.len() / b.max(1)
+    } else {
+        cv.len()
+    };
+    for i in 0..b {
+        let cs = if per_batch {
+            i * per_cs..(i + 1) * per_cs
+        } else {
+            0..per_cs
+        };
+        kernels_cpu::pointwise::rope(
+            &xv[i * per_x..(i + 1) * per_x],
+            &cv[cs.clone()],
+            &sv[cs],
+            heads,
+            d,
+            &mut out[i * per_x..(i + 1) * per_x],
+        )?;
+    }
+    drop((sx, sc, ss));
+    Ok(Some(Tensor::from_vec(out, x.shape(), x.device())?))
+}
+
 /// NeoX / HF `rotate_half` rotary embedding tables, grown on demand.
 #[derive(Debug)]
 pub struct Rope {
@@ -229,11 +287,14 @@ impl Rope {
             (OpMode::Fused, Backend::Hexagon(d)) => Ok(candle_hexagon::ops::rope(d, x, cos, sin)?),
             #[cfg(not(feature = "hexagon"))]
             (OpMode::Fused, Backend::Hexagon(d)) => match *d {},
-            (OpMode::Fused, Backend::Cpu) => Ok(candle_nn::rotary_emb::rope_thd(
-                &x.contiguous()?,
-                &cos.contiguous()?,
-                &sin.contiguous()?,
-            )?),
+            (OpMode::Fused, Backend::Cpu) => match cpu_rope(x, cos, sin)? {
+                Some(t) => Ok(t),
+                None => Ok(candle_nn::rotary_emb::rope_thd(
+                    &x.contiguous()?,
+                    &cos.contiguous()?,
+                    &sin.contiguous()?,
+                )?),
+            },
             (OpMode::Differentiable, _) => {
                 let (_, n, _, d) = x.dims4()?;
                 let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, n, 1, d))?;

@@ -1,5 +1,5 @@
-//! Pointwise ops of the transformer block that sit between the GEMMs: SwiGLU (`silu(gate) * up`)
-//! and the residual add, split over the current rayon pool.
+//! Pointwise ops of the transformer block that sit between the GEMMs: SwiGLU (`silu(gate) * up`),
+//! the residual add and the rotary embedding, split over the current rayon pool.
 //!
 //! The exponential is the attention's polynomial in plain f32 operations ([`crate::expf`]), not
 //! the C library's: the same operations in the same order on every target and SIMD width (Rust
@@ -64,6 +64,90 @@ fn add_chunk(a: &[f32], b: &[f32], out: &mut [f32]) {
         return unsafe { add_avx2(a, b, out) };
     }
     add_body(a, b, out)
+}
+
+/// One position's rotation, every head: `x` and `out` are `heads x d`, `cos`/`sin` `d / 2`.
+#[inline(always)]
+fn rope_body(x: &[f32], cos: &[f32], sin: &[f32], d: usize, out: &mut [f32]) {
+    for (xh, oh) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        let (x1, x2) = xh.split_at(d / 2);
+        let (o1, o2) = oh.split_at_mut(d / 2);
+        for i in 0..d / 2 {
+            let (a, b, c, s) = (x1[i], x2[i], cos[i], sin[i]);
+            o1[i] = a * c - b * s;
+            o2[i] = a * s + b * c;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rope_avx2(x: &[f32], cos: &[f32], sin: &[f32], d: usize, out: &mut [f32]) {
+    rope_body(x, cos, sin, d, out)
+}
+
+fn rope_position(x: &[f32], cos: &[f32], sin: &[f32], d: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked above); the body is safe code.
+        return unsafe { rope_avx2(x, cos, sin, d, out) };
+    }
+    rope_body(x, cos, sin, d, out)
+}
+
+/// Rotary embedding, rotate-half form, of `x` laid out `(positions, heads, d)`: with `x1`, `x2`
+/// the halves of a head and `c`, `s` its position's row of `cos`, `sin` (`(positions, d / 2)`),
+/// `out = [x1 c - x2 s, x1 s + x2 c]`. The products are rounded and then added (never fused), as
+/// candle's `rope_thd` computes them, so the results are its bits.
+pub fn rope(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    heads: usize,
+    d: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let row = heads.checked_mul(d).filter(|_| d % 2 == 0 && d > 0);
+    let Some(row) = row else {
+        return Err(Error::Shape {
+            op: "rope",
+            what: format!("{heads} heads of {d} values (the head size must be even and positive)"),
+        });
+    };
+    let positions = cos.len() / (d / 2);
+    if x.len() != out.len()
+        || cos.len() != sin.len()
+        || cos.len() % (d / 2) != 0
+        || x.len() != positions * row
+    {
+        return Err(Error::Shape {
+            op: "rope",
+            what: format!(
+                "{} inputs, {} outputs and {}/{} cos/sin values for heads of {d} ({heads} per position)",
+                x.len(),
+                out.len(),
+                cos.len(),
+                sin.len()
+            ),
+        });
+    }
+    let one = |(p, (x, o)): (usize, (&[f32], &mut [f32]))| {
+        let cs = p * (d / 2)..(p + 1) * (d / 2);
+        rope_position(x, &cos[cs.clone()], &sin[cs], d, o)
+    };
+    if out.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
+        x.chunks_exact(row)
+            .zip(out.chunks_exact_mut(row))
+            .enumerate()
+            .for_each(one);
+    } else {
+        x.par_chunks_exact(row)
+            .zip(out.par_chunks_exact_mut(row))
+            .enumerate()
+            .with_min_len(CHUNK.div_ceil(row))
+            .for_each(one);
+    }
+    Ok(())
 }
 
 fn check(what: &'static str, a: usize, b: usize, out: usize) -> Result<()> {
@@ -163,5 +247,60 @@ mod tests {
         let mut o = [0f32; 3];
         assert!(swiglu(&[1.0; 3], &[1.0; 2], &mut o).is_err());
         assert!(add(&[1.0; 4], &[1.0; 3], &mut o).is_err());
+        // rope: an odd head size, a cos table that is not whole positions, x not matching it.
+        let mut o = [0f32; 12];
+        assert!(rope(&[1.0; 12], &[1.0; 3], &[1.0; 3], 2, 3, &mut o).is_err());
+        assert!(rope(&[1.0; 12], &[1.0; 3], &[1.0; 3], 2, 4, &mut o).is_err());
+        assert!(rope(&[1.0; 12], &[1.0; 4], &[1.0; 4], 2, 4, &mut o).is_err());
+        assert!(rope(&[1.0; 16], &[1.0; 4], &[1.0; 4], 2, 4, &mut o).is_err());
+    }
+
+    #[test]
+    fn rope_is_the_rotation_with_products_rounded_and_threads_change_nothing() {
+        let (positions, heads, d) = (200, 6, 64);
+        let n = positions * heads * d;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 2001) as f32 / 500.0 - 2.0)
+            .collect();
+        let angle = |p: usize, i: usize| p as f64 * 10_000f64.powf(-((2 * i) as f64) / d as f64);
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for p in 0..positions {
+            for i in 0..d / 2 {
+                cos.push(angle(p, i).cos() as f32);
+                sin.push(angle(p, i).sin() as f32);
+            }
+        }
+        let pool = |t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        };
+        let mut one = vec![0f32; n];
+        pool(1)
+            .install(|| rope(&x, &cos, &sin, heads, d, &mut one))
+            .unwrap();
+        for p in 0..positions {
+            for h in 0..heads {
+                for i in 0..d / 2 {
+                    let at = (p * heads + h) * d + i;
+                    let (a, b) = (x[at], x[at + d / 2]);
+                    let (c, s) = (cos[p * d / 2 + i], sin[p * d / 2 + i]);
+                    // Each product rounded to f32, then the sum rounded: the exact bits.
+                    assert_eq!(one[at].to_bits(), (a * c - b * s).to_bits());
+                    assert_eq!(one[at + d / 2].to_bits(), (a * s + b * c).to_bits());
+                }
+            }
+        }
+        for t in [2, 3] {
+            let mut many = vec![0f32; n];
+            pool(t)
+                .install(|| rope(&x, &cos, &sin, heads, d, &mut many))
+                .unwrap();
+            assert!(one
+                .iter()
+                .zip(&many)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
     }
 }
