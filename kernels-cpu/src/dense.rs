@@ -343,11 +343,9 @@ impl<'a> DenseView<'a> {
                     pack_pairs(&x[rows.start * k..rows.end * k], rows.len(), k, kp, xs);
                     s.tag = tag;
                 }
-                let wide = scratch::grow(&mut s.wide, kp * MAX_LANES).as_mut_ptr();
                 let job = Job {
                     w: *self,
                     x: xs,
-                    wide,
                     m: rows.len(),
                     // SAFETY: row `rows.start` is inside the `m x n` output.
                     out: OutPtr(unsafe { out.get().add(rows.start * n) }),
@@ -408,9 +406,6 @@ pub(crate) struct Job<'a> {
     w: DenseView<'a>,
     /// Activations, K-pair-major ([`pack_pairs`]).
     x: &'a [f32],
-    /// This task's buffer of `kp * MAX_LANES` floats for one half-precision slab widened to f32
-    /// (its thread's, for the task's duration).
-    wide: *mut f32,
     /// Activation rows.
     m: usize,
     out: OutPtr,
@@ -461,15 +456,7 @@ struct Slab {
     ldo: usize,
     bias: *const f32,
     nvalid: usize,
-    /// Elements from one K pair of the slab to the next: 64 in the tiles (a tile row of K
-    /// pairs), `2 * LANES` in a widened copy.
-    pair_stride: usize,
 }
-
-/// Rows of a pass from which a half-precision slab is widened to f32 once for the pass, rather
-/// than by each micro-kernel as it loads it (two or more micro-kernels share the conversion;
-/// widening is exact, so the results are the same bits).
-const WIDEN_ROWS: usize = 24;
 
 #[inline(always)]
 pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Range<usize>) {
@@ -502,36 +489,13 @@ pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Ran
             ldo: w.n,
             bias,
             nvalid,
-            pair_stride: 2 * TILE,
         };
-        let pairs = kt_n * TILE / 2;
-        let widen = w.ty != DenseType::F32 && rows.len() >= WIDEN_ROWS;
-        let sl = if widen {
-            for p in 0..pairs {
-                for half in 0..2 {
-                    let at = p * sl.pair_stride + half * S::LANES;
-                    let v = match w.ty {
-                        DenseType::F16 => load_w::<S, 1>(sl.tiles, at),
-                        _ => load_w::<S, 2>(sl.tiles, at),
-                    };
-                    S::store(job.wide.add((2 * p + half) * S::LANES), v, S::LANES);
-                }
-            }
-            Slab {
-                tiles: job.wide.cast_const().cast::<u8>(),
-                pair_stride: 2 * S::LANES,
-                ..sl
-            }
-        } else {
-            sl
-        };
-        let ty = if widen { DenseType::F32 } else { w.ty };
         let mut m = rows.start;
         while m < rows.end {
             let left = rows.end - m;
             macro_rules! go {
                 ($mr:literal) => {{
-                    match ty {
+                    match w.ty {
                         DenseType::F32 => k_dense::<S, $mr, 0>(&sl, job, m),
                         DenseType::F16 => k_dense::<S, $mr, 1>(&sl, job, m),
                         DenseType::BF16 => k_dense::<S, $mr, 2>(&sl, job, m),
@@ -578,17 +542,19 @@ unsafe fn k_dense<S: Simd, const MR: usize, const T: u8>(sl: &Slab, job: &Job<'_
     // Pair p of rows m0.. starts at (p * m + m0) * 2.
     let mut x = job.x.as_ptr().add(m0 * 2);
     let step = job.m * 2;
-    let mut e = 0;
-    for _ in 0..sl.kt_n * TILE / 2 {
-        let w0 = load_w::<S, T>(sl.tiles, e);
-        let w1 = load_w::<S, T>(sl.tiles, e + S::LANES);
-        for i in 0..MR {
-            let xb = S::splat_pair(x.add(2 * i));
-            a0[i] = S::fma(w0, xb, a0[i]);
-            a1[i] = S::fma(w1, xb, a1[i]);
+    for kt in 0..sl.kt_n {
+        let t = kt * TILE_ELEMS;
+        for kp in 0..TILE / 2 {
+            let e = t + kp * 64;
+            let w0 = load_w::<S, T>(sl.tiles, e);
+            let w1 = load_w::<S, T>(sl.tiles, e + S::LANES);
+            for i in 0..MR {
+                let xb = S::splat_pair(x.add(2 * i));
+                a0[i] = S::fma(w0, xb, a0[i]);
+                a1[i] = S::fma(w1, xb, a1[i]);
+            }
+            x = x.add(step);
         }
-        x = x.add(step);
-        e += sl.pair_stride;
     }
     for i in 0..MR {
         let mut v = S::pair_sum(a0[i], a1[i]);

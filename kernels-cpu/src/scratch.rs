@@ -20,8 +20,6 @@ pub(crate) struct Scratch {
     pub row: RowBufs,
     /// K-pair-major activations of the rows a task covers ([`crate::dense`]).
     pub pairs: Vec<f32>,
-    /// One weight slab widened from f16/bf16 to f32 for a pass of rows ([`crate::dense`]).
-    pub wide: Vec<f32>,
     /// Attention's per-task arrays ([`crate::attention`]).
     pub attn: Vec<f32>,
     /// Which activations `acts` or `pairs` hold: `(call, first row, end row)`, so a thread that
