@@ -11,7 +11,7 @@ pub enum Backend {
     /// The CPU: the linear layers are `kernels-cpu` GEMMs over weights packed once at load
     /// ([`CpuLinear`]; candle's matmul instead under [`CpuLinears::Candle`], and candle's
     /// `QMatMul` for GGUF types without a kernel), attention over the KV cache is `kernels-cpu`'s,
-    /// and RMSNorm, RoPE and SwiGLU are candle-nn's fused CPU ops.
+    /// and so are SwiGLU, the residual add and RoPE (f32); RMSNorm is candle-nn's fused CPU op.
     #[default]
     Cpu,
     /// The Hexagon NPU (emulated DSP or FastRPC), with CPU fallback per op.

@@ -3,8 +3,9 @@
 //! [`crate::linear`] and are re-exported here, where the model code has always found them.
 //!
 //! Every op has two forms selected by [`OpMode`]: fused CPU kernels for inference (candle's
-//! `rms_norm` and `rope_thd`; kernels-cpu's attention, SwiGLU and residual add, split over the
-//! model's pool), and differentiable compositions for training (fused ops have no backward pass).
+//! `rms_norm`; kernels-cpu's attention, SwiGLU, residual add and RoPE — the last with the bits of
+//! candle's `rope_thd`, which serves the other dtypes — split over the model's pool), and
+//! differentiable compositions for training (fused ops have no backward pass).
 //!
 //! With [`Backend::Hexagon`] the fused forms run on the Hexagon NPU through `candle-hexagon`:
 //! linear layers own weights packed into NPU memory at load time ([`Linear::Hex`]); on the CPU
