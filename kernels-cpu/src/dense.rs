@@ -505,8 +505,12 @@ pub(crate) unsafe fn task<S: Simd>(job: &Job<'_>, slabs: Range<usize>, rows: Ran
             }
             // Eight or more independent accumulators wherever the rows allow (an FMA's latency
             // is four cycles at two per cycle): a pass's last rows are not left to one- and
-            // two-row kernels that wait on their own few chains.
-            m += if S::LANES >= 16 && left >= 12 {
+            // two-row kernels that wait on their own few chains. 14 rows with 16 lanes fill 28 of
+            // the 32 vector registers with accumulators (two for the weights, one broadcast), so
+            // each weight load (and f16 conversion) feeds 28 FMAs; a 64-row pass is 14 x 4 + 8.
+            m += if S::LANES >= 16 && left >= 14 {
+                go!(14)
+            } else if S::LANES >= 16 && left >= 12 {
                 go!(12)
             } else if S::LANES >= 16 && left >= 8 {
                 go!(8)
