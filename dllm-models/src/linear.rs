@@ -603,8 +603,8 @@ impl Embedding {
         }
     }
 
-    /// Gather rows of packed `(vocab, hidden)` weights (the tiles of a tied LM head, read in
-    /// place); outputs are produced in `dtype`.
+    /// Gather rows of packed `(vocab, hidden)` weights (a table a loader streamed into tiles,
+    /// the same bytes a tied LM head reads); outputs are produced in `dtype`.
     pub fn packed(table: CpuLinear, dtype: DType) -> Self {
         Self {
             table: Table::Packed(table),
