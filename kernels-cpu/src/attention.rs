@@ -53,6 +53,16 @@ pub trait Element: Copy + Send + Sync + 'static {
     fn to_f32_slice(src: &[Self], out: &mut [f32]);
     /// Narrow a slice from `src` (same length), rounding to nearest even.
     fn from_f32_slice(src: &[f32], out: &mut [Self]);
+    /// [`Element::to_f32_slice`] inlined into AVX-512 code (f16: `vcvtph2ps` in place of the
+    /// `half` crate's call per eight elements, which took a tenth of the attention's time).
+    ///
+    /// # Safety
+    /// The CPU runs AVX-512 F.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn to_f32_slice_avx512(src: &[Self], out: &mut [f32]) {
+        Self::to_f32_slice(src, out)
+    }
 }
 
 impl Element for f32 {
@@ -72,6 +82,28 @@ impl Element for f16 {
     }
     fn from_f32_slice(src: &[f32], out: &mut [f16]) {
         out.convert_from_f32_slice(src);
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn to_f32_slice_avx512(src: &[f16], out: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = src.len();
+        assert_eq!(
+            n,
+            out.len(),
+            "widening {n} halves into {} floats",
+            out.len()
+        );
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: elements `i..i + 16` are inside both slices; the caller runs AVX-512 F.
+            let h = _mm256_loadu_si256(src.as_ptr().add(i).cast());
+            _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_cvtph_ps(h));
+            i += 16;
+        }
+        for (o, x) in out[i..].iter_mut().zip(&src[i..]) {
+            *o = x.to_f32();
+        }
     }
 }
 
@@ -317,7 +349,7 @@ fn task_dispatch<'b, Q: Element, T: Element>(
         }
     }
     let _ = isa;
-    task(q, segs, s, scale, rows, kh, buf)
+    task::<false, Q, T>(q, segs, s, scale, rows, kh, buf)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -332,7 +364,8 @@ unsafe fn task_avx512<'b, Q: Element, T: Element>(
     kh: usize,
     buf: &'b mut Vec<f32>,
 ) -> &'b mut [f32] {
-    task(q, segs, s, scale, rows, kh, buf)
+    // `true`: the AVX-512 micro-kernels, which this function's target features compile.
+    task::<true, Q, T>(q, segs, s, scale, rows, kh, buf)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -347,7 +380,7 @@ unsafe fn task_avx2<'b, Q: Element, T: Element>(
     kh: usize,
     buf: &'b mut Vec<f32>,
 ) -> &'b mut [f32] {
-    task(q, segs, s, scale, rows, kh, buf)
+    task::<false, Q, T>(q, segs, s, scale, rows, kh, buf)
 }
 
 /// The attention of query rows `rows` for the `group` query heads of kv head `kh`; returns
@@ -355,7 +388,7 @@ unsafe fn task_avx2<'b, Q: Element, T: Element>(
 /// size serves every task of a call).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn task<'b, Q: Element, T: Element>(
+fn task<'b, const WIDE: bool, Q: Element, T: Element>(
     q: &[Q],
     segs: &[KvSegment<'_, T>],
     s: AttnShape,
@@ -410,14 +443,27 @@ fn task<'b, Q: Element, T: Element>(
             while r < seg.rows && nk < KEY_BLOCK {
                 if !seg.skip.contains(r, &mut cursor) {
                     let off = r * seg.row_stride + kh * d;
-                    T::to_f32_slice(&seg.k[off..off + d], &mut kb[nk * d..(nk + 1) * d]);
-                    T::to_f32_slice(&seg.v[off..off + d], &mut vb[nk * d..(nk + 1) * d]);
+                    let (k, v) = (&seg.k[off..off + d], &seg.v[off..off + d]);
+                    let (ko, vo) = (&mut kb[nk * d..(nk + 1) * d], &mut vb[nk * d..(nk + 1) * d]);
+                    #[cfg(target_arch = "x86_64")]
+                    if WIDE {
+                        // SAFETY: `WIDE` is only instantiated by AVX-512 code.
+                        unsafe {
+                            T::to_f32_slice_avx512(k, ko);
+                            T::to_f32_slice_avx512(v, vo);
+                        }
+                        nk += 1;
+                        r += 1;
+                        continue;
+                    }
+                    T::to_f32_slice(k, ko);
+                    T::to_f32_slice(v, vo);
                     nk += 1;
                 }
                 r += 1;
             }
             if nk > 0 {
-                block(qt, &kb[..nk * d], &vb[..nk * d], d, nk, sc, m, l, acc);
+                block::<WIDE>(qt, &kb[..nk * d], &vb[..nk * d], d, nk, sc, m, l, acc);
             }
         }
     }
@@ -441,15 +487,21 @@ const LANES: usize = 16;
 /// Keys whose scores are computed together (independent add chains sharing each query load), and
 /// queries whose value sums are (independent chains sharing each value load).
 const AT_ONCE: usize = 4;
+/// The same on AVX-512 ([`wide`]): 32 registers hold eight 16-lane chains, so the adds' latency
+/// is hidden (with four, the scores and the value sums waited on it: half the attention's time).
+/// The chains are independent, so their number never changes the bits.
+#[cfg(target_arch = "x86_64")]
+const AT_ONCE_WIDE: usize = 8;
 
 /// One key block: scores, online-softmax update, value accumulation, with the queries in the
 /// lanes (`qt` is `d x nq`): a score is a sum over the head dimension in order, one multiply and
 /// one add per element, and a query's softmax sums its keys in order, lane by lane, so nothing is
 /// reduced across lanes and the bits are the same at any SIMD width. The scores go to `sc`
-/// key-major (`nk x nq`).
+/// key-major (`nk x nq`). `WIDE` (only from AVX-512 code: [`task_dispatch`]) runs whole 16-lane
+/// blocks through [`wide`]'s eight-chain micro-kernels, the same operations in the same order.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn block(
+fn block<const WIDE: bool>(
     qt: &[f32],
     kb: &[f32],
     vb: &[f32],
@@ -462,12 +514,26 @@ fn block(
 ) {
     let nq = m.len();
     let sc = &mut sc[..nk * nq];
-    let mut batch = [0usize; AT_ONCE];
+    #[cfg(target_arch = "x86_64")]
+    let at_once = if WIDE { AT_ONCE_WIDE } else { AT_ONCE };
+    #[cfg(not(target_arch = "x86_64"))]
+    let at_once = AT_ONCE;
+    let mut batch = [0usize; 8];
     let mut nb = 0;
     let mut i0 = 0;
     while i0 < nq {
         let w = (nq - i0).min(LANES);
         let mut j = 0;
+        #[cfg(target_arch = "x86_64")]
+        if WIDE && w == LANES {
+            assert!(qt.len() >= d * nq && kb.len() >= nk * d && sc.len() >= nk * nq);
+            while j + AT_ONCE_WIDE <= nk {
+                // SAFETY: `WIDE` is only instantiated by AVX-512 code; lanes `i0..i0 + 16` of
+                // `qt`'s `d` rows, keys `j..j + 8` and their score rows are in bounds (asserted).
+                unsafe { wide::scores(qt, kb, d, nq, i0, j, sc) };
+                j += AT_ONCE_WIDE;
+            }
+        }
         while j + AT_ONCE <= nk {
             scores::<AT_ONCE>(qt, kb, d, nq, i0, w, j, sc);
             j += AT_ONCE;
@@ -478,12 +544,27 @@ fn block(
         }
         // The block maximum of each query (exact in any order), the weights, their sum in key
         // order.
+        // (Two chains, odd and even keys, then their maximum: the same value, half the wait.)
         let mut mx = [f32::NEG_INFINITY; LANES];
+        let mut mx2 = [f32::NEG_INFINITY; LANES];
         mx[..w].copy_from_slice(&m[i0..i0 + w]);
-        for j in 0..nk {
+        let mut j = 0;
+        while j + 2 <= nk {
             for (x, &v) in mx[..w].iter_mut().zip(&sc[j * nq + i0..][..w]) {
                 *x = x.max(v);
             }
+            for (x, &v) in mx2[..w].iter_mut().zip(&sc[(j + 1) * nq + i0..][..w]) {
+                *x = x.max(v);
+            }
+            j += 2;
+        }
+        if j < nk {
+            for (x, &v) in mx[..w].iter_mut().zip(&sc[j * nq + i0..][..w]) {
+                *x = x.max(v);
+            }
+        }
+        for (x, &v) in mx[..w].iter_mut().zip(&mx2[..w]) {
+            *x = x.max(v);
         }
         let mut sum = [0f32; LANES];
         for j in 0..nk {
@@ -506,15 +587,121 @@ fn block(
             }
             batch[nb] = i;
             nb += 1;
-            if nb == AT_ONCE {
-                values(batch, sc, nq, nk, vb, d, acc);
+            if nb == at_once {
+                #[cfg(target_arch = "x86_64")]
+                if WIDE {
+                    assert!(
+                        vb.len() >= nk * d && acc.len() >= nq * d && batch.iter().all(|&i| i < nq)
+                    );
+                    // SAFETY: AVX-512 code (above); the queries' weights, the block's values and
+                    // the queries' accumulator rows are in bounds (asserted).
+                    unsafe { wide::values(batch, sc, nq, nk, vb, d, acc) };
+                    nb = 0;
+                    continue;
+                }
+                values(
+                    [batch[0], batch[1], batch[2], batch[3]],
+                    sc,
+                    nq,
+                    nk,
+                    vb,
+                    d,
+                    acc,
+                );
                 nb = 0;
             }
         }
         i0 += w;
     }
-    for &i in &batch[..nb] {
+    let mut rest = &batch[..nb];
+    while rest.len() >= AT_ONCE {
+        values([rest[0], rest[1], rest[2], rest[3]], sc, nq, nk, vb, d, acc);
+        rest = &rest[AT_ONCE..];
+    }
+    for &i in rest {
         values([i], sc, nq, nk, vb, d, acc);
+    }
+}
+
+/// The AVX-512 micro-kernels of [`block`]: eight independent chains of 16 lanes each, a multiply
+/// then an add per element in the order of the generic loops (so the same bits).
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::*;
+
+    use super::AT_ONCE_WIDE as N;
+
+    /// Scores of keys `j..j + 8` against the 16 queries `i0..i0 + 16`.
+    ///
+    /// # Safety
+    /// AVX-512 F; `qt` holds `d` rows of `nq` lanes with `i0 + 16 <= nq`, `kb` keys `j..j + 8`
+    /// of `d` elements, `sc` their score rows of `nq`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn scores(
+        qt: &[f32],
+        kb: &[f32],
+        d: usize,
+        nq: usize,
+        i0: usize,
+        j: usize,
+        sc: &mut [f32],
+    ) {
+        let (q, k) = (qt.as_ptr().add(i0), kb.as_ptr().add(j * d));
+        let mut r = [_mm512_setzero_ps(); N];
+        for e in 0..d {
+            let qv = _mm512_loadu_ps(q.add(e * nq));
+            for (n, rn) in r.iter_mut().enumerate() {
+                let ke = _mm512_set1_ps(*k.add(n * d + e));
+                *rn = _mm512_add_ps(*rn, _mm512_mul_ps(qv, ke));
+            }
+        }
+        let out = sc.as_mut_ptr().add(j * nq + i0);
+        for (n, rn) in r.iter().enumerate() {
+            _mm512_storeu_ps(out.add(n * nq), *rn);
+        }
+    }
+
+    /// `acc[i] += sum_j p[j][i] v[j]` for the eight queries `idx`, 16 columns at a time.
+    ///
+    /// # Safety
+    /// AVX-512 F; `sc` holds `nk` rows of `nq` weights, `vb` `nk` rows of `d` values, `acc` the
+    /// queries' rows of `d`, every `idx[n] < nq`.
+    #[inline(always)]
+    pub(super) unsafe fn values(
+        idx: [usize; N],
+        sc: &[f32],
+        nq: usize,
+        nk: usize,
+        vb: &[f32],
+        d: usize,
+        acc: &mut [f32],
+    ) {
+        let (p, v, a) = (sc.as_ptr(), vb.as_ptr(), acc.as_mut_ptr());
+        let mut c0 = 0;
+        while c0 < d {
+            let w = (d - c0).min(16);
+            let mask = if w == 16 {
+                !0
+            } else {
+                ((1u32 << w) - 1) as __mmask16
+            };
+            let mut r = [_mm512_setzero_ps(); N];
+            for (rn, &i) in r.iter_mut().zip(&idx) {
+                *rn = _mm512_maskz_loadu_ps(mask, a.add(i * d + c0));
+            }
+            for j in 0..nk {
+                let vj = _mm512_maskz_loadu_ps(mask, v.add(j * d + c0));
+                let pj = p.add(j * nq);
+                for (rn, &i) in r.iter_mut().zip(&idx) {
+                    *rn = _mm512_add_ps(*rn, _mm512_mul_ps(_mm512_set1_ps(*pj.add(i)), vj));
+                }
+            }
+            for (rn, &i) in r.iter().zip(&idx) {
+                _mm512_mask_storeu_ps(a.add(i * d + c0), mask, *rn);
+            }
+            c0 += w;
+        }
     }
 }
 

@@ -107,7 +107,7 @@ pub fn rope(
     d: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    let row = heads.checked_mul(d).filter(|_| d % 2 == 0 && d > 0);
+    let row = heads.checked_mul(d).filter(|_| d.is_multiple_of(2) && d > 0);
     let Some(row) = row else {
         return Err(Error::Shape {
             op: "rope",
@@ -117,7 +117,7 @@ pub fn rope(
     let positions = cos.len() / (d / 2);
     if x.len() != out.len()
         || cos.len() != sin.len()
-        || cos.len() % (d / 2) != 0
+        || !cos.len().is_multiple_of(d / 2)
         || x.len() != positions * row
     {
         return Err(Error::Shape {

@@ -312,4 +312,44 @@ fn every_simd_path_gives_the_same_bits() {
             "{isa}"
         );
     }
+    // f32 queries and output (every bit of the f32 sums shows), a head size that is not a
+    // multiple of 16 (partial column chunks), several whole 16-query lane groups per task and a
+    // key count that leaves every remainder (eight-key, four-key and single-key chunks).
+    let s = AttnShape {
+        q_rows: 37,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 72,
+    };
+    let row = s.kv_heads * s.head_dim;
+    let rows = 64 + 47;
+    let k: Vec<half::f16> = rng.vec(rows * row);
+    let v: Vec<half::f16> = rng.vec(rows * row);
+    let q: Vec<f32> = rng.vec(s.q_rows * s.heads * s.head_dim);
+    let segs = [KvSegment {
+        k: &k,
+        v: &v,
+        rows,
+        row_stride: row,
+        skip: Skip::None,
+    }];
+    let run = |isa: Isa| {
+        let mut out = vec![0f32; q.len()];
+        attention_with(isa, &q, &segs, s, 0.3, &mut out).unwrap();
+        out
+    };
+    let portable = run(Isa::Portable);
+    for isa in Isa::available() {
+        let o = run(isa);
+        let same = o
+            .iter()
+            .zip(&portable)
+            .filter(|(a, b)| a.to_bits() == b.to_bits())
+            .count();
+        assert_eq!(
+            same,
+            o.len(),
+            "{isa}: f32 output differs from the portable path"
+        );
+    }
 }
