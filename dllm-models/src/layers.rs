@@ -2,10 +2,10 @@
 //! bidirectional attention; the weight-owning layers ([`Linear`], [`Embedding`]) live in
 //! [`crate::linear`] and are re-exported here, where the model code has always found them.
 //!
-//! Every op has two forms selected by [`OpMode`]: fused CPU kernels for inference (candle's
-//! `rms_norm`; kernels-cpu's attention, SwiGLU, residual add and RoPE — the last with the bits of
-//! candle's `rope_thd`, which serves the other dtypes — split over the model's pool), and
-//! differentiable compositions for training (fused ops have no backward pass).
+//! Every op has two forms selected by [`OpMode`]: fused CPU kernels for inference
+//! (kernels-cpu's attention, SwiGLU, residual add, RoPE and RMSNorm — the last two with the bits
+//! of candle's `rope_thd` and `rms_norm`, which serve the other dtypes — split over the model's
+//! pool), and differentiable compositions for training (fused ops have no backward pass).
 //!
 //! With [`Backend::Hexagon`] the fused forms run on the Hexagon NPU through `candle-hexagon`:
 //! linear layers own weights packed into NPU memory at load time ([`Linear::Hex`]); on the CPU
@@ -61,7 +61,11 @@ impl RmsNorm {
     pub fn forward(&self, x: &Tensor, mode: OpMode) -> Result<Tensor> {
         Ok(match (mode, &self.backend) {
             (OpMode::Fused, Backend::Cpu) => {
-                candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)?
+                let x = x.contiguous()?;
+                match cpu_rms_norm(&x, &self.weight, self.eps)? {
+                    Some(t) => t,
+                    None => candle_nn::ops::rms_norm(&x, &self.weight, self.eps)?,
+                }
             }
             #[cfg(feature = "hexagon")]
             (OpMode::Fused, Backend::Hexagon(d)) => {
@@ -103,27 +107,56 @@ pub fn add(a: &Tensor, b: &Tensor, mode: OpMode) -> Result<Tensor> {
 /// A kernels-cpu element-wise op of two inputs into an output of the same length.
 type PointwiseOp = fn(&[f32], &[f32], &mut [f32]) -> kernels_cpu::Result<()>;
 
+/// `f` over the f32 contents of `ts`, read in place (each tensor's storage locked for reading
+/// while `f` runs); `None` when any of them is not a contiguous f32 CPU tensor (the callers then
+/// use candle's op).
+fn with_f32_slices<R>(ts: &[&Tensor], f: impl FnOnce(&[&[f32]]) -> Result<R>) -> Result<Option<R>> {
+    use candle_core::{CpuStorage, Storage};
+    if ts.iter().any(|t| t.dtype() != DType::F32) {
+        return Ok(None);
+    }
+    let held: Vec<_> = ts.iter().map(|t| t.storage_and_layout()).collect();
+    let mut slices = Vec::with_capacity(ts.len());
+    for (storage, layout) in &held {
+        let (Storage::Cpu(CpuStorage::F32(v)), Some((o0, o1))) =
+            (&**storage, layout.contiguous_offsets())
+        else {
+            return Ok(None);
+        };
+        slices.push(&v[o0..o1]);
+    }
+    f(&slices).map(Some)
+}
+
 /// `op` over two contiguous f32 CPU tensors of one shape, read in place, on the current rayon
 /// pool; `None` for anything else (the caller uses candle's op).
 fn cpu_pointwise(a: &Tensor, b: &Tensor, op: PointwiseOp) -> Result<Option<Tensor>> {
-    use candle_core::{CpuStorage, Storage};
-    if a.dtype() != DType::F32 || b.dtype() != DType::F32 || a.shape() != b.shape() {
+    if a.shape() != b.shape() {
         return Ok(None);
     }
-    let (sa, la) = a.storage_and_layout();
-    let (sb, lb) = b.storage_and_layout();
-    let (Storage::Cpu(CpuStorage::F32(va)), Storage::Cpu(CpuStorage::F32(vb))) = (&*sa, &*sb)
-    else {
+    let out = with_f32_slices(&[a, b], |v| {
+        let mut out = vec![0f32; v[0].len()];
+        op(v[0], v[1], &mut out)?;
+        Ok(out)
+    })?;
+    out.map(|o| Ok(Tensor::from_vec(o, a.shape(), a.device())?))
+        .transpose()
+}
+
+/// kernels-cpu's RMSNorm of the last dimension of `x` by a `(hidden)` weight, for contiguous
+/// f32 CPU tensors, read in place: candle's `rms_norm` bits with eight rows' sums of squares at
+/// a time (candle's loop waits on each add of one row's sum). `None` for anything else.
+fn cpu_rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Option<Tensor>> {
+    if w.rank() != 1 || x.rank() == 0 || x.dims().last() != Some(&w.dim(0)?) {
         return Ok(None);
-    };
-    let (Some((a0, a1)), Some((b0, b1))) = (la.contiguous_offsets(), lb.contiguous_offsets())
-    else {
-        return Ok(None);
-    };
-    let mut out = vec![0f32; a1 - a0];
-    op(&va[a0..a1], &vb[b0..b1], &mut out)?;
-    drop((sa, sb));
-    Ok(Some(Tensor::from_vec(out, a.shape(), a.device())?))
+    }
+    let out = with_f32_slices(&[x, w], |v| {
+        let mut out = vec![0f32; v[0].len()];
+        kernels_cpu::pointwise::rms_norm(v[0], v[1], eps, &mut out)?;
+        Ok(out)
+    })?;
+    out.map(|o| Ok(Tensor::from_vec(o, x.shape(), x.device())?))
+        .transpose()
 }
 
 /// kernels-cpu's rotary embedding of `x` `(b, t, heads, d)` with tables `(t, d / 2)` (or one per
@@ -131,57 +164,41 @@ fn cpu_pointwise(a: &Tensor, b: &Tensor, op: PointwiseOp) -> Result<Option<Tenso
 /// bits, vectorised and on the current rayon pool. `None` for anything else (the caller uses
 /// candle's op).
 fn cpu_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Option<Tensor>> {
-    use candle_core::{CpuStorage, Storage};
     let Ok((b, _, heads, d)) = x.dims4() else {
         return Ok(None);
     };
-    if [x.dtype(), cos.dtype(), sin.dtype()] != [DType::F32; 3] || cos.shape() != sin.shape() {
+    if cos.shape() != sin.shape() {
         return Ok(None);
     }
     let per_batch = cos.rank() == 3;
-    let (sx, lx) = x.storage_and_layout();
-    let (sc, lc) = cos.storage_and_layout();
-    let (ss, ls) = sin.storage_and_layout();
-    let (
-        Storage::Cpu(CpuStorage::F32(vx)),
-        Storage::Cpu(CpuStorage::F32(vc)),
-        Storage::Cpu(CpuStorage::F32(vs)),
-    ) = (&*sx, &*sc, &*ss)
-    else {
-        return Ok(None);
-    };
-    let (Some((x0, x1)), Some((c0, c1)), Some((s0, s1))) = (
-        lx.contiguous_offsets(),
-        lc.contiguous_offsets(),
-        ls.contiguous_offsets(),
-    ) else {
-        return Ok(None);
-    };
-    let (xv, cv, sv) = (&vx[x0..x1], &vc[c0..c1], &vs[s0..s1]);
-    let mut out = vec![0f32; xv.len()];
-    let per_x = xv.len() / b.max(1);
-    let per_cs = if per_batch {
-        cv.len() / b.max(1)
-    } else {
-        cv.len()
-    };
-    for i in 0..b {
-        let cs = if per_batch {
-            i * per_cs..(i + 1) * per_cs
+    let out = with_f32_slices(&[x, cos, sin], |v| {
+        let (xv, cv, sv) = (v[0], v[1], v[2]);
+        let mut out = vec![0f32; xv.len()];
+        let per_x = xv.len() / b.max(1);
+        let per_cs = if per_batch {
+            cv.len() / b.max(1)
         } else {
-            0..per_cs
+            cv.len()
         };
-        kernels_cpu::pointwise::rope(
-            &xv[i * per_x..(i + 1) * per_x],
-            &cv[cs.clone()],
-            &sv[cs],
-            heads,
-            d,
-            &mut out[i * per_x..(i + 1) * per_x],
-        )?;
-    }
-    drop((sx, sc, ss));
-    Ok(Some(Tensor::from_vec(out, x.shape(), x.device())?))
+        for i in 0..b {
+            let cs = if per_batch {
+                i * per_cs..(i + 1) * per_cs
+            } else {
+                0..per_cs
+            };
+            kernels_cpu::pointwise::rope(
+                &xv[i * per_x..(i + 1) * per_x],
+                &cv[cs.clone()],
+                &sv[cs],
+                heads,
+                d,
+                &mut out[i * per_x..(i + 1) * per_x],
+            )?;
+        }
+        Ok(out)
+    })?;
+    out.map(|o| Ok(Tensor::from_vec(o, x.shape(), x.device())?))
+        .transpose()
 }
 
 /// NeoX / HF `rotate_half` rotary embedding tables, grown on demand.

@@ -1,5 +1,5 @@
 //! Pointwise ops of the transformer block that sit between the GEMMs: SwiGLU (`silu(gate) * up`),
-//! the residual add and the rotary embedding, split over the current rayon pool.
+//! the residual add, the rotary embedding and RMSNorm, split over the current rayon pool.
 //!
 //! The exponential is the attention's polynomial in plain f32 operations ([`crate::expf`]), not
 //! the C library's: the same operations in the same order on every target and SIMD width (Rust
@@ -107,7 +107,9 @@ pub fn rope(
     d: usize,
     out: &mut [f32],
 ) -> Result<()> {
-    let row = heads.checked_mul(d).filter(|_| d.is_multiple_of(2) && d > 0);
+    let row = heads
+        .checked_mul(d)
+        .filter(|_| d.is_multiple_of(2) && d > 0);
     let Some(row) = row else {
         return Err(Error::Shape {
             op: "rope",
@@ -146,6 +148,92 @@ pub fn rope(
             .enumerate()
             .with_min_len(CHUNK.div_ceil(row))
             .for_each(one);
+    }
+    Ok(())
+}
+
+/// Rows whose sums of squares run together (independent chains: one row's sum is a chain of
+/// dependent adds, four cycles each).
+const NORM_ROWS: usize = 8;
+
+/// RMSNorm of `N` rows of `alpha.len()` values (candle's operations, see [`rms_norm`]).
+#[inline(always)]
+fn rms_rows<const N: usize>(x: &[f32], alpha: &[f32], eps: f32, out: &mut [f32]) {
+    let n = alpha.len();
+    let rows: [&[f32]; N] = std::array::from_fn(|j| &x[j * n..(j + 1) * n]);
+    let mut sum2 = [0f32; N];
+    for i in 0..n {
+        for (s, r) in sum2.iter_mut().zip(&rows) {
+            *s += r[i] * r[i];
+        }
+    }
+    for ((s, r), o) in sum2.iter().zip(&rows).zip(out.chunks_exact_mut(n)) {
+        let m = (s / n as f32 + eps).sqrt();
+        for ((o, &v), &a) in o.iter_mut().zip(r.iter()).zip(alpha) {
+            *o = v / m * a;
+        }
+    }
+}
+
+/// RMSNorm of whole rows (a multiple of `alpha.len()` values).
+#[inline(always)]
+fn rms_body(x: &[f32], alpha: &[f32], eps: f32, out: &mut [f32]) {
+    let n = alpha.len();
+    let block = NORM_ROWS * n;
+    let mut xs = x.chunks_exact(block);
+    let mut os = out.chunks_exact_mut(block);
+    for (x, o) in (&mut xs).zip(&mut os) {
+        rms_rows::<NORM_ROWS>(x, alpha, eps, o);
+    }
+    for (x, o) in xs
+        .remainder()
+        .chunks_exact(n)
+        .zip(os.into_remainder().chunks_exact_mut(n))
+    {
+        rms_rows::<1>(x, alpha, eps, o);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rms_avx2(x: &[f32], alpha: &[f32], eps: f32, out: &mut [f32]) {
+    rms_body(x, alpha, eps, out)
+}
+
+fn rms_chunk(x: &[f32], alpha: &[f32], eps: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 is present (checked above); the body is safe code.
+        return unsafe { rms_avx2(x, alpha, eps, out) };
+    }
+    rms_body(x, alpha, eps, out)
+}
+
+/// RMSNorm of each row of `x` (rows of `alpha.len()` values): `out = x / m * alpha` with
+/// `m = sqrt(sum(x^2) / n + eps)`, the sum of squares in f32 in order along the row and the
+/// quotient rounded before the product: the operations of candle's `rms_norm` on the CPU, so its
+/// bits. Eight rows' sums run as independent chains (candle's loop waits on one row's adds).
+pub fn rms_norm(x: &[f32], alpha: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
+    let n = alpha.len();
+    if n == 0 || x.len() != out.len() || !x.len().is_multiple_of(n) || !eps.is_finite() {
+        return Err(Error::Shape {
+            op: "rms_norm",
+            what: format!(
+                "{} inputs and {} outputs in rows of {n} (eps {eps}): rows must be whole and \
+                 non-empty, eps finite",
+                x.len(),
+                out.len()
+            ),
+        });
+    }
+    if out.len() < PAR_MIN || rayon::current_num_threads() <= 1 {
+        rms_chunk(x, alpha, eps, out);
+    } else {
+        let block = NORM_ROWS * n;
+        x.par_chunks(block)
+            .zip(out.par_chunks_mut(block))
+            .with_min_len(CHUNK.div_ceil(block))
+            .for_each(|(x, o)| rms_chunk(x, alpha, eps, o));
     }
     Ok(())
 }
@@ -240,6 +328,48 @@ mod tests {
         assert!(o.iter().all(|v| v.is_finite()), "{o:?}");
         assert_eq!(o[3], 0.0);
         assert_eq!(o[6], 1e30);
+    }
+
+    #[test]
+    fn rms_norm_is_candles_loop_and_threads_change_nothing() {
+        let (rows, n) = (8 * 9 + 5, 768);
+        let x: Vec<f32> = (0..rows * n)
+            .map(|i| ((i * 7919) % 2001) as f32 / 300.0 - 3.3)
+            .collect();
+        let alpha: Vec<f32> = (0..n).map(|i| 0.5 + (i % 13) as f32 / 7.0).collect();
+        let eps = 1e-5f32;
+        let pool = |t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        };
+        let mut one = vec![0f32; x.len()];
+        pool(1)
+            .install(|| rms_norm(&x, &alpha, eps, &mut one))
+            .unwrap();
+        // candle's CPU loop, written out: the sum in order, the quotient before the product.
+        for (r, o) in x.chunks_exact(n).zip(one.chunks_exact(n)) {
+            let sum2 = r.iter().map(|&v| v * v).sum::<f32>();
+            let m = (sum2 / n as f32 + eps).sqrt();
+            for ((&v, &a), &got) in r.iter().zip(&alpha).zip(o) {
+                assert_eq!(got.to_bits(), (v / m * a).to_bits());
+            }
+        }
+        for t in [2, 3] {
+            let mut many = vec![0f32; x.len()];
+            pool(t)
+                .install(|| rms_norm(&x, &alpha, eps, &mut many))
+                .unwrap();
+            assert!(one
+                .iter()
+                .zip(&many)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+        let mut o = vec![0f32; 10];
+        assert!(rms_norm(&x[..10], &alpha[..4], eps, &mut o).is_err());
+        assert!(rms_norm(&x[..8], &alpha[..4], eps, &mut o).is_err());
+        assert!(rms_norm(&[], &[], eps, &mut []).is_err());
     }
 
     #[test]
