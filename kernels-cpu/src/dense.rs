@@ -379,10 +379,29 @@ fn pack_pairs(x: &[f32], m: usize, k: usize, kp: usize, v: &mut [f32]) {
     let mut r0 = 0;
     while r0 < m {
         let rb = (m - r0).min(RB);
-        for p in 0..full {
-            let dst = &mut v[(p * m + r0) * 2..][..rb * 2];
-            for (i, d) in dst.chunks_exact_mut(2).enumerate() {
-                d.copy_from_slice(&x[(r0 + i) * k + 2 * p..][..2]);
+        if rb == RB {
+            // A whole block: eight fixed row streams, each pair moved as one 8-byte word (the
+            // general loop below re-derives its row count and bounds for every element).
+            let rows: [&[f32]; RB] = std::array::from_fn(|i| &x[(r0 + i) * k..][..2 * full]);
+            let dst = &mut v[r0 * 2..];
+            assert!(full == 0 || dst.len() >= ((full - 1) * m + RB) * 2);
+            for p in 0..full {
+                // SAFETY: pair `p < full` of each row is inside its `2 * full` elements, and
+                // floats `(p * m + r0) * 2 .. + 16` inside `v` (asserted above).
+                unsafe {
+                    let d = dst.as_mut_ptr().add(p * m * 2).cast::<u64>();
+                    for (i, row) in rows.iter().enumerate() {
+                        let w = row.as_ptr().add(2 * p).cast::<u64>().read_unaligned();
+                        d.add(i).write_unaligned(w);
+                    }
+                }
+            }
+        } else {
+            for p in 0..full {
+                let dst = &mut v[(p * m + r0) * 2..][..rb * 2];
+                for (i, d) in dst.chunks_exact_mut(2).enumerate() {
+                    d.copy_from_slice(&x[(r0 + i) * k + 2 * p..][..2]);
+                }
             }
         }
         for r in r0..r0 + rb {
