@@ -426,8 +426,8 @@ fn task<'b, const WIDE: bool, Q: Element, T: Element>(
             let i = ri * group + g;
             let row = &mut acc[i * d..][..d];
             Q::to_f32_slice(&q[r * s.heads * d + h * d..][..d], row);
-            for (e, x) in row.iter().enumerate() {
-                qt[e * nq + i] = x * scale;
+            for (t, x) in qt[i..].iter_mut().step_by(nq).zip(row.iter()) {
+                *t = x * scale;
             }
         }
     }
@@ -544,35 +544,13 @@ fn block<const WIDE: bool>(
         }
         // The block maximum of each query (exact in any order), the weights, their sum in key
         // order.
-        // (Two chains, odd and even keys, then their maximum: the same value, half the wait.)
         let mut mx = [f32::NEG_INFINITY; LANES];
-        let mut mx2 = [f32::NEG_INFINITY; LANES];
-        mx[..w].copy_from_slice(&m[i0..i0 + w]);
-        let mut j = 0;
-        while j + 2 <= nk {
-            for (x, &v) in mx[..w].iter_mut().zip(&sc[j * nq + i0..][..w]) {
-                *x = x.max(v);
-            }
-            for (x, &v) in mx2[..w].iter_mut().zip(&sc[(j + 1) * nq + i0..][..w]) {
-                *x = x.max(v);
-            }
-            j += 2;
-        }
-        if j < nk {
-            for (x, &v) in mx[..w].iter_mut().zip(&sc[j * nq + i0..][..w]) {
-                *x = x.max(v);
-            }
-        }
-        for (x, &v) in mx[..w].iter_mut().zip(&mx2[..w]) {
-            *x = x.max(v);
-        }
         let mut sum = [0f32; LANES];
-        for j in 0..nk {
-            let s = &mut sc[j * nq + i0..][..w];
-            for ((x, &mm), t) in s.iter_mut().zip(&mx[..w]).zip(sum[..w].iter_mut()) {
-                *x = exp_neg(*x - mm);
-                *t += *x;
-            }
+        mx[..w].copy_from_slice(&m[i0..i0 + w]);
+        if w == LANES {
+            softmax_lanes::<LANES>(&mut sc[i0..], nq, nk, &mut mx, &mut sum);
+        } else {
+            softmax_lanes::<0>(&mut sc[i0..], nq, nk, &mut mx[..w], &mut sum[..w]);
         }
         for lane in 0..w {
             let i = i0 + lane;
@@ -701,6 +679,70 @@ mod wide {
                 _mm512_mask_storeu_ps(a.add(i * d + c0), mask, *rn);
             }
             c0 += w;
+        }
+    }
+}
+
+/// The softmax step of one lane group over a key block: `mx` (the running maxima on entry) takes
+/// the block's maxima, each score `sc[j * nq + lane]` becomes `e^(score - max)`, and `sum` their
+/// sum in key order. `W` is the lane count when it is `LANES` (fixed-size rows the compiler keeps
+/// in registers: with a slice of runtime length the sums went through memory, a store-to-load
+/// wait per key), 0 for a partial group of `mx.len()` lanes.
+#[inline(always)]
+fn softmax_lanes<const W: usize>(
+    sc: &mut [f32],
+    nq: usize,
+    nk: usize,
+    mx: &mut [f32],
+    sum: &mut [f32],
+) {
+    if W > 0 {
+        let mx: &mut [f32; W] = mx.try_into().expect("a whole lane group");
+        let sum: &mut [f32; W] = sum.try_into().expect("a whole lane group");
+        // Two chains of maxima (even and odd keys), then their maximum: the same value (the
+        // maximum is exact in any order), half the wait.
+        let mut mx2 = [f32::NEG_INFINITY; W];
+        let mut j = 0;
+        while j + 2 <= nk {
+            let a: &[f32; W] = sc[j * nq..][..W].try_into().expect("W lanes");
+            let b: &[f32; W] = sc[(j + 1) * nq..][..W].try_into().expect("W lanes");
+            for l in 0..W {
+                mx[l] = mx[l].max(a[l]);
+                mx2[l] = mx2[l].max(b[l]);
+            }
+            j += 2;
+        }
+        if j < nk {
+            let a: &[f32; W] = sc[j * nq..][..W].try_into().expect("W lanes");
+            for l in 0..W {
+                mx[l] = mx[l].max(a[l]);
+            }
+        }
+        for l in 0..W {
+            mx[l] = mx[l].max(mx2[l]);
+        }
+        let mut acc = [0f32; W];
+        for j in 0..nk {
+            let r: &mut [f32; W] = (&mut sc[j * nq..][..W]).try_into().expect("W lanes");
+            for l in 0..W {
+                r[l] = exp_neg(r[l] - mx[l]);
+                acc[l] += r[l];
+            }
+        }
+        *sum = acc;
+        return;
+    }
+    let w = mx.len();
+    for j in 0..nk {
+        for (x, &v) in mx.iter_mut().zip(&sc[j * nq..][..w]) {
+            *x = x.max(v);
+        }
+    }
+    for j in 0..nk {
+        let r = &mut sc[j * nq..][..w];
+        for ((x, &mm), t) in r.iter_mut().zip(mx.iter()).zip(sum.iter_mut()) {
+            *x = exp_neg(*x - mm);
+            *t += *x;
         }
     }
 }
