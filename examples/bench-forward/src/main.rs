@@ -71,8 +71,8 @@ struct Args {
     #[arg(long, default_value = "/tmp/llada-bench-forward")]
     dir: PathBuf,
     /// Internal: the side-by-side table's memory probe. Load this GGUF and run the table's
-    /// forwards at each `--threads` count in a fresh process, whose peak RSS the parent reads
-    /// (as it reads llama-bench's).
+    /// forwards at each `--threads` count (the table starts one probe per count) in a fresh
+    /// process, whose peak RSS the parent reads (as it reads llama-bench's).
     #[arg(long, hide = true)]
     rss_probe: Option<PathBuf>,
 }

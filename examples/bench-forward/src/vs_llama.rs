@@ -226,28 +226,34 @@ pub fn rss_probe(path: &Path, tokens: usize, reps: usize, threads: &[usize]) -> 
     Ok(())
 }
 
-/// llada-rs's peak RSS in MB on `path`: the memory probe in a process of its own, which reports
-/// its `VmHWM` after the forwards llama-bench runs (last-row logits) and after those with every
-/// row's logits.
+/// llada-rs's peak RSS in MB on `path`: the memory probe in a process of its own per thread
+/// count (as llama.cpp's side runs one llama-bench process per thread count; one process running
+/// both kept the first pool's allocator arenas and work buffers through the second's forwards),
+/// each reporting its `VmHWM` after the forwards llama-bench runs (last-row logits) and after
+/// those with every row's logits; the largest of each.
 fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64)> {
     let exe = std::env::current_exe().context("finding bench-forward's own path")?;
-    let threads: Vec<String> = plan.threads.iter().map(|t| t.to_string()).collect();
-    let (out, _, _) = run_measured(
-        Command::new(exe)
-            .arg("--rss-probe")
-            .arg(path)
-            .args(["--canvas", &plan.tokens.to_string()])
-            .args(["--iters", &plan.reps.to_string()])
-            .args(["--threads", &threads.join(",")]),
-    )?;
-    let kb: Vec<f64> = out
-        .split_whitespace()
-        .map(|w| w.parse::<f64>())
-        .collect::<Result<_, _>>()
-        .ok()
-        .filter(|v: &Vec<f64>| v.len() == 2)
-        .with_context(|| format!("the memory probe printed `{}`", out.trim()))?;
-    Ok((kb[0] / 1024.0, kb[1] / 1024.0))
+    let (mut last, mut all) = (0f64, 0f64);
+    for t in &plan.threads {
+        let (out, _, _) = run_measured(
+            Command::new(&exe)
+                .arg("--rss-probe")
+                .arg(path)
+                .args(["--canvas", &plan.tokens.to_string()])
+                .args(["--iters", &plan.reps.to_string()])
+                .args(["--threads", &t.to_string()]),
+        )?;
+        let kb: Vec<f64> = out
+            .split_whitespace()
+            .map(|w| w.parse::<f64>())
+            .collect::<Result<_, _>>()
+            .ok()
+            .filter(|v: &Vec<f64>| v.len() == 2)
+            .with_context(|| format!("the memory probe printed `{}`", out.trim()))?;
+        last = last.max(kb[0] / 1024.0);
+        all = all.max(kb[1] / 1024.0);
+    }
+    Ok((last, all))
 }
 
 /// This process's CPU time, in seconds.
@@ -375,7 +381,7 @@ pub fn run(plan: &Plan) -> Result<()> {
         println!("{r}");
     }
     println!(
-        "\nPeak RSS, MB: each side's process on the file alone (llama.cpp: the largest VmHWM of its llama-bench processes, polled every 2 ms; llada-rs: a bench-forward process that loads the file and runs the forwards llama-bench runs, logits for the last row, at each thread count, then as many with every row's logits); ratio = llada-rs / llama.cpp on the same work:\n"
+        "\nPeak RSS, MB: each side's process on the file alone (llama.cpp: the largest VmHWM of its llama-bench processes, polled every 2 ms; llada-rs: the largest VmHWM of its bench-forward processes, one per thread count as llama-bench's, each loading the file and running the forwards llama-bench runs, logits for the last row, then as many with every row's logits); ratio = llada-rs / llama.cpp on the same work:\n"
     );
     println!("| model | GGUF | file MB | llama.cpp | llada-rs, last-row logits | ratio | llada-rs, then all {t} rows' logits |");
     println!("|---|---|---:|---:|---:|---:|---:|");
