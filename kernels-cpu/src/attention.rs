@@ -22,6 +22,9 @@ use std::ops::Range;
 use half::{bf16, f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
+pub use crate::attention_ref::attention_reference;
+#[cfg(target_arch = "x86_64")]
+use crate::attention_x86::{self as wide, AT_ONCE_WIDE};
 use crate::{Error, Result};
 
 /// Keys processed per softmax block (their K/V rows are converted to f32 once per block).
@@ -136,7 +139,7 @@ pub enum Skip<'a> {
 }
 
 impl Skip<'_> {
-    fn contains(&self, row: usize, cursor: &mut usize) -> bool {
+    pub(crate) fn contains(&self, row: usize, cursor: &mut usize) -> bool {
         match self {
             Skip::None => false,
             Skip::Range { start, end } => (*start..*end).contains(&row),
@@ -178,7 +181,12 @@ pub struct AttnShape {
     pub head_dim: usize,
 }
 
-fn check<Q, T>(q: &[Q], segs: &[KvSegment<'_, T>], s: AttnShape, out_len: usize) -> Result<()> {
+pub(crate) fn check<Q, T>(
+    q: &[Q],
+    segs: &[KvSegment<'_, T>],
+    s: AttnShape,
+    out_len: usize,
+) -> Result<()> {
     let bad = |what: String| {
         Err(Error::Shape {
             op: "attention",
@@ -487,18 +495,13 @@ const LANES: usize = 16;
 /// Keys whose scores are computed together (independent add chains sharing each query load), and
 /// queries whose value sums are (independent chains sharing each value load).
 const AT_ONCE: usize = 4;
-/// The same on AVX-512 ([`wide`]): 32 registers hold eight 16-lane chains, so the adds' latency
-/// is hidden (with four, the scores and the value sums waited on it: half the attention's time).
-/// The chains are independent, so their number never changes the bits.
-#[cfg(target_arch = "x86_64")]
-const AT_ONCE_WIDE: usize = 8;
 
 /// One key block: scores, online-softmax update, value accumulation, with the queries in the
 /// lanes (`qt` is `d x nq`): a score is a sum over the head dimension in order, one multiply and
 /// one add per element, and a query's softmax sums its keys in order, lane by lane, so nothing is
 /// reduced across lanes and the bits are the same at any SIMD width. The scores go to `sc`
 /// key-major (`nk x nq`). `WIDE` (only from AVX-512 code: [`task_dispatch`]) runs whole 16-lane
-/// blocks through [`wide`]'s eight-chain micro-kernels, the same operations in the same order.
+/// blocks through the eight-chain micro-kernels of `attention_x86.rs`, the same operations in the same order.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn block<const WIDE: bool>(
@@ -598,88 +601,6 @@ fn block<const WIDE: bool>(
     }
     for &i in rest {
         values([i], sc, nq, nk, vb, d, acc);
-    }
-}
-
-/// The AVX-512 micro-kernels of [`block`]: eight independent chains of 16 lanes each, a multiply
-/// then an add per element in the order of the generic loops (so the same bits).
-#[cfg(target_arch = "x86_64")]
-mod wide {
-    use std::arch::x86_64::*;
-
-    use super::AT_ONCE_WIDE as N;
-
-    /// Scores of keys `j..j + 8` against the 16 queries `i0..i0 + 16`.
-    ///
-    /// # Safety
-    /// AVX-512 F; `qt` holds `d` rows of `nq` lanes with `i0 + 16 <= nq`, `kb` keys `j..j + 8`
-    /// of `d` elements, `sc` their score rows of `nq`.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn scores(
-        qt: &[f32],
-        kb: &[f32],
-        d: usize,
-        nq: usize,
-        i0: usize,
-        j: usize,
-        sc: &mut [f32],
-    ) {
-        let (q, k) = (qt.as_ptr().add(i0), kb.as_ptr().add(j * d));
-        let mut r = [_mm512_setzero_ps(); N];
-        for e in 0..d {
-            let qv = _mm512_loadu_ps(q.add(e * nq));
-            for (n, rn) in r.iter_mut().enumerate() {
-                let ke = _mm512_set1_ps(*k.add(n * d + e));
-                *rn = _mm512_add_ps(*rn, _mm512_mul_ps(qv, ke));
-            }
-        }
-        let out = sc.as_mut_ptr().add(j * nq + i0);
-        for (n, rn) in r.iter().enumerate() {
-            _mm512_storeu_ps(out.add(n * nq), *rn);
-        }
-    }
-
-    /// `acc[i] += sum_j p[j][i] v[j]` for the eight queries `idx`, 16 columns at a time.
-    ///
-    /// # Safety
-    /// AVX-512 F; `sc` holds `nk` rows of `nq` weights, `vb` `nk` rows of `d` values, `acc` the
-    /// queries' rows of `d`, every `idx[n] < nq`.
-    #[inline(always)]
-    pub(super) unsafe fn values(
-        idx: [usize; N],
-        sc: &[f32],
-        nq: usize,
-        nk: usize,
-        vb: &[f32],
-        d: usize,
-        acc: &mut [f32],
-    ) {
-        let (p, v, a) = (sc.as_ptr(), vb.as_ptr(), acc.as_mut_ptr());
-        let mut c0 = 0;
-        while c0 < d {
-            let w = (d - c0).min(16);
-            let mask = if w == 16 {
-                !0
-            } else {
-                ((1u32 << w) - 1) as __mmask16
-            };
-            let mut r = [_mm512_setzero_ps(); N];
-            for (rn, &i) in r.iter_mut().zip(&idx) {
-                *rn = _mm512_maskz_loadu_ps(mask, a.add(i * d + c0));
-            }
-            for j in 0..nk {
-                let vj = _mm512_maskz_loadu_ps(mask, v.add(j * d + c0));
-                let pj = p.add(j * nq);
-                for (rn, &i) in r.iter_mut().zip(&idx) {
-                    *rn = _mm512_add_ps(*rn, _mm512_mul_ps(_mm512_set1_ps(*pj.add(i)), vj));
-                }
-            }
-            for (rn, &i) in r.iter().zip(&idx) {
-                _mm512_mask_storeu_ps(a.add(i * d + c0), mask, *rn);
-            }
-            c0 += w;
-        }
     }
 }
 
@@ -838,75 +759,6 @@ fn values<const N: usize>(
         }
         c0 += w;
     }
-}
-
-/// Slow reference: the same function in f64 with every key set materialised (for tests).
-pub fn attention_reference<Q: Element, T: Element>(
-    q: &[Q],
-    segs: &[KvSegment<'_, T>],
-    shape: AttnShape,
-    scale: f32,
-) -> Result<Vec<f64>> {
-    check(q, segs, shape, q.len())?;
-    let AttnShape {
-        q_rows,
-        heads,
-        kv_heads,
-        head_dim: d,
-    } = shape;
-    let group = heads / kv_heads;
-    let widen = |x: &[T]| {
-        let mut o = vec![0f32; x.len()];
-        T::to_f32_slice(x, &mut o);
-        o
-    };
-    let qf = {
-        let q = &q[..q_rows * heads * d];
-        let mut o = vec![0f32; q.len()];
-        Q::to_f32_slice(q, &mut o);
-        o
-    };
-    let mut keys: Vec<(Vec<f32>, Vec<f32>)> = Vec::new(); // per kept row, all kv heads
-    for g in segs {
-        let mut cursor = 0;
-        for r in 0..g.rows {
-            if !g.skip.contains(r, &mut cursor) {
-                let off = r * g.row_stride;
-                keys.push((
-                    widen(&g.k[off..off + kv_heads * d]),
-                    widen(&g.v[off..off + kv_heads * d]),
-                ));
-            }
-        }
-    }
-    let mut out = vec![0f64; q_rows * heads * d];
-    for r in 0..q_rows {
-        for h in 0..heads {
-            let kh = h / group;
-            let qv = &qf[(r * heads + h) * d..][..d];
-            let scores: Vec<f64> = keys
-                .iter()
-                .map(|(k, _)| {
-                    scale as f64
-                        * (0..d)
-                            .map(|i| qv[i] as f64 * k[kh * d + i] as f64)
-                            .sum::<f64>()
-                })
-                .collect();
-            let mx = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            if keys.is_empty() {
-                continue;
-            }
-            let w: Vec<f64> = scores.iter().map(|s| (s - mx).exp()).collect();
-            let z: f64 = w.iter().sum();
-            for (wi, (_, v)) in w.iter().zip(&keys) {
-                for i in 0..d {
-                    out[(r * heads + h) * d + i] += wi / z * v[kh * d + i] as f64;
-                }
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

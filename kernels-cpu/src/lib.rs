@@ -33,6 +33,9 @@ mod act_row;
 mod act_x86;
 mod aligned;
 pub mod attention;
+mod attention_ref;
+#[cfg(target_arch = "x86_64")]
+mod attention_x86;
 pub mod dense;
 mod error;
 mod expf;
