@@ -178,10 +178,21 @@ impl Drop for Browser {
 
 /// Fill in the form, press Generate, record every state class and its colour on the canvas while
 /// it denoises, wait for the end; with `shot` (a number of forwards), resolve early once the canvas
-/// shows three states after that many forwards.
+/// shows three states after that many forwards. With `whole`, the page's fetch hands it the whole
+/// stream in one read (as a fast model on a busy machine can): every step must still be drawn.
 const RUN: &str = r#"
-(async (prompt, strategy, delay, shot) => {
+(async (prompt, strategy, delay, shot, whole) => {
   const $ = (id) => document.getElementById(id);
+  const realFetch = window.fetch;
+  if (whole) {
+    window.fetch = async (...args) => {
+      const r = await realFetch(...args);
+      if (!r.ok || !String(args[0]).includes("/v1/completions")) return r;
+      const bytes = new Uint8Array(await r.arrayBuffer());
+      const body = new ReadableStream({ start(c) { c.enqueue(bytes); c.close(); } });
+      return new Response(body, { status: r.status, headers: r.headers });
+    };
+  }
   // Bounded waits: a page that never gets there fails the test instead of hanging it.
   const until = (cond, what) => new Promise((resolve, reject) => {
     let tries = 0;
@@ -216,6 +227,7 @@ const RUN: &str = r#"
   }, "the generation");
   record();
   obs.disconnect();
+  window.fetch = realFetch;
   const legend = {};
   for (const sw of document.querySelectorAll(".legend .sw")) {
     const st = [...sw.classList].find((c) => c.startsWith("s-"));
@@ -262,32 +274,41 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
         "new Promise((r, j) => { let n = 0; const t = () => (document.getElementById('canvas') && document.readyState === 'complete') ? r(true) : (++n > 6000 ? j(new Error('the page did not load')) : setTimeout(t, 20)); t(); })",
     );
     let prompt = serde_json::to_string(TOM).unwrap();
-    let r = b.eval(&session, &format!("{RUN}({prompt}, 'vanilla', 0, 0)"));
-    assert_eq!(r["status"], "done", "{r}");
-    assert_eq!(r["final"], answer.as_str(), "{r}");
-    assert!(
-        r["forwards"].as_str().unwrap().parse::<u64>().unwrap() > 0,
-        "{r}"
-    );
-    assert!(
-        r["tps"].as_str().unwrap().parse::<f64>().unwrap() > 0.0,
-        "{r}"
-    );
-    let legend = r["legend"].as_object().expect("legend");
-    let colours: std::collections::BTreeSet<&str> =
-        legend.values().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(legend.len(), 4, "{r}");
-    assert_eq!(colours.len(), 4, "the four states need four colours: {r}");
-    let seen = r["seen"].as_object().expect("seen");
-    for st in ["s-masked", "s-invisible", "s-stable"] {
-        assert!(seen.contains_key(st), "{st} never shown: {r}");
-    }
-    for (st, cs) in seen {
-        assert_eq!(
-            cs.as_array().unwrap(),
-            &vec![legend[st].clone()],
-            "{st} is drawn in other colours than its legend's: {r}"
+    // Streamed as it comes, then with the whole stream in one read: each step drawn either way.
+    for whole in [false, true] {
+        let r = b.eval(
+            &session,
+            &format!("{RUN}({prompt}, 'vanilla', 0, 0, {whole})"),
         );
+        assert_eq!(r["status"], "done", "{r}");
+        assert_eq!(r["final"], answer.as_str(), "{r}");
+        assert!(
+            r["forwards"].as_str().unwrap().parse::<u64>().unwrap() > 0,
+            "{r}"
+        );
+        assert!(
+            r["tps"].as_str().unwrap().parse::<f64>().unwrap() > 0.0,
+            "{r}"
+        );
+        let legend = r["legend"].as_object().expect("legend");
+        let colours: std::collections::BTreeSet<&str> =
+            legend.values().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(legend.len(), 4, "{r}");
+        assert_eq!(colours.len(), 4, "the four states need four colours: {r}");
+        let seen = r["seen"].as_object().expect("seen");
+        for st in ["s-masked", "s-invisible", "s-stable"] {
+            assert!(
+                seen.contains_key(st),
+                "{st} never shown (whole: {whole}): {r}"
+            );
+        }
+        for (st, cs) in seen {
+            assert_eq!(
+                cs.as_array().unwrap(),
+                &vec![legend[st].clone()],
+                "{st} is drawn in other colours than its legend's: {r}"
+            );
+        }
     }
 
     if let Ok(path) = std::env::var("LLADA_SERVER_SCREENSHOT") {
@@ -314,7 +335,7 @@ fn the_page_shows_the_canvas_denoise_coloured_by_state() {
              In March he eats 2. How many apples does Tom have at the end?",
         )
         .unwrap();
-        let r = b.eval(&session, &format!("{RUN}({prompt}, 'mbsd', 400, 5)"));
+        let r = b.eval(&session, &format!("{RUN}({prompt}, 'mbsd', 400, 5, false)"));
         assert_eq!(r["status"], "running", "{r}");
         let shot = b.call(
             Some(&session),
