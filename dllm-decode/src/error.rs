@@ -23,6 +23,10 @@ pub enum DecodeError {
     /// A token-state transition the state machine does not admit (a decoder bug, reported).
     #[error(transparent)]
     State(#[from] crate::states::InvalidTransition),
+    /// A generation was driven out of order (`next` twice without `absorb`, an answer with other
+    /// rows than the ask): a bug in the loop that holds it.
+    #[error("generation driven out of order: {0}")]
+    Sequence(&'static str),
     /// The prompt cannot be decoded with this model.
     #[error("invalid prompt: {0}")]
     InvalidPrompt(String),

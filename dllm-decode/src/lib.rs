@@ -1,7 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-mod blockwise;
+mod blocks;
 pub mod confidence;
 mod dream;
 mod error;
@@ -9,17 +9,17 @@ pub mod generation;
 pub mod latency;
 pub mod observer;
 pub mod params;
-mod revision;
 pub mod rng;
 pub mod roles;
 pub mod select;
 pub mod states;
 pub mod stream;
+mod verify;
 pub mod window;
 
 use std::sync::Arc;
 
-use dllm_models::{Arch, DiffusionLm, LoadedModel, TextTokenizer};
+use dllm_models::{Arch, DiffusionLm, LoadedModel, ModelInfo, TextTokenizer};
 
 /// The model crate, whose types (`DiffusionLm`, `LoadedModel`, `DecodeDefaults`) appear in this
 /// crate's signatures.
@@ -28,23 +28,22 @@ pub use dllm_models;
 pub use dllm_models::candle_core;
 /// candle-nn, as the model crate uses it (the `VarBuilder` of `llada::Model::new(&cfg, vb)`).
 pub use dllm_models::candle_nn;
+/// What a generation asks of a model for one step, and the model's answer (the model crate's
+/// types: a model answers asks without knowing any decoder).
+pub use dllm_models::{Answer, Ask};
 pub use error::{DecodeError, Result};
-pub use generation::{ForwardTrace, Generation, StopReason};
+pub use generation::{ForwardTrace, Generation, Outcome, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{final_prefix, Control, StepEvent, StepObserver};
 pub use params::{
-    DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, RevisionParams, Strategy,
+    Decide, DecodeParams, DreamAlg, DreamParams, MbsdParams, Remasking, Requested, Staged,
+    Strategy, Verify,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 pub use stream::FinalTextStream;
 
 /// Check the prompt against the model and build `prompt ++ [MASK] * gen_length`.
-pub fn prepare_canvas(
-    model: &dyn DiffusionLm,
-    prompt: &[u32],
-    p: &DecodeParams,
-) -> Result<Vec<u32>> {
-    let info = model.info();
+pub fn prepare_canvas(info: &ModelInfo, prompt: &[u32], p: &DecodeParams) -> Result<Vec<u32>> {
     let mask = info.special.mask;
     if let Some(i) = prompt.iter().position(|&t| t == mask) {
         return Err(DecodeError::InvalidPrompt(format!(
@@ -106,7 +105,7 @@ pub fn generate(
     prompt: &[u32],
     p: &DecodeParams,
     observer: &mut dyn StepObserver,
-) -> Result<Generation> {
+) -> Result<Outcome> {
     Decoder::new(*p).run(model, prompt, observer)
 }
 
@@ -139,7 +138,7 @@ pub fn generate_text(
 }
 
 /// [`generate_text`] reporting every step to `observer` (a progress bar, streaming, a stop
-/// condition), and returning the [`Generation`] (counters, the canvas) beside the text.
+/// condition), and returning the [`Outcome`] (counters, the canvas) beside the text.
 ///
 /// A closure is an observer; give its argument's type (`&StepEvent<'_>`), which Rust does not
 /// infer for a `&mut dyn StepObserver`:
@@ -171,7 +170,7 @@ pub fn generate_text_with(
     chat: bool,
     params: &DecodeParams,
     observer: &mut dyn StepObserver,
-) -> Result<(String, Generation)> {
+) -> Result<(String, Outcome)> {
     if chat && !tokenizer.has_chat_template() {
         return Err(DecodeError::InvalidPrompt(
             "the tokenizer has no chat template (`chat` asks for one)".into(),
@@ -194,7 +193,7 @@ pub fn generate_text_with(
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tiny-llada");
 /// let mut loaded = load(&ModelSource::parse(dir)?, &LoadOptions::default())?;
-/// let params = DecodeParams { strategy: Strategy::Mbsd, ..loaded.decode_params() };
+/// let params = DecodeParams { strategy: Strategy::Mbsd(MbsdParams::default()), ..loaded.decode_params() };
 /// let text = loaded.generate_text("Mia has 33 eggs. She buys 3 more. How many eggs does Mia have now?", false, &params)?;
 /// assert_eq!(text, "33 + 3 = 36. Answer: 36");
 /// # Ok(())
@@ -238,16 +237,18 @@ impl LoadedModelExt for LoadedModel {
 /// user can implement, and [`LoadedModelExt`] (`loaded.decode_params()`).
 pub mod prelude {
     pub use crate::{
-        generate, generate_text, generate_text_with, Control, DecodeParams, DecodeView, Decoder,
-        Generation, LoadedModelExt, Selector, StepEvent, StepObserver, StopReason, Strategy,
-        WindowPlan, WindowPolicy,
+        generate, generate_text, generate_text_with, Answer, Ask, Control, Decide, DecodeParams,
+        DecodeView, Decoder, Generation, LoadedModelExt, MbsdParams, Outcome, Selector, Staged,
+        StepEvent, StepObserver, StopReason, Strategy, Verify, WindowPlan, WindowPolicy,
     };
     pub use dllm_models::prelude::*;
 }
 
-/// A decoder: parameters plus the roles of the block loop. The built-in roles follow
-/// `params.strategy` and `params.threshold`; a user's own [`WindowPolicy`] or [`Selector`] replaces
-/// them (each trait's docs hold an example).
+/// A decoder: parameters plus the roles of the block algorithm. The built-in roles follow
+/// `params.strategy` and `params.decide`; a user's own [`WindowPolicy`] or [`Selector`] replaces
+/// them (each trait's docs hold an example). [`Decoder::start`] gives a [`Generation`] (a value
+/// that asks for forwards: batch or interleave it with others); [`Decoder::run`] drives one
+/// against a model.
 ///
 /// ```
 /// use dllm_decode::prelude::*;
@@ -267,7 +268,6 @@ pub mod prelude {
 pub struct Decoder<'a> {
     params: DecodeParams,
     latency: Option<Arc<LatencyTable>>,
-    cpu_latency: Option<Arc<LatencyTable>>,
     oracle: Option<Vec<u32>>,
     window: Option<Box<dyn WindowPolicy + 'a>>,
     selector: Option<Box<dyn Selector + 'a>>,
@@ -279,33 +279,23 @@ impl<'a> Decoder<'a> {
         Self {
             params,
             latency: None,
-            cpu_latency: None,
             oracle: None,
             window: None,
             selector: None,
         }
     }
 
-    /// The latency table that prices multi-block lookahead (default: the SM8750 NPU profile derived
-    /// from the paper, [`latency::sm8750_npu`]).
+    /// The latency table that prices multi-block lookahead and verification rows (default: the
+    /// SM8750 NPU profile derived from the paper, [`latency::sm8750_npu`]).
     pub fn latency_table(mut self, table: Arc<LatencyTable>) -> Self {
         self.latency = Some(table);
         self
     }
 
-    /// The latency table of the CPU that runs the sparse refresh (default: the SM8750 CPU profile
-    /// derived from the paper, [`latency::sm8750_cpu`]): its cost per position prices the
-    /// refresh against the NPU forward it runs beside (`revision.refresh_budget`).
-    pub fn cpu_latency_table(mut self, table: Arc<LatencyTable>) -> Self {
-        self.cpu_latency = Some(table);
-        self
-    }
-
-    /// An evaluation instrument, not a decoder: with staged stabilization (`mbsd`), every Visible
-    /// token that differs from `reference` (the reference answer's ids for the
-    /// generated positions, `reference[i]` for position `prompt_len + i`) is replaced by the
-    /// reference token at each step boundary, in place of the re-scoring refresh. It bounds what
-    /// any revision could recover.
+    /// An evaluation instrument, not a decoder: with staged decisions, every Visible token that
+    /// differs from `reference` (the reference answer's ids for the generated positions,
+    /// `reference[i]` for position `prompt_len + i`) is replaced by the reference token at each
+    /// step boundary. It bounds what any revision could recover.
     pub fn oracle_revision(mut self, reference: Vec<u32>) -> Self {
         self.oracle = Some(reference);
         self
@@ -323,76 +313,82 @@ impl<'a> Decoder<'a> {
         self
     }
 
-    /// Decode `params.gen_length` positions after `prompt`.
+    /// Decode `params.gen_length` positions after `prompt` with `model`: the generation's loop.
     pub fn run(
         self,
         model: &mut dyn DiffusionLm,
         prompt: &[u32],
         observer: &mut dyn StepObserver,
-    ) -> Result<Generation> {
+    ) -> Result<Outcome> {
+        let mut g = self.start(model.info(), prompt)?;
+        while let Some(ask) = g.next()? {
+            let answer = model.answer(&ask)?;
+            if observer.on_step(&g.absorb(answer)?) == Control::Stop {
+                g.stop();
+            }
+        }
+        Ok(g.finish())
+    }
+
+    /// A generation of `params.gen_length` positions after `prompt` for a model described by
+    /// `info`: a value that says what each forward must compute ([`Generation::next`]) and takes
+    /// the answers ([`Generation::absorb`]). Parameters, the prompt and the roles are checked here.
+    pub fn start(self, info: &ModelInfo, prompt: &[u32]) -> Result<Generation<'a>> {
         let p = self.params;
         p.validate()?;
-        let arch = model.info().arch;
-        check_options_apply(arch, &p)?;
-        let canvas = prepare_canvas(model, prompt, &p)?;
-        if uses_dream_algorithm(arch, &p) && self.window.is_none() && self.selector.is_none() {
-            return dream::run(model, canvas, prompt.len(), &p, observer);
+        check_options_apply(info.arch, &p)?;
+        let canvas = prepare_canvas(info, prompt, &p)?;
+        if uses_dream_algorithm(info.arch, &p) && self.window.is_none() && self.selector.is_none() {
+            let d = dream::Dream::new(p, info.special.mask, canvas, prompt.len());
+            return Ok(Generation::new(Box::new(d)));
         }
         check_roles(&p, self.window.is_some(), self.selector.is_some())?;
-        if self.oracle.is_some() && !(p.strategy == Strategy::Mbsd && p.revision.sts) {
+        if self.oracle.is_some() && p.decide.staged().is_none() {
             return Err(DecodeError::param(
-                "strategy",
-                "the oracle revision replaces Visible tokens: it needs mbsd with staged stabilization",
+                "decide",
+                "the oracle revision replaces Visible tokens: it needs staged decisions",
             ));
         }
         let npu = self
             .latency
             .unwrap_or_else(|| Arc::new(latency::sm8750_npu()));
-        let mut window: Box<dyn WindowPolicy + 'a> = match self.window {
+        let policy: Box<dyn WindowPolicy + 'a> = match self.window {
             Some(w) => w,
             None => match p.strategy {
                 Strategy::Vanilla => Box::new(window::VanillaWindow),
                 Strategy::PrefixCache => Box::new(window::PrefixCacheWindow),
                 Strategy::DualCache => Box::new(window::DualCacheWindow),
-                Strategy::Mbsd => Box::new(window::MbsdWindow::new(p.mbsd, npu.clone())),
+                Strategy::Mbsd(m) => Box::new(window::MbsdWindow::new(m, npu.clone())),
             },
         };
-        let sts = p.strategy == Strategy::Mbsd && p.revision.sts;
-        let mut selector: Box<dyn Selector + 'a> = match self.selector {
-            Some(s) => s,
-            None if sts => Box::new(select::StsSelector {
+        let selector: Box<dyn Selector + 'a> = match (self.selector, p.decide) {
+            (Some(s), _) => s,
+            (None, Decide::Staged(s)) => Box::new(select::StsSelector {
                 thresholds: states::Thresholds {
-                    visible: p.revision.theta_visible as f64,
-                    stable: p.revision.theta_stable as f64,
+                    visible: s.visible as f64,
+                    stable: s.stable as f64,
                 },
+                no_adjacent: s.verify.is_some_and(|v| v.no_adjacent),
             }),
-            None => match p.threshold {
-                Some(t) => Box::new(select::ThresholdSelector {
-                    threshold: t as f64,
-                }),
-                None => Box::new(
-                    select::ScheduleSelector::new(p.steps_per_block())
-                        .with_block_length(p.block_length),
-                ),
-            },
+            (None, Decide::Threshold(t)) => Box::new(select::ThresholdSelector {
+                threshold: t as f64,
+            }),
+            (None, Decide::Schedule) => Box::new(
+                select::ScheduleSelector::new(p.steps_per_block())
+                    .with_block_length(p.block_length),
+            ),
         };
-        let revision = blockwise::RevisionSetup {
-            npu,
-            cpu: self
-                .cpu_latency
-                .unwrap_or_else(|| Arc::new(latency::sm8750_cpu())),
-            oracle: self.oracle,
-        };
-        blockwise::run(
-            model,
+        let b = blocks::Blocks::new(blocks::Setup {
+            params: p,
+            info: info.clone(),
             canvas,
-            prompt.len(),
-            &p,
-            window.as_mut(),
-            selector.as_mut(),
-            Some(revision),
-            observer,
-        )
+            prompt_len: prompt.len(),
+            policy,
+            selector,
+            npu,
+            oracle: self.oracle,
+        })?;
+        Ok(Generation::new(Box::new(b)))
     }
 }
 
@@ -407,19 +403,14 @@ fn check_roles(p: &DecodeParams, custom_window: bool, custom_selector: bool) -> 
             ),
         ))
     };
-    if custom_selector {
-        if p.threshold.is_some() {
-            return ignored("threshold", "selector");
-        }
-        let d = RevisionParams::default();
-        if p.revision.theta_visible != d.theta_visible {
-            return ignored("revision.theta_visible", "selector");
-        }
-        if p.revision.theta_stable != d.theta_stable {
-            return ignored("revision.theta_stable", "selector");
-        }
+    if custom_selector && p.decide != Decide::Schedule {
+        return ignored("decide", "selector");
     }
-    if custom_window && p.mbsd != MbsdParams::default() {
+    if custom_window
+        && p.strategy
+            .mbsd()
+            .is_some_and(|m| m != MbsdParams::default())
+    {
         return ignored("mbsd", "window policy");
     }
     Ok(())
@@ -437,7 +428,7 @@ fn check_options_apply(arch: Arch, p: &DecodeParams) -> Result<()> {
     if uses_dream_algorithm(arch, p) {
         let why = "Dream's own algorithm (a Dream model with the vanilla strategy) does not use \
                    it; the block-wise strategies (prefix-cache, dual-cache, mbsd) do";
-        if p.threshold.is_some() {
+        if p.decide != Decide::Schedule {
             return unused("threshold", why);
         }
         if p.cfg_scale > 0.0 {
@@ -458,20 +449,15 @@ fn check_options_apply(arch: Arch, p: &DecodeParams) -> Result<()> {
     } else {
         let why = "only Dream's own algorithm (a Dream model with the vanilla strategy) uses it";
         let (d, default) = (p.dream, DreamParams::default());
-        if d.alg != default.alg {
-            return unused("dream.alg", why);
-        }
-        if d.eps != default.eps {
-            return unused("dream.eps", why);
-        }
-        if d.alg_temp.is_some() {
-            return unused("dream.alg_temp", why);
-        }
-        if d.top_p.is_some() {
-            return unused("dream.top_p", why);
-        }
-        if d.top_k.is_some() {
-            return unused("dream.top_k", why);
+        let given = [
+            ("dream.alg", d.alg != default.alg),
+            ("dream.eps", d.eps != default.eps),
+            ("dream.alg_temp", d.alg_temp.is_some()),
+            ("dream.top_p", d.top_p.is_some()),
+            ("dream.top_k", d.top_k.is_some()),
+        ];
+        if let Some((name, _)) = given.iter().find(|g| g.1) {
+            return unused(name, why);
         }
     }
     Ok(())

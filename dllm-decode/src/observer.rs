@@ -32,8 +32,11 @@ pub struct StepEvent<'a> {
     pub unmasked: &'a [usize],
     /// The confidence each of `unmasked` was decided at (the same order).
     pub confidences: &'a [f64],
-    /// Visible positions whose token a refresh changed in this step (staged stabilization).
+    /// Visible positions whose token the oracle instrument replaced in this step.
     pub revised: &'a [usize],
+    /// Tentative positions verification sent back to the mask in this step (they are undecided
+    /// again: `canvas` holds the mask there).
+    pub remasked: &'a [usize],
     /// Canvas positions the forward of this step computed.
     pub window: Range<usize>,
     /// Positions still masked in the whole canvas.

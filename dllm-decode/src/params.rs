@@ -38,17 +38,18 @@ pub struct Requested {
     pub threshold: Option<f32>,
 }
 
-/// How the canvas is recomputed between steps. Parsed from its command-line spelling:
+/// How the canvas is recomputed between steps (the window policy), with the parameters only that
+/// policy reads. Parsed from its command-line spelling (`mbsd` with its default parameters):
 ///
 /// ```
-/// use dllm_decode::Strategy;
+/// use dllm_decode::{MbsdParams, Strategy};
 ///
 /// let s: Strategy = "mbsd".parse()?;
-/// assert_eq!((s, s.name()), (Strategy::Mbsd, "mbsd"));
+/// assert_eq!((s, s.name()), (Strategy::Mbsd(MbsdParams::default()), "mbsd"));
 /// assert!("fastest".parse::<Strategy>().unwrap_err().to_string().contains("strategy"));
 /// # Ok::<(), dllm_decode::DecodeError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Strategy {
     /// The model family's reference algorithm: every step forwards the whole canvas (LLaDA's
     /// semi-autoregressive `generate`; for Dream models, Dream's `diffusion_generate`).
@@ -59,10 +60,10 @@ pub enum Strategy {
     /// Fast-dLLM dual cache: the full forward at block start caches prefix *and* suffix; later steps
     /// forward only the current block.
     DualCache,
-    /// Multi-block speculative decoding (paper §3.2): the dual cache with a decoding window that
-    /// slides along the commit frontier into future blocks and looks ahead when the block is
-    /// nearly done (see [`MbsdParams`] and `window::MbsdWindow`).
-    Mbsd,
+    /// Multi-block speculative decoding (paper §3.2): one whole-canvas forward, then a decoding
+    /// window that slides along the commit frontier into future blocks and looks ahead when the
+    /// block is nearly done (see [`MbsdParams`] and `window::MbsdWindow`).
+    Mbsd(MbsdParams),
 }
 
 impl Strategy {
@@ -72,15 +73,46 @@ impl Strategy {
             Strategy::Vanilla => "vanilla",
             Strategy::PrefixCache => "prefix-cache",
             Strategy::DualCache => "dual-cache",
-            Strategy::Mbsd => "mbsd",
+            Strategy::Mbsd(_) => "mbsd",
+        }
+    }
+
+    /// Multi-block speculative decoding's parameters, for that strategy.
+    pub fn mbsd(self) -> Option<MbsdParams> {
+        match self {
+            Strategy::Mbsd(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Whether this is multi-block speculative decoding.
+    pub fn is_mbsd(self) -> bool {
+        matches!(self, Strategy::Mbsd(_))
+    }
+
+    /// The decision rule the tools use with this strategy when none is asked for: staged
+    /// decisions at their defaults for mbsd, else the schedule (a checkpoint's recommended
+    /// threshold replaces it, see [`DecodeParams::resolve`]).
+    pub fn default_decide(self) -> Decide {
+        match self {
+            Strategy::Mbsd(_) => Decide::Staged(Staged::default()),
+            _ => Decide::Schedule,
         }
     }
 }
 
-/// Staged token stabilization: the confidence at which a prediction becomes visible context.
+/// Staged decisions: the confidence at which a prediction becomes visible context.
 pub const DEFAULT_THETA_VISIBLE: f32 = 0.9;
-/// Staged token stabilization: the confidence at which a token becomes final.
+/// Staged decisions: the confidence at which a token becomes final.
 pub const DEFAULT_THETA_STABLE: f32 = 0.9;
+/// Verification: a tentative token whose shadow row gives it less than this probability goes
+/// back to the mask.
+pub const DEFAULT_TAU_BACK: f32 = 0.5;
+/// Verification: a position is remasked at most this many times.
+pub const DEFAULT_MAX_REMASKS: usize = 2;
+/// Verification: shadow rows beyond the free rows of the window's latency bucket may add at most
+/// this fraction of the forward's own latency (per the latency table).
+pub const DEFAULT_SHADOW_ALLOWANCE: f64 = 0.1;
 
 /// Largest accepted sampling temperature: LLaDA's Gumbel noise divides by `(-ln u)^t`, which
 /// leaves f64's range (and turns every candidate into a tie at 0 or infinity) around t = 18.
@@ -90,56 +122,93 @@ pub const MAX_TEMPERATURE: f32 = 10.0;
 /// `uncond + (scale + 1) * (cond - uncond)`).
 pub const MAX_CFG_SCALE: f32 = 100.0;
 
-/// Revision: revise a Visible token when its re-score prefers another token by at least this
-/// much probability.
-pub const DEFAULT_REVISION_MARGIN: f32 = 0.0;
-/// Revision: the CPU path may take this fraction of the step's NPU forward time (both from the
-/// latency tables).
-pub const DEFAULT_REFRESH_BUDGET: f64 = 1.0;
-
-/// Dual-path progressive revision switches (paper §3.3; used with [`Strategy::Mbsd`], all on by
-/// default there; `sls` applies to every strategy).
+/// Which positions a step decides, and whether decisions are final at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RevisionParams {
-    /// Staged token stabilization: decisions are Visible (context, revisable) at `theta_visible` and
-    /// Stable (final) at `theta_stable`, instead of final at once.
-    pub sts: bool,
-    /// Sparse cache refresh: Visible tokens in the cached prefix are re-scored (each masked
-    /// alone) on a second (CPU) path beside each window forward, lowest confidence first within
-    /// `refresh_budget`; a token the re-score prefers another token to by `margin` is revised and
-    /// its K/V recomputed; merged at step boundaries.
-    pub scr: bool,
-    /// Selective logits skipping, for every strategy: logits only for undecided positions (off:
-    /// every window row goes through the LM head, as the reference implementations and a naive NPU
-    /// graph do; the decisions are the same either way).
-    pub sls: bool,
-    /// Confidence at which a prediction becomes Visible.
-    pub theta_visible: f32,
-    /// Confidence at which a token becomes Stable.
-    pub theta_stable: f32,
-    /// Revise a Visible token when its re-score gives another token at least this much more
-    /// probability than the current one (0..1).
-    pub margin: f32,
-    /// Fraction of the step's NPU forward time the CPU path may take (priced with the latency
-    /// tables; 0 re-scores nothing).
-    pub refresh_budget: f64,
+pub enum Decide {
+    /// LLaDA's schedule: `steps / num_blocks` steps per block, each unmasking its share of the
+    /// block's positions, most confident first. Decisions are final.
+    Schedule,
+    /// Fast-dLLM's threshold rule: every undecided position of the block at this confidence or
+    /// above (at least one per step). Decisions are final.
+    Threshold(f32),
+    /// Staged decisions (paper §3.3) with verification: see [`Staged`]. Needs
+    /// [`Strategy::Mbsd`], whose window keeps the cache current.
+    Staged(Staged),
 }
 
-impl Default for RevisionParams {
-    fn default() -> Self {
-        Self {
-            sts: true,
-            scr: true,
-            sls: true,
-            theta_visible: DEFAULT_THETA_VISIBLE,
-            theta_stable: DEFAULT_THETA_STABLE,
-            margin: DEFAULT_REVISION_MARGIN,
-            refresh_budget: DEFAULT_REFRESH_BUDGET,
+impl Decide {
+    /// The threshold of [`Decide::Threshold`].
+    pub fn threshold(self) -> Option<f32> {
+        match self {
+            Decide::Threshold(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The parameters of [`Decide::Staged`].
+    pub fn staged(self) -> Option<Staged> {
+        match self {
+            Decide::Staged(s) => Some(s),
+            _ => None,
         }
     }
 }
 
-/// Multi-block speculative decoding switches (used with [`Strategy::Mbsd`]).
+/// Staged decisions: a prediction at `visible` or above (or the most confident one of a step)
+/// becomes a Visible token — context for later forwards, not final — and one at `stable` or above
+/// a Stable (final) one. Lookahead drafts always enter Visible. With `verify`, every Visible token
+/// is tentative until a later forward has looked at it with fresh context (see [`Verify`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Staged {
+    /// Confidence at which a prediction becomes Visible.
+    pub visible: f32,
+    /// Confidence at which a token becomes Stable.
+    pub stable: f32,
+    /// Verification of tentative tokens (`None`: Visible tokens are never looked at again).
+    pub verify: Option<Verify>,
+}
+
+impl Default for Staged {
+    fn default() -> Self {
+        Self {
+            visible: DEFAULT_THETA_VISIBLE,
+            stable: DEFAULT_THETA_STABLE,
+            verify: Some(Verify::default()),
+        }
+    }
+}
+
+/// Verification before final (WINO-style): each tentative token gets a *shadow row* in a later
+/// window forward — input MASK at its position, attending to the cache and to that forward's rows
+/// except its own — lowest confidence first, in the free rows of the forward's latency bucket
+/// (and beyond them within `allowance`), before any new lookahead draft. If the shadow gives the
+/// token less than `tau_back` probability the token goes back to the mask (never replaced by
+/// another token); at the stable threshold it becomes final.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Verify {
+    /// Remask below this shadow probability.
+    pub tau_back: f32,
+    /// Remasks per position at most (then the token stays as it is).
+    pub max_remasks: usize,
+    /// Below the stable threshold, never decide two adjacent positions in the same step.
+    pub no_adjacent: bool,
+    /// Shadow rows beyond the bucket's free rows may add at most this fraction of the forward's
+    /// latency (the latency table's price).
+    pub allowance: f64,
+}
+
+impl Default for Verify {
+    fn default() -> Self {
+        Self {
+            tau_back: DEFAULT_TAU_BACK,
+            max_remasks: DEFAULT_MAX_REMASKS,
+            no_adjacent: true,
+            allowance: DEFAULT_SHADOW_ALLOWANCE,
+        }
+    }
+}
+
+/// Multi-block speculative decoding's switches ([`Strategy::Mbsd`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MbsdParams {
     /// Slide the window along the commit frontier into future blocks.
@@ -183,7 +252,7 @@ impl std::str::FromStr for Strategy {
             "vanilla" => Ok(Strategy::Vanilla),
             "prefix-cache" => Ok(Strategy::PrefixCache),
             "dual-cache" => Ok(Strategy::DualCache),
-            "mbsd" => Ok(Strategy::Mbsd),
+            "mbsd" => Ok(Strategy::Mbsd(MbsdParams::default())),
             _ => Err(DecodeError::param(
                 "strategy",
                 format!("`{s}` (expected vanilla, prefix-cache, dual-cache or mbsd)"),
@@ -280,27 +349,32 @@ impl Default for DreamParams {
 /// Everything a decoder needs besides the model and the prompt. The lengths depend on the model:
 /// [`DecodeParams::for_model`] takes a checkpoint's; `DecodeParams::default()` leaves them unset
 /// (an error if decoded with, see [its docs](#impl-Default-for-DecodeParams)).
+///
+/// Options that only one decoder reads live in that decoder's variant ([`Strategy::Mbsd`]'s
+/// [`MbsdParams`], [`Decide::Staged`]'s [`Staged`]), so they cannot be set where nothing reads
+/// them. Two combinations remain checked by [`validate`](Self::validate): staged decisions need
+/// the mbsd strategy, and classifier-free guidance the vanilla one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DecodeParams {
     /// Generated positions after the prompt.
     pub gen_length: usize,
     /// Positions per block (`gen_length` must be a multiple).
     pub block_length: usize,
-    /// Total denoising steps (a multiple of the number of blocks). With a threshold the schedule
-    /// is not used: threshold decoding steps until the block is filled.
+    /// Total denoising steps (a multiple of the number of blocks): the schedule of
+    /// [`Decide::Schedule`], and a bound on the steps of the other rules.
     pub steps: usize,
-    /// Canvas recomputation strategy.
+    /// Canvas recomputation strategy (the window policy) and its parameters.
     pub strategy: Strategy,
-    /// Parallel decoding: unmask every masked position of the block whose confidence is at least
-    /// this (and at least one per step) instead of following the step schedule.
-    pub threshold: Option<f32>,
+    /// Which positions a step decides, and whether decisions are final at once.
+    pub decide: Decide,
     /// Confidence scoring.
     pub remasking: Remasking,
     /// Sampling temperature (0 = greedy, bit-for-bit deterministic).
     pub temperature: f32,
     /// Seed for Gumbel noise, random remasking and Dream sampling.
     pub seed: u64,
-    /// Classifier-free guidance scale (0 disables; needs an unconditional pass per step).
+    /// Classifier-free guidance scale (0 disables; needs an unconditional pass per step; vanilla
+    /// strategy only).
     pub cfg_scale: f32,
     /// Forbid EOS in the prediction (LLaDA `logits_eos_inf`).
     pub logits_eos_inf: bool,
@@ -308,12 +382,13 @@ pub struct DecodeParams {
     pub confidence_eos_eot_inf: bool,
     /// Stop when a completed block ends in EOS/EoT (the rest is filled with EOS).
     pub early_stop: bool,
-    /// Dream's algorithm parameters.
+    /// Selective logits skipping, for every strategy: logits only for positions a decision needs
+    /// (off: every window row goes through the LM head, as the reference implementations and a
+    /// naive NPU graph do; the decisions are the same either way).
+    pub sls: bool,
+    /// Dream's algorithm parameters (Dream's own algorithm: a Dream model with the vanilla
+    /// strategy).
     pub dream: DreamParams,
-    /// Multi-block speculative decoding switches ([`Strategy::Mbsd`]).
-    pub mbsd: MbsdParams,
-    /// Dual-path progressive revision switches ([`Strategy::Mbsd`]).
-    pub revision: RevisionParams,
 }
 
 /// Every parameter at its default **except the lengths**, which belong to the model:
@@ -340,7 +415,7 @@ impl Default for DecodeParams {
             block_length: 0,
             steps: 0,
             strategy: Strategy::Vanilla,
-            threshold: None,
+            decide: Decide::Schedule,
             remasking: Remasking::LowConfidence,
             temperature: 0.0,
             seed: DEFAULT_SEED,
@@ -348,9 +423,8 @@ impl Default for DecodeParams {
             logits_eos_inf: false,
             confidence_eos_eot_inf: false,
             early_stop: true,
+            sls: true,
             dream: DreamParams::default(),
-            mbsd: MbsdParams::default(),
-            revision: RevisionParams::default(),
         }
     }
 }
@@ -358,8 +432,8 @@ impl Default for DecodeParams {
 impl DecodeParams {
     /// The one rule that turns what a user asked for and what a checkpoint recommends
     /// (`generation_config.json`, see `dllm_models::source::DecodeDefaults`) into lengths and a
-    /// schedule; `generate`, `eval` and library users all go through it. Other fields come from
-    /// `self`.
+    /// decision rule; `generate`, `eval` and library users all go through it. Other fields come
+    /// from `self`.
     ///
     /// * `gen_length`: asked, else the checkpoint's, else [`DEFAULT_GEN_LENGTH`].
     /// * `block_length`: asked, else the checkpoint's if it divides `gen_length`, else
@@ -367,9 +441,9 @@ impl DecodeParams {
     /// * `steps`: asked; else, when `gen_length` was asked, `gen_length` (one token per step: the
     ///   checkpoint's step count belongs to its own length); else the checkpoint's; else
     ///   `gen_length`.
-    /// * `threshold`: asked; else the checkpoint's unless `steps` was asked (a step count means the
-    ///   schedule) or the strategy decides by staged stabilization (`mbsd` without `--no-sts`: its
-    ///   thresholds are `revision.theta_visible` / `theta_stable`); else none.
+    /// * `decide`: an asked threshold; else `self.decide` when it is staged; else the schedule
+    ///   when `steps` was asked (a step count means the schedule); else the checkpoint's
+    ///   threshold; else `self.decide`.
     pub fn resolve(
         self,
         asked: Requested,
@@ -390,17 +464,20 @@ impl DecodeParams {
             (None, Some(_)) => gen_length,
             (None, None) => checkpoint.steps.unwrap_or(gen_length),
         };
-        let staged = self.strategy == Strategy::Mbsd && self.revision.sts;
-        let threshold = asked.threshold.or(if asked.steps.is_none() && !staged {
-            checkpoint.threshold.map(|t| t as f32)
-        } else {
-            None
-        });
+        let decide = match (asked.threshold, self.decide) {
+            (Some(t), _) => Decide::Threshold(t),
+            (None, d @ Decide::Staged(_)) => d,
+            (None, _) if asked.steps.is_some() => Decide::Schedule,
+            (None, d) => checkpoint
+                .threshold
+                .map(|t| Decide::Threshold(t as f32))
+                .unwrap_or(d),
+        };
         DecodeParams {
             gen_length,
             block_length,
             steps,
-            threshold,
+            decide,
             ..self
         }
     }
@@ -436,204 +513,181 @@ impl DecodeParams {
         self.steps / self.num_blocks().max(1)
     }
 
-    /// Check every parameter; the error names the first bad one.
+    /// Check every parameter's range (and the two combinations the types allow); the error names
+    /// the first bad parameter.
     pub fn validate(&self) -> Result<()> {
-        let p = |name: &'static str, reason: String| DecodeError::param(name, reason);
-        let unset = "is 0, not chosen: DecodeParams::default() leaves gen_length, block_length \
-                     and steps to the model (take a checkpoint's recommendation with \
-                     `loaded.decode_params()` / `DecodeParams::for_model(&loaded)`, or set all \
-                     three)";
-        if self.gen_length == 0 {
-            return Err(p("gen_length", unset.into()));
-        }
-        if self.block_length == 0 {
-            return Err(p("block_length", unset.into()));
-        }
-        if !self.gen_length.is_multiple_of(self.block_length) {
-            return Err(p(
-                "gen_length",
-                format!(
-                    "{} is not a multiple of block_length {}",
-                    self.gen_length, self.block_length
-                ),
-            ));
-        }
-        if self.steps == 0 {
-            return Err(p("steps", unset.into()));
-        }
-        if self.steps > self.gen_length {
-            return Err(p(
-                "steps",
-                format!(
-                    "{} exceeds gen_length {}: a step that decides no position is a wasted forward",
-                    self.steps, self.gen_length
-                ),
-            ));
-        }
-        if !self.steps.is_multiple_of(self.num_blocks()) {
-            return Err(p(
-                "steps",
-                format!(
-                    "{} is not a multiple of the number of blocks {} (gen_length / block_length)",
-                    self.steps,
-                    self.num_blocks()
-                ),
-            ));
-        }
-        if let Some(t) = self.threshold {
-            if !(t > 0.0 && t <= 1.0) {
-                return Err(p("threshold", format!("{t} is not in (0, 1]")));
+        self.check_lengths()?;
+        let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
+        let unit = |name: &'static str, t: f32| {
+            if t > 0.0 && t <= 1.0 {
+                Ok(())
+            } else {
+                p(name, format!("{t} is not in (0, 1]"))
             }
-        }
+        };
         if !(self.temperature >= 0.0 && self.temperature <= MAX_TEMPERATURE) {
-            return Err(p(
+            return p(
                 "temperature",
                 format!(
                     "{:?} is not in [0, {MAX_TEMPERATURE}] (beyond it LLaDA's Gumbel noise \
                      (-ln u)^temperature leaves the range of f64 and every token ties)",
                     self.temperature
                 ),
-            ));
+            );
         }
         if !(self.cfg_scale >= 0.0 && self.cfg_scale <= MAX_CFG_SCALE) {
-            return Err(p(
+            return p(
                 "cfg_scale",
                 format!(
                     "{:?} is not in [0, {MAX_CFG_SCALE}] (guided logits are uncond + (scale + 1) \
                      * (cond - uncond): large scales overflow f32)",
                     self.cfg_scale
                 ),
-            ));
+            );
         }
         if self.cfg_scale > 0.0 && self.strategy != Strategy::Vanilla {
-            return Err(p(
+            return p(
                 "cfg_scale",
                 "classifier-free guidance is only supported with the vanilla strategy".into(),
-            ));
+            );
         }
-        let d = &self.dream;
-        if !(d.eps > 0.0 && d.eps < 1.0) {
-            return Err(p("dream.eps", format!("{} is not in (0, 1)", d.eps)));
+        self.dream.check()?;
+        if let Some(m) = self.strategy.mbsd() {
+            m.check()?;
         }
-        if let Some(t) = d.alg_temp {
-            if !(t >= 0.0 && t.is_finite()) {
-                return Err(p(
-                    "dream.alg_temp",
-                    format!("{t} must be a finite value >= 0"),
-                ));
+        match self.decide {
+            Decide::Schedule => Ok(()),
+            Decide::Threshold(t) => unit("threshold", t),
+            Decide::Staged(s) => {
+                if !self.strategy.is_mbsd() {
+                    return p(
+                        "decide",
+                        "staged decisions (theta_visible / theta_stable, verification) need the \
+                         mbsd strategy, whose window keeps every position's cached K/V current"
+                            .into(),
+                    );
+                }
+                unit("theta_visible", s.visible)?;
+                unit("theta_stable", s.stable)?;
+                if s.visible > s.stable {
+                    return p(
+                        "theta_visible",
+                        format!(
+                            "{} is above theta_stable {}: a token cannot be final before it is visible",
+                            s.visible, s.stable
+                        ),
+                    );
+                }
+                s.verify.map_or(Ok(()), Verify::check)
             }
         }
-        if let Some(tp) = d.top_p {
-            if !(tp > 0.0 && tp <= 1.0) {
-                return Err(p("dream.top_p", format!("{tp} is not in (0, 1]")));
-            }
+    }
+
+    fn check_lengths(&self) -> Result<()> {
+        let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
+        let unset = "is 0, not chosen: DecodeParams::default() leaves gen_length, block_length \
+                     and steps to the model (take a checkpoint's recommendation with \
+                     `loaded.decode_params()` / `DecodeParams::for_model(&loaded)`, or set all \
+                     three)";
+        if self.gen_length == 0 {
+            return p("gen_length", unset.into());
         }
-        if d.top_k == Some(0) {
-            return Err(p("dream.top_k", "must be positive".into()));
+        if self.block_length == 0 {
+            return p("block_length", unset.into());
         }
-        let m = &self.mbsd;
-        if !(m.allowance.is_finite() && m.allowance >= 0.0) {
-            return Err(p(
-                "mbsd.allowance",
-                format!("{} must be a finite fraction >= 0", m.allowance),
-            ));
-        }
-        if !(m.budget_mib.is_finite() && m.budget_mib >= 0.0) {
-            return Err(p(
-                "mbsd.budget_mib",
-                format!("{} MiB must be a finite value >= 0", m.budget_mib),
-            ));
-        }
-        if let Some(t) = m.draft_context {
-            if !(t > 0.0 && t <= 1.0) {
-                return Err(p("mbsd.draft_context", format!("{t} is not in (0, 1]")));
-            }
-        }
-        let r = &self.revision;
-        for (name, t) in [
-            ("revision.theta_visible", r.theta_visible),
-            ("revision.theta_stable", r.theta_stable),
-        ] {
-            if !(t > 0.0 && t <= 1.0) {
-                return Err(p(name, format!("{t} is not in (0, 1]")));
-            }
-        }
-        if r.theta_visible > r.theta_stable {
-            return Err(p(
-                "revision.theta_visible",
+        if !self.gen_length.is_multiple_of(self.block_length) {
+            return p(
+                "gen_length",
                 format!(
-                    "{} is above revision.theta_stable {}: a token cannot be final before it is visible",
-                    r.theta_visible, r.theta_stable
+                    "{} is not a multiple of block_length {}",
+                    self.gen_length, self.block_length
                 ),
-            ));
+            );
         }
-        if !(r.margin.is_finite() && (0.0..=1.0).contains(&r.margin)) {
-            return Err(p(
-                "revision.margin",
-                format!("{} is not a probability difference in [0, 1]", r.margin),
-            ));
+        if self.steps == 0 {
+            return p("steps", unset.into());
         }
-        if !(r.refresh_budget.is_finite() && r.refresh_budget >= 0.0) {
-            return Err(p(
-                "revision.refresh_budget",
-                format!("{} must be a finite fraction >= 0", r.refresh_budget),
-            ));
+        if self.steps > self.gen_length {
+            return p(
+                "steps",
+                format!(
+                    "{} exceeds gen_length {}: a step that decides no position is a wasted forward",
+                    self.steps, self.gen_length
+                ),
+            );
         }
-        if self.strategy == Strategy::Mbsd && r.sts && self.threshold.is_some() {
-            return Err(p(
-                "threshold",
-                "with staged stabilization (strategy mbsd, revision.sts) decisions follow \
-                 revision.theta_visible and revision.theta_stable; turn revision.sts off to decide \
-                 by threshold"
-                    .into(),
-            ));
+        if !self.steps.is_multiple_of(self.num_blocks()) {
+            return p(
+                "steps",
+                format!(
+                    "{} is not a multiple of the number of blocks {} (gen_length / block_length)",
+                    self.steps,
+                    self.num_blocks()
+                ),
+            );
         }
-        if self.strategy != Strategy::Mbsd {
-            let d = RevisionParams::default();
-            let why = |field: &'static str| Err(p(field, "only the mbsd strategy uses it".into()));
-            if r.sts != d.sts {
-                return why("revision.sts");
-            }
-            if r.scr != d.scr {
-                return why("revision.scr");
-            }
-            if r.theta_visible != d.theta_visible {
-                return why("revision.theta_visible");
-            }
-            if r.theta_stable != d.theta_stable {
-                return why("revision.theta_stable");
-            }
-            if r.margin != d.margin {
-                return why("revision.margin");
-            }
-            if r.refresh_budget != d.refresh_budget {
-                return why("revision.refresh_budget");
+        Ok(())
+    }
+}
+
+impl DreamParams {
+    fn check(&self) -> Result<()> {
+        let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
+        if !(self.eps > 0.0 && self.eps < 1.0) {
+            return p("dream.eps", format!("{} is not in (0, 1)", self.eps));
+        }
+        if let Some(t) = self.alg_temp {
+            if !(t >= 0.0 && t.is_finite()) {
+                return p("dream.alg_temp", format!("{t} must be a finite value >= 0"));
             }
         }
-        if self.strategy != Strategy::Mbsd {
-            let d = MbsdParams::default();
-            let why = |field: &'static str| Err(p(field, "only the mbsd strategy uses it".into()));
-            if m.sliding != d.sliding {
-                return why("mbsd.sliding");
+        if let Some(tp) = self.top_p {
+            if !(tp > 0.0 && tp <= 1.0) {
+                return p("dream.top_p", format!("{tp} is not in (0, 1]"));
             }
-            if m.lookahead != d.lookahead {
-                return why("mbsd.lookahead");
+        }
+        if self.top_k == Some(0) {
+            return p("dream.top_k", "must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+impl MbsdParams {
+    fn check(&self) -> Result<()> {
+        let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
+        if !(self.allowance.is_finite() && self.allowance >= 0.0) {
+            return p(
+                "mbsd.allowance",
+                format!("{} must be a finite fraction >= 0", self.allowance),
+            );
+        }
+        if !(self.budget_mib.is_finite() && self.budget_mib >= 0.0) {
+            return p(
+                "mbsd.budget_mib",
+                format!("{} MiB must be a finite value >= 0", self.budget_mib),
+            );
+        }
+        if let Some(t) = self.draft_context {
+            if !(t > 0.0 && t <= 1.0) {
+                return p("mbsd.draft_context", format!("{t} is not in (0, 1]"));
             }
-            if m.fit_bucket != d.fit_bucket {
-                return why("mbsd.fit_bucket");
-            }
-            if m.trigger != d.trigger {
-                return why("mbsd.trigger");
-            }
-            if m.allowance != d.allowance {
-                return why("mbsd.allowance");
-            }
-            if m.budget_mib != d.budget_mib {
-                return why("mbsd.budget_mib");
-            }
-            if m.draft_context.is_some() {
-                return why("mbsd.draft_context");
-            }
+        }
+        Ok(())
+    }
+}
+
+impl Verify {
+    fn check(self) -> Result<()> {
+        let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
+        if !(self.tau_back >= 0.0 && self.tau_back <= 1.0) {
+            return p("tau_back", format!("{} is not in [0, 1]", self.tau_back));
+        }
+        if !(self.allowance.is_finite() && self.allowance >= 0.0) {
+            return p(
+                "verify.allowance",
+                format!("{} must be a finite fraction >= 0", self.allowance),
+            );
         }
         Ok(())
     }
@@ -698,7 +752,7 @@ mod tests {
         for (asked, ckpt, want) in table {
             let p = DecodeParams::default().resolve(*asked, ckpt);
             assert_eq!(
-                (p.gen_length, p.block_length, p.steps, p.threshold),
+                (p.gen_length, p.block_length, p.steps, p.decide.threshold()),
                 *want,
                 "{asked:?} with {ckpt:?}"
             );

@@ -1,8 +1,8 @@
 //! The roles of block-wise decoding, as traits a user can implement: the **window policy** (which
 //! positions a forward computes and which of its K/V enter the cache) and the **selector** (which
 //! masked positions of the current block a step unmasks, and which drafts a block accepts when it
-//! becomes current). The block loop ([`crate::Decoder`]) owns the canvas, the blocks, the model calls
-//! and the bookkeeping; the roles only decide.
+//! becomes current). The block algorithm (a [`crate::Generation`]) owns the canvas, the blocks and
+//! the bookkeeping, and asks for forwards; the roles only decide.
 //!
 //! Plans are small `Copy` structs ([`WindowPlan`]); the loop validates every plan (a window must
 //! cover the current block's masked positions and start inside the cache) and reports a bad one as
@@ -38,9 +38,12 @@ pub struct DecodeView<'a> {
     /// Positions `[0, cache_len)` with cached K/V.
     pub cache_len: usize,
     /// Decided positions whose cached K/V were computed from another input (the mask, or a token
-    /// since revised) and that a window should recompute, ascending. (Positions the sparse refresh
-    /// revised are recomputed by the refresh and are not listed.)
+    /// since revised) and that a window should recompute, ascending.
     pub stale: &'a [usize],
+    /// Rows the forward will carry besides the window for verification (shadow rows of tentative
+    /// tokens, see `crate::Verify`): a policy that prices its window (lookahead) leaves room for
+    /// them first.
+    pub verify_rows: usize,
     /// The model.
     pub info: &'a ModelInfo,
 }
@@ -56,10 +59,11 @@ impl DecodeView<'_> {
         self.block.clone().filter(|&p| self.is_masked(p)).count()
     }
 
-    /// The first undecided position of the current block (the commit frontier), or its end.
+    /// The first undecided position before the current block's end (the commit frontier), or the
+    /// block's end. (A position of an earlier block is undecided only when verification sent it
+    /// back to the mask.)
     pub fn frontier(&self) -> usize {
-        self.block
-            .clone()
+        (self.prompt_len..self.block.end)
             .find(|&p| self.is_masked(p))
             .unwrap_or(self.block.end)
     }

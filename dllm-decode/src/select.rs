@@ -170,18 +170,38 @@ impl crate::roles::Selector for ThresholdSelector {
     }
 }
 
-/// Staged token stabilization's rule (paper §3.3): every candidate at `theta_visible` or above
-/// becomes Visible (Stable at `theta_stable`), and if none does, the most confident one becomes
-/// Visible; drafts are accepted at `theta_visible`.
+/// Staged decisions' rule (paper §3.3): every candidate at `theta_visible` or above becomes
+/// Visible (Stable at `theta_stable`), and if none does, the most confident one becomes Visible;
+/// drafts are accepted at `theta_visible`. With `no_adjacent`, a candidate below `theta_stable`
+/// is not decided beside a position decided in the same step (two neighbours decided together
+/// each predicted the other as a mask: the "1+5=5" error of a result digit decided with its
+/// operand).
 #[derive(Debug, Clone, Copy)]
 pub struct StsSelector {
     /// The two thresholds.
     pub thresholds: crate::states::Thresholds,
+    /// Never decide two adjacent positions in one step below the stable threshold.
+    pub no_adjacent: bool,
 }
 
 impl crate::roles::Selector for StsSelector {
     fn select(&mut self, candidates: &[(usize, f64)], _step: usize) -> Vec<usize> {
-        above_threshold(candidates, self.thresholds.visible)
+        let t = self.thresholds;
+        if !self.no_adjacent {
+            return above_threshold(candidates, t.visible);
+        }
+        let mut chosen: Vec<usize> = Vec::new();
+        for (i, (pos, c)) in ranked(candidates).into_iter().enumerate() {
+            if i > 0 && !(c >= t.visible) {
+                break;
+            }
+            let beside = chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
+            if beside && !(c >= t.stable) {
+                continue;
+            }
+            chosen.push(pos);
+        }
+        chosen
     }
 
     fn accept_drafts(&mut self, drafts: &[(usize, f64)]) -> Vec<usize> {
@@ -254,6 +274,40 @@ mod tests {
         assert_eq!(s.counts, vec![2, 2, 2, 2]);
         let mut plain = ScheduleSelector::new(4);
         assert!(plain.accept_drafts(&[(10, 0.99)]).is_empty());
+    }
+
+    #[test]
+    fn staged_selection_keeps_unstable_decisions_apart() {
+        use crate::roles::Selector;
+        let thresholds = crate::states::Thresholds {
+            visible: 0.7,
+            stable: 0.9,
+        };
+        let c = [
+            (10, 0.95),
+            (11, 0.8),
+            (12, 0.75),
+            (13, 0.92),
+            (15, 0.71),
+            (16, 0.5),
+        ];
+        let mut plain = StsSelector {
+            thresholds,
+            no_adjacent: false,
+        };
+        assert_eq!(plain.select(&c, 0), vec![10, 13, 11, 12, 15]);
+        let mut apart = StsSelector {
+            thresholds,
+            no_adjacent: true,
+        };
+        // 11 sits beside 10, 12 beside 13 (both decided first); 15 has no decided neighbour.
+        assert_eq!(apart.select(&c, 0), vec![10, 13, 15]);
+        // Stable decisions may sit side by side; the most confident candidate always goes.
+        assert_eq!(
+            apart.select(&[(3, 0.96), (4, 0.95), (5, 0.3)], 0),
+            vec![3, 4]
+        );
+        assert_eq!(apart.select(&[(3, 0.2), (4, 0.3)], 0), vec![4]);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! [`transition`]. An impossible event for a state is an error, never a silent no-op.
 //!
 //! * Invisible: undecided (masked, or a prediction below `theta_visible`); not context.
-//! * Visible: a concrete token used as context by later forwards, still revisable: its identity and
-//!   K/V may be refreshed while its confidence stays below `theta_stable`.
+//! * Visible: a concrete token used as context by later forwards, still tentative: verification
+//!   may send it back to the mask (never to another token) while its confidence stays below
+//!   `theta_stable`.
 //! * Stable: final; its K/V are reused for good and it needs no more logits.
 
 use std::fmt;
@@ -27,8 +28,13 @@ pub enum TokenEvent {
     Predicted(f64),
     /// Nothing in a step reached `theta_visible`; this was its most confident candidate.
     Promoted,
-    /// A refresh re-scored this visible position (masked) with this confidence.
+    /// A verification (shadow row) re-scored this visible position, masked, with this
+    /// probability of its token.
     Rescored(f64),
+    /// A lookahead draft was accepted for this undecided position when its block became current.
+    Drafted,
+    /// Verification sent this visible position back to the mask.
+    Remasked,
 }
 
 /// The two thresholds.
@@ -74,11 +80,12 @@ pub fn transition(
         (S::Invisible, E::Predicted(c)) if c >= t.stable => Ok(S::Stable),
         (S::Invisible, E::Predicted(c)) if c >= t.visible => Ok(S::Visible),
         (S::Invisible, E::Predicted(_)) => Ok(S::Invisible),
-        (S::Invisible, E::Promoted) => Ok(S::Visible),
+        (S::Invisible, E::Promoted | E::Drafted) => Ok(S::Visible),
         (S::Visible, E::Rescored(c)) if c >= t.stable => Ok(S::Stable),
         (S::Visible, E::Rescored(_)) => Ok(S::Visible),
-        (S::Invisible, E::Rescored(_))
-        | (S::Visible, E::Predicted(_) | E::Promoted)
+        (S::Visible, E::Remasked) => Ok(S::Invisible),
+        (S::Invisible, E::Rescored(_) | E::Remasked)
+        | (S::Visible, E::Predicted(_) | E::Promoted | E::Drafted)
         | (S::Stable, _) => bad,
     }
 }
@@ -107,6 +114,8 @@ mod tests {
             (S::Visible, E::Rescored(0.91), S::Stable),
             (S::Visible, E::Rescored(0.5), S::Visible),
             (S::Visible, E::Rescored(f64::NAN), S::Visible),
+            (S::Invisible, E::Drafted, S::Visible),
+            (S::Visible, E::Remasked, S::Invisible),
         ];
         for &(from, ev, to) in ok {
             assert_eq!(transition(from, ev, T), Ok(to), "{from:?} + {ev:?}");
@@ -118,6 +127,10 @@ mod tests {
             (S::Stable, E::Predicted(0.95)),
             (S::Stable, E::Promoted),
             (S::Stable, E::Rescored(0.1)),
+            (S::Invisible, E::Remasked),
+            (S::Visible, E::Drafted),
+            (S::Stable, E::Remasked),
+            (S::Stable, E::Drafted),
         ];
         for &(from, ev) in bad {
             let e = transition(from, ev, T).unwrap_err();

@@ -215,6 +215,7 @@ mod tests {
             unmasked: &[],
             confidences: &[],
             revised: &[],
+            remasked: &[],
             window: 0..6,
             masked_left: 1,
             mask_id: 5,

@@ -155,9 +155,11 @@ impl MbsdWindow {
         let cached = v
             .cache_len
             .saturating_sub(end.min(v.cache_len) - start.min(v.cache_len));
+        // Verification rows come first: the lookahead prices its extension on top of them.
+        let vr = v.verify_rows;
         let base_w = end - start;
         let base_rows = masked(start, end);
-        let base = self.table.cost_ms(base_w, base_rows, cached);
+        let base = self.table.cost_ms(base_w + vr, base_rows + vr, cached);
         let allowed = base * self.params.allowance;
         let per_pos = position_bytes(v.info) as f64;
         let budget = self.params.budget_mib * (1u64 << 20) as f64;
@@ -168,7 +170,7 @@ impl MbsdWindow {
                 break;
             }
             let r = rows + usize::from(v.is_masked(end));
-            let cost = self.table.cost_ms(end + 1 - start, r, cached) - base;
+            let cost = self.table.cost_ms(end + 1 - start + vr, r + vr, cached) - base;
             if cost > allowed {
                 break;
             }

@@ -2,7 +2,9 @@
 //! determinism, early stop, observers and parameter errors.
 
 use candle_core::{DType, Device};
-use dllm_decode::{generate, Control, DecodeParams, Remasking, StepEvent, StopReason, Strategy};
+use dllm_decode::{
+    generate, Control, Decide, DecodeParams, Remasking, StepEvent, StopReason, Strategy,
+};
 use dllm_models::synthetic::{random_weights, tiny_dream, tiny_llada};
 use dllm_models::weights::HfWeights;
 use dllm_models::{DiffusionTransformer, OpMode, TransformerConfig};
@@ -135,7 +137,7 @@ fn cached_windows_are_what_fast_dllm_forwards() {
 #[test]
 fn threshold_decoding_takes_at_least_one_per_step() {
     let p = DecodeParams {
-        threshold: Some(0.9),
+        decide: Decide::Threshold(0.9),
         ..params(Strategy::DualCache)
     };
     let mut counts = Vec::new();
@@ -149,7 +151,7 @@ fn threshold_decoding_takes_at_least_one_per_step() {
     assert!(g.generated().iter().all(|&t| t != MASK));
     // A threshold of (almost) zero unmasks a whole block per step.
     let p = DecodeParams {
-        threshold: Some(1e-9),
+        decide: Decide::Threshold(1e-9),
         ..params(Strategy::Vanilla)
     };
     let g = generate(&mut model(tiny_llada()), PROMPT, &p, &mut ()).unwrap();
@@ -299,7 +301,7 @@ fn bad_parameters_are_errors_naming_them() {
         ),
         (
             DecodeParams {
-                threshold: Some(1.5),
+                decide: Decide::Threshold(1.5),
                 ..params(Strategy::Vanilla)
             },
             "threshold",
@@ -354,7 +356,7 @@ fn bad_parameters_are_errors_naming_them() {
     let dream_only: Vec<(DecodeParams, &str)> = vec![
         (
             DecodeParams {
-                threshold: Some(0.9),
+                decide: Decide::Threshold(0.9),
                 ..params(Strategy::Vanilla)
             },
             "threshold",

@@ -4,7 +4,9 @@
 //! decides every position.
 
 use candle_core::{DType, Device};
-use dllm_decode::{DecodeParams, DecodeView, Decoder, Result, Strategy, WindowPlan, WindowPolicy};
+use dllm_decode::{
+    Decide, DecodeParams, DecodeView, Decoder, Result, Strategy, WindowPlan, WindowPolicy,
+};
 use dllm_models::synthetic::{random_weights, tiny_llada};
 use dllm_models::weights::HfWeights;
 use dllm_models::{DiffusionTransformer, OpMode};
@@ -23,7 +25,7 @@ fn params() -> DecodeParams {
         gen_length: 16,
         block_length: 8,
         steps: 16,
-        threshold: Some(0.9),
+        decide: Decide::Threshold(0.9),
         strategy: Strategy::DualCache,
         early_stop: false,
         ..Default::default()

@@ -431,6 +431,9 @@ macro_rules! candle_model {
             ) -> crate::Result<candle_core::Tensor> {
                 crate::DiffusionLm::forward_full(&mut self.inner, canvas, rows)
             }
+            fn answer(&mut self, ask: &crate::Ask) -> crate::Result<crate::Answer> {
+                crate::DiffusionLm::answer(&mut self.inner, ask)
+            }
             fn clear_cache(&mut self) -> crate::Result<()> {
                 crate::DiffusionLm::clear_cache(&mut self.inner)
             }

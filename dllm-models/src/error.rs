@@ -255,6 +255,9 @@ pub enum Error {
     /// A refresh whose contents do not fit the cache (see [`RefreshDefect`]); nothing was written.
     #[error("malformed refresh: {0}")]
     MalformedRefresh(RefreshDefect),
+    /// An [`Ask`](crate::Ask) the model cannot answer (see [`AskDefect`]); nothing was computed.
+    #[error("invalid ask: {0}")]
+    InvalidAsk(AskDefect),
     /// An error from a CPU kernel (a shape it cannot take, a weight type or shape it cannot pack,
     /// a thread count).
     #[error(transparent)]
@@ -545,6 +548,74 @@ pub enum KvCacheDefect {
         /// Rows of the buffer.
         rows: usize,
     },
+}
+
+/// What is wrong with an [`Ask`](crate::Ask) ([`Error::InvalidAsk`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskDefect {
+    /// The canvas rows (batch items) have different lengths.
+    #[error("the canvas rows have different lengths {lengths:?}")]
+    RaggedCanvas {
+        /// Length of each row.
+        lengths: Vec<usize>,
+    },
+    /// A verification position listed twice.
+    #[error("verification position {position} is listed twice")]
+    RepeatedVerify {
+        /// The position.
+        position: usize,
+    },
+    /// A verification position outside the canvas (or 0 for a model with shifted logits, whose
+    /// prediction for a position comes from the one before it).
+    #[error("verification position {position} is outside the canvas of {canvas_len} (or is position 0 of a model with shifted logits)")]
+    VerifyOutside {
+        /// The position.
+        position: usize,
+        /// Canvas length.
+        canvas_len: usize,
+    },
+    /// A verification position neither cached nor in the window.
+    #[error("verification position {position} is neither cached (cache [0, {cache_len})) nor in the window {window:?}")]
+    VerifyUnseen {
+        /// The position.
+        position: usize,
+        /// Cached rows.
+        cache_len: usize,
+        /// The window.
+        window: std::ops::Range<usize>,
+    },
+    /// A model that verifies after the commit found the position outside the committed cache.
+    #[error("verification position {position} is not in the cache after the commit ([0, {cache_len})): this model verifies against the committed cache, so the commit must cover the window")]
+    VerifyNotCommitted {
+        /// The position.
+        position: usize,
+        /// Cached rows after the commit.
+        cache_len: usize,
+    },
+    /// An ask that empties the cache must forward from position 0.
+    #[error("an ask that empties the cache must start its window at 0, not {start}")]
+    ClearedWindowStart {
+        /// The window's start.
+        start: usize,
+    },
+    /// Sequences batched into one call must share the weights.
+    #[error(
+        "sequence {index} of a batched forward belongs to {other}, the call's weights are {model}"
+    )]
+    OtherModel {
+        /// Index of the sequence in the call.
+        index: usize,
+        /// Its model.
+        other: crate::ModelId,
+        /// The call's model.
+        model: crate::ModelId,
+    },
+}
+
+impl From<AskDefect> for Error {
+    fn from(d: AskDefect) -> Self {
+        Error::InvalidAsk(d)
+    }
 }
 
 impl From<CanvasDefect> for Error {

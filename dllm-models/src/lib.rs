@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
+mod ask;
 mod backend;
 mod block;
 mod block_def;
@@ -44,6 +45,7 @@ pub mod transformer;
 pub mod weights;
 mod weights_model;
 
+pub use ask::{answer_with, Answer, Ask};
 /// candle, whose types appear in this crate's signatures.
 pub use candle_core;
 /// candle-nn, whose `VarBuilder` the candle-style constructors take (`llada::Model::new(&cfg, vb)`):
@@ -52,7 +54,8 @@ pub use candle_core;
 pub use candle_nn;
 pub use candle_style::safetensors_var_builder;
 pub use error::{
-    CanvasDefect, Error, KvCacheDefect, PositionDefect, RefreshDefect, Result, WindowDefect,
+    AskDefect, CanvasDefect, Error, KvCacheDefect, PositionDefect, RefreshDefect, Result,
+    WindowDefect,
 };
 #[cfg(feature = "hub")]
 pub use hub::HubRepo;

@@ -409,6 +409,15 @@ pub trait DiffusionLm: Send {
         Ok((out, r))
     }
 
+    /// Run one step a decoder asked for ([`crate::Ask`]): empty the cache when asked, the window
+    /// forward with its verification (shadow) rows, then the commit. The default composes the other
+    /// methods ([`crate::answer_with`]: shadows as single-position forwards against the committed
+    /// cache); [`crate::DiffusionTransformer`] computes the shadow rows inside the forward and can
+    /// answer many sequences at once ([`crate::DiffusionTransformer::forward_many`]).
+    fn answer(&mut self, ask: &crate::Ask) -> Result<crate::Answer> {
+        crate::ask::answer_with(self, ask)
+    }
+
     /// Full-canvas forward: `forward(canvas, 0..L, rows)` (the cache is attended to only where it
     /// extends past `L`, which a decoder never does).
     fn forward_full(&mut self, canvas: &Tensor, rows: Rows<'_>) -> Result<Tensor> {

@@ -49,6 +49,8 @@ use crate::{Error, Result};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::DeviceKv;
 
+mod many;
+
 /// LLaDA / Dream: shared weights plus one sequence's KV cache, with a windowed forward.
 #[derive(Debug)]
 pub struct DiffusionTransformer {
@@ -536,6 +538,11 @@ impl DiffusionTransformer {
 impl DiffusionLm for DiffusionTransformer {
     fn info(&self) -> &ModelInfo {
         &self.weights.info
+    }
+
+    fn answer(&mut self, ask: &crate::Ask) -> Result<crate::Answer> {
+        let mut one = [(self, ask)];
+        Ok(Self::forward_many(&mut one)?.remove(0))
     }
 
     fn device(&self) -> &Device {

@@ -9,14 +9,13 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
-use kernels_cpu::attention::Skip;
 
 use crate::block::{Block, GateUp, Qkv};
 use crate::config::{MatrixDims, TransformerConfig};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexTransformer;
-use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem, Pending};
-use crate::layers::{attention_on, Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
+use crate::kv_cache::{CachedRows, FreeRows, KvElem, Pending};
+use crate::layers::{Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
 use crate::linear::{dense, CpuLinear, CpuLinears, CpuOptions};
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 #[cfg(feature = "hexagon")]
@@ -25,16 +24,17 @@ use crate::npu_load::{place_blocks, shared_block, shared_head};
 use crate::npu_load_off::{place_blocks, shared_block, shared_head};
 
 mod cpu_ops;
-mod rescore;
+pub(crate) mod parts;
 mod segment;
+mod stack;
 use crate::block_def;
 use crate::role::Role;
 use crate::weights::WeightSource;
 use crate::{Error, PositionDefect, Result, WindowDefect};
 #[cfg(feature = "hexagon")]
 use candle_hexagon::HexTransformer;
-use cpu_ops::{Act, CpuBlock, CpuHead};
-use segment::{materialize, segment_attention, segment_attention_fresh, KvGeom};
+use cpu_ops::CpuHead;
+use parts::{Group, Main, Part, Parts};
 
 /// [`TransformerWeights::cpu_linear_bytes`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -86,10 +86,6 @@ fn release_freed_pages() {
         libc::malloc_trim(0);
     }
 }
-
-/// How the attention of one block gets its keys: the closure receives the block's `q`
-/// `(b, nq, heads, d)` and fresh `k`, `v` `(b, n, kv_heads, d)` and returns `(b, nq, heads * d)`.
-type Attend<'a> = dyn FnMut(&Tensor, &Tensor, &Tensor) -> Result<Tensor> + 'a;
 
 impl TransformerWeights {
     /// Build on `backend`: with [`Backend::Hexagon`] the linear layers' weights are packed into
@@ -391,33 +387,6 @@ impl TransformerWeights {
         Ok(Tensor::new(v, &self.device)?)
     }
 
-    /// One block (the definition in `block_def.rs`, interpreted on the CPU). `q_rows`
-    /// restricts queries (and the block's output) to those rows of `x`; `attend` runs the
-    /// attention of the block's queries over whatever keys it chooses. Returns the block's
-    /// output and its fresh K/V.
-    fn block(
-        &self,
-        blk: &Block,
-        x: &Tensor,
-        rope: (&Tensor, &Tensor),
-        q_rows: Option<&Tensor>,
-        attend: &mut Attend<'_>,
-    ) -> Result<(Tensor, Tensor, Tensor)> {
-        let mut ops = CpuBlock {
-            w: self,
-            blk,
-            rope,
-            q_rows,
-            attend,
-            kv: None,
-        };
-        let x = block_def::block(&mut ops, Act::all(x.clone()))?;
-        let (k, v) = ops.kv.ok_or(Error::Internal {
-            what: "a block that cached no K/V",
-        })?;
-        Ok((x.t, k, v))
-    }
-
     /// The LM head alone over rows that are already normalised (the NPU stack's hidden output).
     #[cfg_attr(not(feature = "hexagon"), allow(dead_code))]
     pub(crate) fn head_only(&self, x: &Tensor) -> Result<Tensor> {
@@ -507,16 +476,10 @@ impl TransformerWeights {
     pub fn forward_train(&self, ids: &Tensor) -> Result<Tensor> {
         self.install(|| {
             let (_, l) = ids.dims2()?;
-            let mut x = self.embed.forward(ids)?;
+            let x = self.embed.forward(ids)?;
             let (cos, sin) = self.rope.range(0, l)?;
-            let scale = self.scale();
-            let (mode, backend) = (self.mode, &self.ops_backend);
-            for blk in &self.blocks {
-                let mut attend = |q: &Tensor, k: &Tensor, v: &Tensor| {
-                    attention_on(q, k, v, scale, mode, backend)
-                };
-                x = self.block(blk, &x, (&cos, &sin), None, &mut attend)?.0;
-            }
+            let mut src = stack::FreshOnly { w: self, kv: None };
+            let mut x = self.stack(x, (&cos, &sin), None, &mut src)?;
             if self.cfg.shift_logits {
                 let rows = self.idx((0..l).map(|p| self.source_row(p)))?;
                 x = x.index_select(&rows, 1)?;
@@ -527,6 +490,48 @@ impl TransformerWeights {
 
     fn scale(&self) -> f32 {
         1.0 / (self.cfg.head_dim() as f32).sqrt()
+    }
+
+    /// The parts of a window forward of one sequence over a cache of `len` rows (`cached`),
+    /// writing the window's K/V into `free`, with a verification group per `verify` position.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn window_part<'a, T: KvElem>(
+        &self,
+        cached: Vec<CachedRows<'a, T>>,
+        free: Vec<FreeRows<'a, T>>,
+        len: usize,
+        canvas: Vec<Vec<u32>>,
+        window: Range<usize>,
+        rows: Rows<'_>,
+        verify: &[usize],
+    ) -> Result<(Part<'a, T>, Pending)> {
+        let b = canvas.len();
+        let WindowRows { ws, n, hidden_rows } = self.window_rows(rows, window.clone())?;
+        let pending = Pending {
+            start: ws,
+            end: window.end,
+            at: len,
+            batch: b,
+        };
+        let shifted = self.cfg.shift_logits;
+        let part = Part {
+            b,
+            len,
+            cached,
+            main: Main::Window { ws, n, free },
+            groups: verify.iter().map(|&p| Group::of(p, shifted)).collect(),
+            main_out: hidden_rows.unwrap_or_else(|| (0..n).collect()),
+            canvas,
+        };
+        Ok((part, pending))
+    }
+
+    /// Run parts (of one or many sequences) through the stack on this model's pool.
+    pub(crate) fn run_parts<T: KvElem>(
+        &self,
+        parts: &mut [Part<'_, T>],
+    ) -> Result<Vec<parts::PartLogits>> {
+        self.install(|| Parts::run(self, parts))
     }
 
     /// The window forward of [`crate::DiffusionLm::forward`] over a cache of `len` rows
@@ -542,54 +547,18 @@ impl TransformerWeights {
         window: Range<usize>,
         rows: Rows<'_>,
     ) -> Result<(Tensor, Pending)> {
-        let (b, _) = canvas.dims2()?;
-        let WindowRows { ws, n, hidden_rows } = self.window_rows(rows, window.clone())?;
-        let we = window.end;
-        let last_rows = hidden_rows.map(|r| self.idx(r)).transpose()?;
-        let mut x = self.embed.forward(&canvas.narrow(1, ws, n)?)?;
-        let (cos, sin) = self.rope.range(ws, n)?;
-        let last = self.blocks.len() - 1;
-        // Cached rows of the window's own positions are stale: the window brings fresh ones.
-        let skip = Skip::Range {
-            start: ws.min(len),
-            end: we.min(len),
-        };
-        let kv = KvGeom::of(self, b);
-        for (li, blk) in self.blocks.iter().enumerate() {
-            let q_rows = if li == last { last_rows.as_ref() } else { None };
-            let c = cached[li];
-            let f = &mut free[li];
-            let mut attend = |q: &Tensor, k: &Tensor, v: &Tensor| -> Result<Tensor> {
-                scatter_rows(k, f.k, 0..n, b, kv.heads, kv.hd)?;
-                scatter_rows(v, f.v, 0..n, b, kv.heads, kv.hd)?;
-                if q.dim(1)? == 0 {
-                    return Ok(q.clone());
-                }
-                match (&self.ops_backend, self.mode) {
-                    (Backend::Cpu, OpMode::Fused) => {
-                        let pend = CachedRows { k: &*f.k, v: &*f.v };
-                        segment_attention(
-                            q,
-                            &[(c, len, skip), (pend, n, Skip::None)],
-                            kv,
-                            self.scale(),
-                        )
-                    }
-                    _ => {
-                        let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
-                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.ops_backend)
-                    }
-                }
-            };
-            x = self.block(blk, &x, (&cos, &sin), q_rows, &mut attend)?.0;
-        }
-        let pending = Pending {
-            start: ws,
-            end: we,
-            at: len,
-            batch: b,
-        };
-        Ok((self.logits(&x)?, pending))
+        let free: Vec<FreeRows<'_, T>> = free
+            .iter_mut()
+            .map(|f| FreeRows {
+                k: &mut *f.k,
+                v: &mut *f.v,
+            })
+            .collect();
+        let ids = canvas.to_vec2::<u32>()?;
+        let (part, pending) =
+            self.window_part(cached.to_vec(), free, len, ids, window, rows, &[])?;
+        let mut out = Parts::run(self, &mut [part])?;
+        Ok((out.remove(0).0, pending))
     }
 
     /// The sparse refresh of [`crate::DiffusionLm::compute_refresh`] against `len` cached rows.
@@ -608,17 +577,18 @@ impl TransformerWeights {
         let mut pos: Vec<usize> = positions.to_vec();
         pos.sort_unstable();
         pos.dedup();
+        let empty = Refresh {
+            positions: Vec::new(),
+            keys: Vec::new(),
+            values: Vec::new(),
+            logits: None,
+            scored: Vec::new(),
+            token,
+            timing: None,
+        };
         if pos.is_empty() && logits.is_none_or(<[usize]>::is_empty) {
             // Nothing to recompute (a request that only re-scores).
-            return Ok(Refresh {
-                positions: Vec::new(),
-                keys: Vec::new(),
-                values: Vec::new(),
-                logits: None,
-                scored: Vec::new(),
-                token,
-                timing: None,
-            });
+            return Ok(empty);
         }
         if let Some(&bad) = pos.iter().find(|&&p| p >= len) {
             return Err(PositionDefect::NotCached {
@@ -637,58 +607,91 @@ impl TransformerWeights {
             pos.sort_unstable();
             pos.dedup();
         }
-        let hidden_rows: Vec<usize> = want
+        let main_out: Vec<usize> = want
             .iter()
             .map(|&p| {
                 pos.binary_search(&self.source_row(p))
                     .expect("source row added above")
             })
             .collect();
-        let ids = canvas.index_select(&self.idx(pos.iter().copied())?, 1)?;
-        let mut x = self.embed.forward(&ids)?;
-        let (cos, sin) = self.rope.gather(&pos)?;
-        let last_rows = self.idx(hidden_rows)?;
-        let mut keys = Vec::with_capacity(self.blocks.len());
-        let mut values = Vec::with_capacity(self.blocks.len());
-        let last = self.blocks.len() - 1;
-        let kv = KvGeom::of(self, b);
-        let skip = Skip::Sorted(&pos);
-        for (li, blk) in self.blocks.iter().enumerate() {
-            let q_rows = if li == last { Some(&last_rows) } else { None };
-            let c = cached[li];
-            let mut attend = |q: &Tensor, k: &Tensor, v: &Tensor| -> Result<Tensor> {
-                if q.dim(1)? == 0 {
-                    return Ok(q.clone());
-                }
-                match (&self.ops_backend, self.mode) {
-                    (Backend::Cpu, OpMode::Fused) => {
-                        segment_attention_fresh(q, &[(c, len, skip)], k, v, kv, self.scale())
-                    }
-                    _ => {
-                        let (kk, vv) = materialize(&[(c, len, skip)], k, v, kv, &self.device)?;
-                        attention_on(q, &kk, &vv, self.scale(), self.mode, &self.ops_backend)
-                    }
-                }
-            };
-            let (nx, k, v) = self.block(blk, &x, (&cos, &sin), q_rows, &mut attend)?;
-            x = nx;
-            keys.push(k);
-            values.push(v);
-        }
-        let logits = if logits.is_some() {
-            Some(self.logits(&x)?)
-        } else {
-            None
+        let part = Part {
+            b,
+            len,
+            cached: cached.to_vec(),
+            main: Main::Refresh {
+                pos: pos.clone(),
+                keys: Vec::with_capacity(self.blocks.len()),
+                values: Vec::with_capacity(self.blocks.len()),
+            },
+            groups: Vec::new(),
+            main_out,
+            canvas: canvas.to_vec2::<u32>()?,
+        };
+        let mut parts = [part];
+        let out = Parts::run(self, &mut parts)?.remove(0).0;
+        let [part] = parts;
+        let Main::Refresh { keys, values, .. } = part.main else {
+            return Err(Error::Internal {
+                what: "a refresh part that changed kind",
+            });
         };
         Ok(Refresh {
             positions: pos,
             keys,
             values,
-            logits,
+            logits: logits.is_some().then_some(out),
             scored: want,
-            token,
-            timing: None,
+            ..empty
         })
+    }
+
+    /// Logits `(batch, positions, vocab)` of each of `positions` (cached, unique) predicted with
+    /// that position alone masked and every other position as `canvas` holds it, attending to the
+    /// cached rows `[0, len)`: one group per position (see [`parts`]).
+    pub(crate) fn rescore<T: KvElem>(
+        &self,
+        cached: &[CachedRows<'_, T>],
+        len: usize,
+        canvas: &Tensor,
+        positions: &[usize],
+    ) -> Result<Tensor> {
+        let (b, l) = canvas.dims2()?;
+        let mut seen = positions.to_vec();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(PositionDefect::Repeated {
+                what: "re-score",
+                positions: positions.to_vec(),
+                position: w[0],
+            }
+            .into());
+        }
+        let shift = self.cfg.shift_logits;
+        if let Some(&bad) = positions
+            .iter()
+            .find(|&&p| p >= len || p >= l || (shift && p == 0))
+        {
+            return Err(PositionDefect::NotRescorable {
+                position: bad,
+                cache_len: len,
+                canvas_len: l,
+            }
+            .into());
+        }
+        let part = Part {
+            b,
+            len,
+            cached: cached.to_vec(),
+            main: Main::Refresh {
+                pos: Vec::new(),
+                keys: Vec::new(),
+                values: Vec::new(),
+            },
+            groups: positions.iter().map(|&p| Group::of(p, shift)).collect(),
+            main_out: Vec::new(),
+            canvas: canvas.to_vec2::<u32>()?,
+        };
+        Ok(Parts::run(self, &mut [part])?.remove(0).1)
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use dllm_decode::{generate, DecodeParams, DreamAlg, Remasking, Strategy};
+use dllm_decode::{generate, Decide, DecodeParams, DreamAlg, Remasking, Strategy};
 use dllm_models::{DiffusionLm, LoadOptions, ModelSource};
 
 use crate::corpus::{seeds, Layout, Seed};
@@ -123,7 +123,11 @@ fn params(rng: &mut Rng, dream: bool, valid: bool) -> DecodeParams {
         block_length: block,
         steps: per_block * blocks,
         strategy,
-        threshold: (!dream_alg && rng.one_in(4)).then_some(0.5),
+        decide: if !dream_alg && rng.one_in(4) {
+            Decide::Threshold(0.5)
+        } else {
+            Decide::Schedule
+        },
         remasking: if dream_alg {
             Remasking::LowConfidence
         } else {

@@ -21,7 +21,7 @@ fn ours(
     gen: usize,
     block: usize,
     steps: usize,
-) -> Result<dllm_decode::Generation> {
+) -> Result<dllm_decode::Outcome> {
     let mut m = load_path(path, &LoadOptions::default())?;
     let p = DecodeParams {
         gen_length: gen,

@@ -7,7 +7,7 @@
 //! the oracle's logits through its `post` hook.
 
 use anyhow::Result;
-use dllm_decode::{generate, DecodeParams, Strategy};
+use dllm_decode::{generate, Decide, DecodeParams, Strategy};
 use dllm_models::synthetic::tiny_llada;
 use dllm_models::LoadOptions;
 use llada_tests::fast_dllm::{fast_dllm_generate, Cache, FastParams};
@@ -50,7 +50,7 @@ fn cached_strategies_match_fast_dllm() -> Result<()> {
                 block_length: block,
                 steps,
                 strategy,
-                threshold: threshold.map(|t| t as f32),
+                decide: threshold.map_or(Decide::Schedule, |t| Decide::Threshold(t as f32)),
                 early_stop: false,
                 ..Default::default()
             };

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use dllm_decode::{DecodeParams, Strategy};
+use dllm_decode::{Decide, DecodeParams, MbsdParams, Staged, Strategy};
 use dllm_models::{load, LoadOptions, ModelSource};
 use dllm_tasks::eval::{evaluate, questions, TaskScore};
 use dllm_tasks::TaskKind;
@@ -85,7 +85,7 @@ fn tiny_llada_meets_its_floors_and_threshold_decoding_saves_forwards() {
     let fast = run(
         "tiny-llada",
         &DecodeParams {
-            threshold: Some(0.9),
+            decide: Decide::Threshold(0.9),
             ..one_token_per_step(24)
         },
     );
@@ -148,13 +148,13 @@ fn long_math(name: &str, params: &DecodeParams) -> TaskScore {
     scores.remove(0)
 }
 
-fn long_params(strategy: Strategy, threshold: Option<f32>) -> DecodeParams {
+fn long_params(strategy: Strategy, decide: Decide) -> DecodeParams {
     DecodeParams {
         gen_length: 128,
         block_length: 32,
         steps: 128,
         strategy,
-        threshold,
+        decide,
         ..Default::default()
     }
 }
@@ -167,12 +167,15 @@ fn tiny_llada_long_meets_its_floors() {
     for (label, params, floor) in [
         (
             "threshold 0.9",
-            long_params(Strategy::Vanilla, Some(0.9)),
+            long_params(Strategy::Vanilla, Decide::Threshold(0.9)),
             FLOOR_LLADA_LONG_THR09,
         ),
         (
             "mbsd",
-            long_params(Strategy::Mbsd, None),
+            long_params(
+                Strategy::Mbsd(MbsdParams::default()),
+                Decide::Staged(Staged::default()),
+            ),
             FLOOR_LLADA_LONG_MBSD,
         ),
     ] {
@@ -197,7 +200,7 @@ const FLOOR_LLADA_LONG_MBSD: f64 = 0.9;
 fn tiny_dream_long_meets_its_floor() {
     let s = long_math(
         "tiny-dream-long",
-        &long_params(Strategy::DualCache, Some(0.9)),
+        &long_params(Strategy::DualCache, Decide::Threshold(0.9)),
     );
     check_floors(
         "tiny-dream-long (dual-cache, threshold 0.9)",

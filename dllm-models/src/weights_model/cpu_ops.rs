@@ -3,7 +3,8 @@
 
 use candle_core::Tensor;
 
-use super::{Attend, TransformerWeights};
+use super::stack::AttentionSource;
+use super::TransformerWeights;
 use crate::block::Block;
 use crate::block_def::{BlockOps, HeadOps, Norm, Proj};
 use crate::layers::{swiglu, Rope};
@@ -21,17 +22,17 @@ impl Act {
     }
 }
 
-/// One block on the CPU. `q_rows` narrows queries (and the block's output) to those rows;
-/// `attend` runs the attention over whatever keys the caller chooses and keeps the K/V.
+/// One block on the CPU. `q_rows` narrows queries (and the block's output) to those rows; the
+/// attention source keeps the block's K/V and runs its attention over whatever keys it chooses.
 pub(super) struct CpuBlock<'a, 'b> {
     pub(super) w: &'a TransformerWeights,
     pub(super) blk: &'a Block,
     /// `(cos, sin)` of every row.
     pub(super) rope: (&'a Tensor, &'a Tensor),
     pub(super) q_rows: Option<&'a Tensor>,
-    pub(super) attend: &'a mut Attend<'b>,
-    /// The block's fresh keys and values once cached.
-    pub(super) kv: Option<(Tensor, Tensor)>,
+    pub(super) src: &'b mut dyn AttentionSource,
+    /// The block's index in the stack.
+    pub(super) layer: usize,
 }
 
 fn not_a(role: &'static str) -> Error {
@@ -123,8 +124,7 @@ impl BlockOps for CpuBlock<'_, '_> {
     }
 
     fn cache_kv(&mut self, k: Act, v: Act) -> Result<()> {
-        self.kv = Some((k.t, v.t));
-        Ok(())
+        self.src.cache_kv(self.layer, k.t, v.t)
     }
 
     fn select_rows(&mut self, x: Act) -> Result<Act> {
@@ -138,13 +138,15 @@ impl BlockOps for CpuBlock<'_, '_> {
     }
 
     fn attention(&mut self, q: &Act) -> Result<Act> {
-        let (k, v) = self
-            .kv
-            .as_ref()
-            .ok_or(not_a("attention before the block's K/V were cached"))?;
-        // Called even without queries: the caller's closure stores the block's K/V.
+        if q.t.dim(1)? == 0 {
+            let (b, _, h, d) = q.t.dims4()?;
+            return Ok(Act {
+                t: q.t.reshape((b, 0, h * d))?,
+                selected: q.selected,
+            });
+        }
         Ok(Act {
-            t: (self.attend)(&q.t, k, v)?,
+            t: self.src.attend(self.layer, &q.t)?,
             selected: q.selected,
         })
     }

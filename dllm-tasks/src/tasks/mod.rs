@@ -275,10 +275,18 @@ pub fn train_rng(seed: u64) -> Rng {
 }
 
 fn build_test_set(kind: TaskKind) -> Vec<Example> {
+    held_out_stream(kind, TEST_SET_SIZE)
+}
+
+/// The first `n` unique examples of `kind`'s held-out stream: the test set is its first
+/// [`TEST_SET_SIZE`]; past them the stream goes on with the same generator and seed (prompts
+/// beyond the test set are not excluded from training, but a long-math prompt is one of about
+/// 10^12: see `eval::QuestionSet`).
+pub fn held_out_stream(kind: TaskKind, n: usize) -> Vec<Example> {
     let mut rng = Rng::new(TEST_SEEDS[kind.index()]);
     let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(TEST_SET_SIZE);
-    while out.len() < TEST_SET_SIZE {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
         let ex = generate(kind, &mut rng);
         if seen.insert(ex.prompt.clone()) {
             out.push(ex);

@@ -26,7 +26,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device};
 use candle_hexagon::{HexagonConfig, HexagonDevice};
 use clap::Parser;
-use dllm_decode::{DecodeParams, Requested, Strategy};
+use dllm_decode::{Decide, DecodeParams, MbsdParams, Requested, Staged, Strategy, Verify};
 use dllm_models::{load, Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
 use dllm_tasks::Example;
 
@@ -131,15 +131,15 @@ fn load_for(source: &ModelSource, dev: Dev, workers: usize, window: Option<u64>)
 fn ablation(base: &DecodeParams, thetas: (f32, f32), oracle: bool) -> Vec<RowSpec> {
     // Each row computes what its algorithm computes: logits for every window row until `+ SLS`.
     let mut base = *base;
-    base.revision.sls = false;
+    base.sls = false;
     let base = &base;
     let with = |strategy: Strategy| DecodeParams { strategy, ..*base };
-    let mbsd = |sts: bool, sls: bool, scr: bool| {
-        let mut p = with(Strategy::Mbsd);
-        (p.revision.theta_visible, p.revision.theta_stable) = thetas;
-        p.revision.sts = sts;
-        p.revision.sls = sls;
-        p.revision.scr = scr;
+    let mbsd = |sts: bool, sls: bool, verify: bool| {
+        let mut p = with(Strategy::Mbsd(MbsdParams::default()));
+        if sts {
+            p.decide = staged(thetas, verify);
+        }
+        p.sls = sls;
         p
     };
     let row = |label: &str, dev: Dev, params: DecodeParams| RowSpec {
@@ -166,13 +166,13 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32), oracle: bool) -> Vec<RowSpe
         row("+ MBSD", Dev::Npu("somr"), mbsd(false, false, false)),
         row("+ STS", Dev::Npu("somr"), mbsd(true, false, false)),
         row("+ SLS", Dev::Npu("somr"), mbsd(true, true, false)),
-        row("+ SCR", Dev::Npu("somr"), mbsd(true, true, true)),
+        row("+ verification", Dev::Npu("somr"), mbsd(true, true, true)),
     ]
     .into_iter()
     .chain(oracle.then(|| RowSpec {
         oracle: true,
         ..row(
-            "+ SCR, oracle revision",
+            "+ verification, oracle revision",
             Dev::Npu("somr"),
             mbsd(true, true, true),
         )
@@ -180,20 +180,39 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32), oracle: bool) -> Vec<RowSpe
     .collect()
 }
 
+/// Staged decisions at `thetas`, with the default verification when `verify`.
+fn staged((visible, stable): (f32, f32), verify: bool) -> Decide {
+    Decide::Staged(Staged {
+        visible,
+        stable,
+        verify: verify.then(Verify::default),
+    })
+}
+
+/// The full configuration: mbsd with staged decisions at `thetas` and verification.
+fn full(base: &DecodeParams, thetas: (f32, f32), mbsd: MbsdParams) -> DecodeParams {
+    DecodeParams {
+        strategy: Strategy::Mbsd(mbsd),
+        decide: staged(thetas, true),
+        ..*base
+    }
+}
+
 /// Figure 13a: the lookahead trigger; Figure 13b: the visibility / stability thresholds. Both on
 /// the full configuration, decoded on the CPU (the decisions do not depend on the device).
 fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>, Vec<RowSpec>) {
-    let mut full = DecodeParams {
-        strategy: Strategy::Mbsd,
-        ..*base
-    };
-    (full.revision.theta_visible, full.revision.theta_stable) = thetas;
     let triggers: &[usize] = if quick { &[0, 4] } else { &[0, 1, 2, 4, 8, 16] };
     let a = triggers
         .iter()
         .map(|&t| {
-            let mut p = full;
-            p.mbsd.trigger = t;
+            let p = full(
+                base,
+                thetas,
+                MbsdParams {
+                    trigger: t,
+                    ..Default::default()
+                },
+            );
             RowSpec {
                 label: format!("trigger {t}"),
                 dev: Dev::Cpu,
@@ -220,9 +239,7 @@ fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>
     let b = grid
         .iter()
         .map(|&(v, s)| {
-            let mut p = full;
-            p.revision.theta_visible = v;
-            p.revision.theta_stable = s;
+            let p = full(base, (v, s), MbsdParams::default());
             RowSpec {
                 label: format!("visible {v} / stable {s}"),
                 dev: Dev::Cpu,
@@ -242,11 +259,7 @@ fn window_sweep(
     weight_mib: u64,
     quick: bool,
 ) -> Vec<(u64, RowSpec)> {
-    let mut full = DecodeParams {
-        strategy: Strategy::Mbsd,
-        ..*base
-    };
-    (full.revision.theta_visible, full.revision.theta_stable) = thetas;
+    let full = full(base, thetas, MbsdParams::default());
     let fractions: &[f64] = if quick {
         &[4.0, 0.5]
     } else {
@@ -350,11 +363,11 @@ fn check_args(a: &Args) -> Result<()> {
     }
     // The decoding of every row, as far as the flags decide it: the ablation's mbsd rows carry
     // the thresholds, and the lengths are the flags' (the checkpoint adds nothing but steps).
-    let mut p = DecodeParams {
-        strategy: Strategy::Mbsd,
-        ..Default::default()
-    };
-    (p.revision.theta_visible, p.revision.theta_stable) = (a.theta_visible, a.theta_stable);
+    let p = full(
+        &DecodeParams::default(),
+        (a.theta_visible, a.theta_stable),
+        MbsdParams::default(),
+    );
     llada_cli::check_before_load(
         p,
         Requested {

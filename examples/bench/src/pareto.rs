@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use dllm_decode::{DecodeParams, Strategy};
+use dllm_decode::{Decide, DecodeParams, MbsdParams, Staged, Strategy, Verify};
 use plotters::prelude::*;
 
 use crate::projection::Target;
@@ -23,29 +23,37 @@ fn spec(label: impl Into<String>, params: DecodeParams, oracle: bool) -> RowSpec
     }
 }
 
-/// The configurations: the baselines, the mechanisms each on and off, the theta grid (with the
-/// refresh on and off at each visibility threshold) and the oracle. `quick` keeps a handful.
+/// The configurations: the baselines, the mechanisms each on and off, the theta grid with and
+/// without verification, and the oracle. `quick` keeps a handful.
 pub fn specs(base: &DecodeParams, quick: bool) -> Vec<RowSpec> {
-    let with = |strategy: Strategy, threshold: Option<f32>| DecodeParams {
+    let with = |strategy: Strategy, decide: Decide| DecodeParams {
         strategy,
-        threshold,
+        decide,
         ..*base
     };
-    let mbsd = DecodeParams {
-        strategy: Strategy::Mbsd,
-        threshold: None,
-        ..*base
+    let staged = |visible: f32, stable: f32, verify: Option<Verify>| {
+        Decide::Staged(Staged {
+            visible,
+            stable,
+            verify,
+        })
     };
+    let mbsd_with = |f: &dyn Fn(&mut MbsdParams), decide: Decide| {
+        let mut m = MbsdParams::default();
+        f(&mut m);
+        with(Strategy::Mbsd(m), decide)
+    };
+    let mbsd = mbsd_with(&|_| {}, Decide::Staged(Staged::default()));
     let mut v = vec![
-        spec("vanilla", with(Strategy::Vanilla, None), false),
+        spec("vanilla", with(Strategy::Vanilla, Decide::Schedule), false),
         spec(
             "vanilla, threshold 0.9",
-            with(Strategy::Vanilla, Some(0.9)),
+            with(Strategy::Vanilla, Decide::Threshold(0.9)),
             false,
         ),
         spec(
             "dual-cache, threshold 0.9",
-            with(Strategy::DualCache, Some(0.9)),
+            with(Strategy::DualCache, Decide::Threshold(0.9)),
             false,
         ),
         spec("mbsd (defaults)", mbsd, false),
@@ -54,91 +62,91 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Vec<RowSpec> {
     if quick {
         return v;
     }
-    let mut m = |label: &str, f: &dyn Fn(&mut DecodeParams)| {
-        let mut p = mbsd;
-        f(&mut p);
-        v.push(spec(format!("mbsd, {label}"), p, false));
-    };
-    m("no refresh (--no-scr)", &|p| p.revision.scr = false);
-    m("no lookahead", &|p| p.mbsd.lookahead = false);
-    m("no bucket fit (--no-bucket-fit)", &|p| {
-        p.mbsd.fit_bucket = false
-    });
-    m("no sliding", &|p| p.mbsd.sliding = false);
-    m("no sliding, no lookahead", &|p| {
-        p.mbsd.sliding = false;
-        p.mbsd.lookahead = false
-    });
-    m("no STS, threshold 0.9", &|p| {
-        p.revision.sts = false;
-        p.threshold = Some(0.9)
-    });
+    let d = Decide::Staged(Staged::default());
+    let mut m = |label: &str, p: DecodeParams| v.push(spec(format!("mbsd, {label}"), p, false));
+    m(
+        "no verification (--no-verify)",
+        mbsd_with(&|_| {}, staged(0.9, 0.9, None)),
+    );
+    m("no lookahead", mbsd_with(&|m| m.lookahead = false, d));
+    m(
+        "no bucket fit (--no-bucket-fit)",
+        mbsd_with(&|m| m.fit_bucket = false, d),
+    );
+    m("no sliding", mbsd_with(&|m| m.sliding = false, d));
+    m(
+        "no sliding, no lookahead",
+        mbsd_with(
+            &|m| {
+                m.sliding = false;
+                m.lookahead = false
+            },
+            d,
+        ),
+    );
+    m(
+        "no STS, threshold 0.9",
+        mbsd_with(&|_| {}, Decide::Threshold(0.9)),
+    );
     for (tv, ts) in [
         (0.5, 0.9),
         (0.6, 0.9),
         (0.7, 0.9),
         (0.8, 0.9),
         (0.8, 0.95),
-        (0.9, 0.9),
         (0.9, 0.95),
         (0.95, 0.95),
-        (0.97, 0.97),
-        (0.99, 0.99),
     ] {
         let (tv, ts) = (tv as f32, ts as f32);
-        if (tv, ts) == (base_theta(&mbsd).0, base_theta(&mbsd).1) {
-            continue; // the defaults row
-        }
-        m(&format!("theta {tv} / {ts}"), &|p| {
-            p.revision.theta_visible = tv;
-            p.revision.theta_stable = ts
-        });
+        m(
+            &format!("theta {tv} / {ts}"),
+            mbsd_with(&|_| {}, staged(tv, ts, Some(Verify::default()))),
+        );
+        m(
+            &format!("theta {tv} / {ts}, no verification"),
+            mbsd_with(&|_| {}, staged(tv, ts, None)),
+        );
     }
     for tv in [0.5f32, 0.7, 0.8] {
-        m(&format!("theta {tv} / 0.9, no refresh"), &|p| {
-            p.revision.theta_visible = tv;
-            p.revision.theta_stable = 0.9;
-            p.revision.scr = false
-        });
-    }
-    for tv in [0.5f32, 0.7, 0.8] {
-        let mut o = mbsd;
-        (o.revision.theta_visible, o.revision.theta_stable) = (tv, 0.9);
         v.push(spec(
             format!("mbsd, theta {tv} / 0.9, oracle revision"),
-            o,
+            mbsd_with(&|_| {}, staged(tv, 0.9, None)),
             true,
         ));
     }
     v.extend([
-        spec("prefix-cache", with(Strategy::PrefixCache, None), false),
-        spec("dual-cache", with(Strategy::DualCache, None), false),
+        spec(
+            "prefix-cache",
+            with(Strategy::PrefixCache, Decide::Schedule),
+            false,
+        ),
+        spec(
+            "dual-cache",
+            with(Strategy::DualCache, Decide::Schedule),
+            false,
+        ),
         spec(
             "vanilla, threshold 0.8",
-            with(Strategy::Vanilla, Some(0.8)),
+            with(Strategy::Vanilla, Decide::Threshold(0.8)),
             false,
         ),
         spec(
             "vanilla, threshold 0.7",
-            with(Strategy::Vanilla, Some(0.7)),
+            with(Strategy::Vanilla, Decide::Threshold(0.7)),
             false,
         ),
         spec(
             "dual-cache, threshold 0.8",
-            with(Strategy::DualCache, Some(0.8)),
+            with(Strategy::DualCache, Decide::Threshold(0.8)),
             false,
         ),
         spec(
             "dual-cache, threshold 0.7",
-            with(Strategy::DualCache, Some(0.7)),
+            with(Strategy::DualCache, Decide::Threshold(0.7)),
             false,
         ),
     ]);
     v
-}
-
-fn base_theta(p: &DecodeParams) -> (f32, f32) {
-    (p.revision.theta_visible, p.revision.theta_stable)
 }
 
 /// Indices of the rows on the frontier of (cost, accuracy): no other row is at least as accurate
@@ -188,7 +196,7 @@ pub fn write_all(out: &Path, rows: &[RowResult], header: &str) -> Result<()> {
          on this machine. *Frontier*: no other configuration is at least as accurate and cheaper. Oracle rows \
          revise with the reference answer: they bound what revision can recover and are not decoders.\n\n",
     );
-    md.push_str("| configuration | accuracy % | worked lines % | forwards/answer | projected s/answer (SM8750) | frontier (projected) | CPU wall ms/answer | frontier (CPU) | drafts accepted | lookahead positions | re-scored | revised |\n");
+    md.push_str("| configuration | accuracy % | worked lines % | forwards/answer | projected s/answer (SM8750) | frontier (projected) | CPU wall ms/answer | frontier (CPU) | drafts accepted | lookahead positions | verified | remasks |\n");
     md.push_str("|---|---:|---:|---:|---:|:-:|---:|:-:|---:|---:|---:|---:|\n");
     for (i, r) in ok.iter().enumerate() {
         let task = r.answers[0].task;
@@ -206,8 +214,8 @@ pub fn write_all(out: &Path, rows: &[RowResult], header: &str) -> Result<()> {
             if fw.contains(&i) { "yes" } else { "" },
             r.counter("drafts_accepted"),
             r.counter("lookahead_positions"),
-            r.counter("rescored"),
-            r.counter("revised"),
+            r.counter("verified"),
+            r.counter("remasks"),
         ));
     }
     for r in rows.iter().filter(|r| r.failed.is_some()) {
@@ -335,7 +343,7 @@ fn panel(
         let (c, a, oracle) = pts[i];
         let color = if oracle {
             RGBColor(148, 103, 189)
-        } else if r.spec.params.strategy == Strategy::Mbsd {
+        } else if r.spec.params.strategy.is_mbsd() {
             RGBColor(31, 119, 180)
         } else {
             RGBColor(120, 120, 120)

@@ -68,22 +68,13 @@ impl PhoneModel {
         full * (1.0 - HEAD_SHARE * skipped)
     }
 
-    /// Milliseconds of a CPU refresh that re-scores or recomputes `positions` positions.
-    pub fn refresh_ms(&self, positions: usize) -> f64 {
-        positions as f64 * self.cpu.per_position_ms()
-    }
-
     /// Projected seconds of a generation's forwards on `target`.
     pub fn project(&self, target: Target, trace: &[ForwardTrace]) -> f64 {
         let ms: f64 = trace
             .iter()
             .map(|f| {
-                let fwd = self.forward_ms(target, f.end - f.start, f.rows);
-                let refresh = self.refresh_ms(f.refreshed + f.rescored);
-                match target {
-                    Target::Npu => fwd.max(refresh),
-                    Target::Cpu => fwd + refresh,
-                }
+                // Verification (shadow) rows are rows of the same forward.
+                self.forward_ms(target, f.end - f.start + f.shadows, f.rows + f.shadows)
             })
             .sum();
         ms / 1e3
@@ -103,8 +94,7 @@ pub fn vanilla_trace(prompt: usize, gen: usize) -> Vec<ForwardTrace> {
             rows: len,
             cached: 0,
             active: gen - step,
-            refreshed: 0,
-            rescored: 0,
+            shadows: 0,
             lookahead: 0,
         })
         .collect()
@@ -137,36 +127,24 @@ mod tests {
     }
 
     #[test]
-    fn skipping_rows_and_overlapping_refreshes_price_as_stated() {
+    fn skipping_rows_and_shadow_rows_price_as_stated() {
         let m = PhoneModel::default();
         let all = m.forward_ms(Target::Npu, 32, 32);
         assert_eq!(all, 478.1);
         let few = m.forward_ms(Target::Npu, 32, 4);
         assert!((all - few - all * HEAD_SHARE * 28.0 / 32.0).abs() < 1e-9);
-        let f = |refreshed| ForwardTrace {
+        let f = |end, shadows| ForwardTrace {
             step: 0,
             start: 100,
-            end: 132,
-            rows: 32,
+            end,
+            rows: end - 100,
             cached: 100,
-            active: 32,
-            refreshed,
-            rescored: 0,
+            active: end - 100,
+            shadows,
             lookahead: 0,
         };
-        // On the NPU a refresh hides behind the forward until it is longer than it.
-        let small = m.refresh_ms(1);
-        assert!((small - 4239.6 / 32.0).abs() < 1e-9, "{small}");
-        assert_eq!(m.refresh_ms(3), 3.0 * small, "no fixed part");
-        assert!(
-            m.refresh_ms(4) > all,
-            "four positions outlast a 32-position NPU forward"
-        );
-        assert_eq!(m.project(Target::Npu, &[f(1)]), all.max(small) / 1e3);
-        assert!(
-            (m.project(Target::Cpu, &[f(1)]) - (m.forward_ms(Target::Cpu, 32, 32) + small) / 1e3)
-                .abs()
-                < 1e-9
-        );
+        // Shadows in the bucket's free rows cost nothing on the NPU; past the edge a bucket.
+        assert_eq!(m.project(Target::Npu, &[f(120, 12)]), all / 1e3);
+        assert!(m.project(Target::Npu, &[f(120, 13)]) > all / 1e3);
     }
 }

@@ -218,7 +218,7 @@ pub fn sweeps(ctx: &Context, a: &[RowResult], b: &[RowResult], c: &[(u64, RowRes
         let _ = writeln!(
             s,
             "| {} | {:.1} | {:.1} | {} | {} | {:.1} | {} |",
-            r.spec.params.mbsd.trigger,
+            r.spec.params.strategy.mbsd().map_or(0, |m| m.trigger),
             r.forwards_per_answer(),
             r.counter("mean_active_per_forward"),
             r.counter("drafts_accepted") as u64,
@@ -228,16 +228,16 @@ pub fn sweeps(ctx: &Context, a: &[RowResult], b: &[RowResult], c: &[(u64, RowRes
         );
     }
     s += "\n## 13b: visibility / stability thresholds (full configuration, decoded on the CPU; projected to the SM8750 NPU)\n\n";
-    s += "| theta_visible | theta_stable | forwards/answer | revised | refreshes | unstable at block end | projected s/answer | accuracy % |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    s += "| theta_visible | theta_stable | forwards/answer | remasks | verified | unstable at block end | projected s/answer | accuracy % |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for r in b {
         let _ = writeln!(
             s,
             "| {} | {} | {:.1} | {} | {} | {} | {:.1} | {} |",
-            r.spec.params.revision.theta_visible,
-            r.spec.params.revision.theta_stable,
+            r.spec.params.decide.staged().map_or(0.0, |s| s.visible),
+            r.spec.params.decide.staged().map_or(0.0, |s| s.stable),
             r.forwards_per_answer(),
-            r.counter("revised") as u64,
-            r.counter("refreshes") as u64,
+            r.counter("remasks") as u64,
+            r.counter("verified") as u64,
             r.counter("unstable_at_block_end") as u64,
             r.projected_per_answer(),
             pct(Some(r.accuracy_all()))

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use dllm_decode::{DecodeParams, Decoder, ForwardTrace, Generation, Strategy};
+use dllm_decode::{DecodeParams, Decoder, ForwardTrace, Outcome};
 use dllm_models::LoadedModel;
 use dllm_tasks::{Example, TaskKind};
 use serde_json::{Map, Value};
@@ -53,7 +53,9 @@ impl RowSpec {
     /// The switches of the row, as `results.json` reports them.
     pub fn switches(&self) -> Value {
         let p = &self.params;
-        let mbsd = p.strategy == Strategy::Mbsd;
+        let m = p.strategy.mbsd();
+        let staged = p.decide.staged();
+        let verify = staged.and_then(|s| s.verify);
         serde_json::json!({
             "device": match self.dev { Dev::Cpu => "cpu", Dev::Npu(_) => "hexagon" },
             "memory_policy": match self.dev { Dev::Cpu => None, Dev::Npu(m) => Some(m) },
@@ -61,18 +63,18 @@ impl RowSpec {
             "gen_length": p.gen_length,
             "block_length": p.block_length,
             "steps": p.steps,
-            "sliding": mbsd && p.mbsd.sliding,
-            "lookahead": mbsd && p.mbsd.lookahead,
-            "lookahead_trigger": p.mbsd.trigger,
-            "threshold": p.threshold,
-            "sts": mbsd && p.revision.sts,
-            "sls": p.revision.sls,
-            "scr": mbsd && p.revision.scr,
+            "sliding": m.is_some_and(|m| m.sliding),
+            "lookahead": m.is_some_and(|m| m.lookahead),
+            "lookahead_trigger": m.map(|m| m.trigger),
+            "threshold": p.decide.threshold(),
+            "sts": staged.is_some(),
+            "sls": p.sls,
+            "verify": verify.is_some(),
             "oracle_revision": self.oracle,
-            "theta_visible": p.revision.theta_visible,
-            "theta_stable": p.revision.theta_stable,
-            "revision_margin": p.revision.margin,
-            "refresh_budget": p.revision.refresh_budget,
+            "theta_visible": staged.map(|s| s.visible),
+            "theta_stable": staged.map(|s| s.stable),
+            "tau_back": verify.map(|v| v.tau_back),
+            "no_adjacent": verify.map(|v| v.no_adjacent),
         })
     }
 }
@@ -270,7 +272,7 @@ fn answer(
     model: &mut LoadedModel,
     tok: &tokenizers::Tokenizer,
     ex: &Example,
-) -> Result<(AnswerRecord, Generation)> {
+) -> Result<(AnswerRecord, Outcome)> {
     let prompt = dllm_tasks::encode_prompt(tok, &ex.prompt)?;
     let p = &spec.params;
     let mut commit_step = vec![None; p.gen_length];

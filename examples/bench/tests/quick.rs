@@ -88,7 +88,7 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
             "+ MBSD",
             "+ STS",
             "+ SLS",
-            "+ SCR"
+            "+ verification"
         ]
     );
     let row = |l: &str| &rows[labels.iter().position(|x| *x == l).unwrap()];
@@ -102,7 +102,7 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     for l in ["CPU", "CPU + prefix KV cache"] {
         assert!(row(l).get("dsp_batches").is_none(), "{l}");
     }
-    for l in ["NPU", "NPU + prefix KV cache", "+ SOMR", "+ SCR"] {
+    for l in ["NPU", "NPU + prefix KV cache", "+ SOMR", "+ verification"] {
         assert!(num(row(l), "dsp_batches") > 0.0, "{l}");
         assert!(num(row(l), "bytes_staged") > 0.0, "{l}");
     }
@@ -133,9 +133,9 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
     // MBSD's window looks ahead late in a block (the positions are counted).
     assert!(num(row("+ MBSD"), "lookahead_positions") > 0.0);
     assert_eq!(num(row("+ SOMR"), "lookahead_positions"), 0.0);
-    // SCR re-scores visible tokens on the second path.
-    assert_eq!(num(row("+ SLS"), "rescored"), 0.0);
-    assert!(num(row("+ SCR"), "rescored") > 0.0);
+    // Verification looks at tentative tokens with shadow rows.
+    assert_eq!(num(row("+ SLS"), "verified"), 0.0);
+    assert!(num(row("+ verification"), "verified") > 0.0);
     // The sweeps ran their points.
     assert_eq!(
         r["sweeps"]["lookahead_trigger"].as_array().unwrap().len(),

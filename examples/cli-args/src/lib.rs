@@ -9,8 +9,13 @@ use std::sync::Arc;
 use anyhow::{anyhow, bail, Context, Result};
 use candle_hexagon::{HexagonConfig, HexagonDevice, OpKind, TransportConfig};
 use dllm_decode::latency::LatencyTable;
+use dllm_decode::params::{
+    DEFAULT_MAX_REMASKS, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE,
+    DEFAULT_THETA_VISIBLE,
+};
 use dllm_decode::{
-    DecodeParams, Decoder, DreamParams, Generation, MbsdParams, Requested, RevisionParams,
+    Decide, DecodeParams, Decoder, DreamParams, MbsdParams, Outcome, Requested, Staged, Strategy,
+    Verify,
 };
 use dllm_models::source::DecodeDefaults;
 use dllm_models::Backend;
@@ -29,13 +34,14 @@ pub struct DecodeArgs {
     /// else the checkpoint's recommendation, else gen-length].
     #[arg(long)]
     pub steps: Option<usize>,
-    /// mbsd (multi-block speculative decoding with dual-path progressive revision: the fastest
-    /// decoder that keeps vanilla's accuracy, see the README), vanilla (the model's reference
-    /// algorithm, one token per step by default), prefix-cache or dual-cache (Fast-dLLM).
+    /// mbsd (multi-block speculative decoding with staged decisions and verification, see the
+    /// README for what its defaults measure), vanilla (the model's reference algorithm, one token
+    /// per step by default), prefix-cache or dual-cache (Fast-dLLM).
     #[arg(long, default_value = "mbsd")]
     pub strategy: String,
     /// Parallel decoding: unmask every masked token of the block with confidence >= this
-    /// [default: the checkpoint's unless --steps is given].
+    /// [default: the checkpoint's unless --steps is given]. With mbsd's staged decisions it sets
+    /// --theta-visible and --theta-stable to the same value.
     #[arg(long)]
     pub threshold: Option<f32>,
     /// Confidence: low_confidence, random, topk_margin or entropy.
@@ -92,76 +98,104 @@ pub struct DecodeArgs {
     /// mbsd: extra memory lookahead may add (K/V and activations), MiB.
     #[arg(long, default_value_t = dllm_decode::params::DEFAULT_LOOKAHEAD_BUDGET_MIB)]
     pub lookahead_budget: f64,
-    /// mbsd: the latency table pricing lookahead (written by latency-profile) [default: the
-    /// SM8750 NPU profile derived from the paper's Table 2, not measured].
+    /// mbsd: the latency table pricing lookahead and verification rows (written by
+    /// latency-profile) [default: the SM8750 NPU profile derived from the paper's Table 2, not
+    /// measured].
     #[arg(long)]
     pub latency_table: Option<PathBuf>,
     /// mbsd: show drafts at least this confident to later forwards instead of the mask.
     #[arg(long)]
     pub draft_context: Option<f32>,
-    /// mbsd: no staged token stabilization (decisions are final at once).
+    /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule).
     #[arg(long)]
     pub no_sts: bool,
-    /// mbsd: no sparse cache refresh of visible prefix tokens beside the window forward.
-    #[arg(long)]
-    pub no_scr: bool,
     /// No selective logits skipping (every window row goes through the LM head, as the reference
     /// implementations do; the output is the same).
     #[arg(long)]
     pub no_sls: bool,
-    /// mbsd: revise a visible token when its re-score prefers another token by at least this
-    /// much probability.
-    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_REVISION_MARGIN)]
-    pub revision_margin: f32,
-    /// mbsd: the refresh's CPU time may be this fraction of the step's NPU forward time (both
-    /// priced by the latency tables).
-    #[arg(long, default_value_t = dllm_decode::params::DEFAULT_REFRESH_BUDGET)]
-    pub refresh_budget: f64,
-    /// mbsd: the CPU latency table pricing the refresh (written by latency-profile) [default: the
-    /// SM8750 CPU profile derived from the paper's Table 2, not measured].
-    #[arg(long)]
-    pub cpu_latency_table: Option<PathBuf>,
-    /// mbsd: confidence at which a prediction becomes visible context [default: 0.9].
+    /// mbsd: confidence at which a prediction becomes visible (tentative) context [default: 0.9].
     #[arg(long)]
     pub theta_visible: Option<f32>,
     /// mbsd: confidence at which a token becomes final [default: 0.9].
     #[arg(long)]
     pub theta_stable: Option<f32>,
+    /// mbsd: no verification of tentative tokens (Visible tokens are never looked at again).
+    #[arg(long)]
+    pub no_verify: bool,
+    /// mbsd verification: a tentative token whose shadow row gives it less than this probability
+    /// goes back to the mask.
+    #[arg(long, default_value_t = DEFAULT_TAU_BACK)]
+    pub tau_back: f32,
+    /// mbsd verification: remasks per position at most.
+    #[arg(long, default_value_t = DEFAULT_MAX_REMASKS)]
+    pub max_remasks: usize,
+    /// mbsd verification: allow two adjacent positions to be decided in one step below
+    /// --theta-stable (by default they are kept apart).
+    #[arg(long)]
+    pub allow_adjacent: bool,
+    /// mbsd verification: shadow rows beyond the latency bucket's free rows may add this fraction
+    /// of the forward's latency.
+    #[arg(long, default_value_t = DEFAULT_SHADOW_ALLOWANCE)]
+    pub verify_allowance: f64,
+    /// Retired (the CPU re-score path was replaced by verification: see --no-verify).
+    #[arg(long, hide = true)]
+    pub no_scr: bool,
+    /// Retired (the CPU re-score path was replaced by verification: see --tau-back).
+    #[arg(long, hide = true)]
+    pub revision_margin: Option<f32>,
+    /// Retired (the CPU re-score path was replaced by verification: see --verify-allowance).
+    #[arg(long, hide = true)]
+    pub refresh_budget: Option<f64>,
+    /// Retired (the CPU re-score path was replaced by verification).
+    #[arg(long, hide = true)]
+    pub cpu_latency_table: Option<PathBuf>,
 }
 
-/// `--threshold T` under staged stabilization (`--strategy mbsd` without `--no-sts`, the default)
+/// `--threshold T` under staged decisions (`--strategy mbsd` without `--no-sts`, the default)
 /// means "commit at confidence T": `theta_visible = theta_stable = T` (no visible-but-unstable
 /// stage), and no threshold of its own. Given with `--theta-visible` or `--theta-stable` it is an
 /// error (two rules for one decision). Returns the threshold left for the schedule.
 ///
-/// `--steps` there is an error too: staged stabilization decides by confidence, not by a step
-/// schedule (a step count would be silently ignored).
+/// `--steps` there is an error too: staged decisions go by confidence, not by a step schedule (a
+/// step count would be silently ignored).
 pub fn staged_threshold(
     p: &mut DecodeParams,
     threshold: Option<f32>,
     thetas_given: bool,
     steps: Option<usize>,
 ) -> Result<Option<f32>> {
-    if steps.is_some() && p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts {
+    let Decide::Staged(mut staged) = p.decide else {
+        return Ok(threshold);
+    };
+    if steps.is_some() {
         bail!(
-            "invalid parameter `--steps`: with staged stabilization (strategy mbsd, the default) decisions follow --theta-visible / --theta-stable, not a step schedule; pass --strategy vanilla (or another strategy, or --no-sts) for a step count"
+            "invalid parameter `--steps`: with staged decisions (strategy mbsd, the default) decisions follow --theta-visible / --theta-stable, not a step schedule; pass --strategy vanilla (or another strategy, or --no-sts) for a step count"
         );
     }
     match threshold {
-        Some(t) if p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts => {
+        Some(t) => {
             if !(t > 0.0 && t <= 1.0) {
                 bail!("invalid parameter `--threshold`: {t} is not in (0, 1]");
             }
             if thetas_given {
                 bail!(
-                    "invalid parameter `--threshold`: with staged stabilization (strategy mbsd) --threshold T sets --theta-visible and --theta-stable to T; give either --threshold or the thetas"
+                    "invalid parameter `--threshold`: with staged decisions (strategy mbsd) --threshold T sets --theta-visible and --theta-stable to T; give either --threshold or the thetas"
                 );
             }
-            p.revision.theta_visible = t;
-            p.revision.theta_stable = t;
+            staged.visible = t;
+            staged.stable = t;
+            p.decide = Decide::Staged(staged);
             Ok(None)
         }
-        t => Ok(t),
+        None => Ok(None),
+    }
+}
+
+/// A flag that only one decoder reads, given where it does not apply.
+fn only(flag: &str, who: &str) -> dllm_decode::DecodeError {
+    dllm_decode::DecodeError::InvalidParam {
+        name: "strategy",
+        reason: format!("{flag} applies to {who} only"),
     }
 }
 
@@ -185,9 +219,6 @@ impl DecodeArgs {
     /// the rest once the checkpoint is known. The latency table is read here too.
     pub fn check(&self) -> Result<()> {
         let (base, threshold) = self.base()?;
-        if self.latency_table.is_some() && base.strategy != dllm_decode::Strategy::Mbsd {
-            bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
-        }
         check_before_load(
             base,
             Requested {
@@ -214,10 +245,104 @@ impl DecodeArgs {
         self.flags_params().map_err(cli_error)
     }
 
+    /// Flags of the retired CPU re-score path: an error saying what replaced them.
+    fn retired(&self) -> std::result::Result<(), dllm_decode::DecodeError> {
+        let given = [
+            ("--no-scr", self.no_scr),
+            ("--revision-margin", self.revision_margin.is_some()),
+            ("--refresh-budget", self.refresh_budget.is_some()),
+            ("--cpu-latency-table", self.cpu_latency_table.is_some()),
+        ];
+        match given.iter().find(|g| g.1) {
+            Some((flag, _)) => Err(dllm_decode::DecodeError::InvalidParam {
+                name: "strategy",
+                reason: format!(
+                    "{flag} belonged to the CPU re-score path, which was retired (it re-scored \
+                     a token against the cache of the very forward that decided it, so it always \
+                     agreed); verification replaces it: --no-verify, --tau-back, \
+                     --verify-allowance"
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The window policy these flags ask for, and an error for mbsd flags without mbsd.
+    fn strategy(&self) -> std::result::Result<Strategy, dllm_decode::DecodeError> {
+        let m = MbsdParams {
+            sliding: !self.no_sliding,
+            lookahead: !self.no_lookahead,
+            fit_bucket: !self.no_bucket_fit,
+            trigger: self.lookahead_trigger,
+            allowance: self.lookahead_allowance,
+            budget_mib: self.lookahead_budget,
+            draft_context: self.draft_context,
+        };
+        let strategy: Strategy = self.strategy.parse()?;
+        if strategy.is_mbsd() {
+            return Ok(Strategy::Mbsd(m));
+        }
+        let d = MbsdParams::default();
+        let given = [
+            ("--no-sliding", m.sliding != d.sliding),
+            ("--no-lookahead", m.lookahead != d.lookahead),
+            ("--no-bucket-fit", m.fit_bucket != d.fit_bucket),
+            ("--lookahead-trigger", m.trigger != d.trigger),
+            ("--lookahead-allowance", m.allowance != d.allowance),
+            ("--lookahead-budget", m.budget_mib != d.budget_mib),
+            ("--draft-context", m.draft_context.is_some()),
+            ("--latency-table", self.latency_table.is_some()),
+            ("--no-sts", self.no_sts),
+        ];
+        match given.iter().find(|g| g.1) {
+            Some((flag, _)) => Err(only(flag, "--strategy mbsd")),
+            None => Ok(strategy),
+        }
+    }
+
+    /// The decision rule these flags ask for (staged for mbsd without --no-sts; else left to
+    /// the threshold / schedule of [`DecodeParams::resolve`]), and an error for staged flags
+    /// elsewhere.
+    fn decide(&self, strategy: Strategy) -> std::result::Result<Decide, dllm_decode::DecodeError> {
+        let verify = Verify {
+            tau_back: self.tau_back,
+            max_remasks: self.max_remasks,
+            no_adjacent: !self.allow_adjacent,
+            allowance: self.verify_allowance,
+        };
+        if strategy.is_mbsd() && !self.no_sts {
+            return Ok(Decide::Staged(Staged {
+                visible: self.theta_visible.unwrap_or(DEFAULT_THETA_VISIBLE),
+                stable: self.theta_stable.unwrap_or(DEFAULT_THETA_STABLE),
+                verify: (!self.no_verify).then_some(verify),
+            }));
+        }
+        let d = Verify::default();
+        let given = [
+            ("--theta-visible", self.theta_visible.is_some()),
+            ("--theta-stable", self.theta_stable.is_some()),
+            ("--no-verify", self.no_verify),
+            ("--tau-back", verify.tau_back != d.tau_back),
+            ("--max-remasks", verify.max_remasks != d.max_remasks),
+            ("--allow-adjacent", self.allow_adjacent),
+            ("--verify-allowance", verify.allowance != d.allowance),
+        ];
+        match given.iter().find(|g| g.1) {
+            Some((flag, _)) => Err(only(
+                flag,
+                "staged decisions (--strategy mbsd without --no-sts)",
+            )),
+            None => Ok(Decide::Schedule),
+        }
+    }
+
     /// [`Self::flags`] with the library's error.
     fn flags_params(&self) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
+        self.retired()?;
+        let strategy = self.strategy()?;
         Ok(DecodeParams {
-            strategy: self.strategy.parse()?,
+            strategy,
+            decide: self.decide(strategy)?,
             remasking: self.remasking.parse()?,
             temperature: self.temperature,
             seed: self.seed,
@@ -225,34 +350,13 @@ impl DecodeArgs {
             logits_eos_inf: self.logits_eos_inf,
             confidence_eos_eot_inf: self.confidence_eos_eot_inf,
             early_stop: !self.no_early_stop,
+            sls: !self.no_sls,
             dream: DreamParams {
                 alg: self.alg.parse()?,
                 eps: self.eps,
                 alg_temp: self.alg_temp,
                 top_p: self.top_p,
                 top_k: self.top_k,
-            },
-            mbsd: MbsdParams {
-                sliding: !self.no_sliding,
-                lookahead: !self.no_lookahead,
-                fit_bucket: !self.no_bucket_fit,
-                trigger: self.lookahead_trigger,
-                allowance: self.lookahead_allowance,
-                budget_mib: self.lookahead_budget,
-                draft_context: self.draft_context,
-            },
-            revision: RevisionParams {
-                sts: !self.no_sts,
-                scr: !self.no_scr,
-                sls: !self.no_sls,
-                theta_visible: self
-                    .theta_visible
-                    .unwrap_or(dllm_decode::params::DEFAULT_THETA_VISIBLE),
-                theta_stable: self
-                    .theta_stable
-                    .unwrap_or(dllm_decode::params::DEFAULT_THETA_STABLE),
-                margin: self.revision_margin,
-                refresh_budget: self.refresh_budget,
             },
             ..Default::default()
         })
@@ -268,16 +372,6 @@ impl DecodeArgs {
             threshold,
         };
         let p = base.resolve(asked, checkpoint);
-        if self.latency_table.is_some() && p.strategy != dllm_decode::Strategy::Mbsd {
-            bail!("invalid parameter `--latency-table`: only --strategy mbsd uses it");
-        }
-        if self.cpu_latency_table.is_some()
-            && !(p.strategy == dllm_decode::Strategy::Mbsd && p.revision.sts && p.revision.scr)
-        {
-            bail!(
-                "invalid parameter `--cpu-latency-table`: only the refresh of --strategy mbsd (without --no-sts or --no-scr) uses it"
-            );
-        }
         p.validate().map_err(cli_error)?;
         Ok(p)
     }
@@ -322,26 +416,11 @@ impl DecodeArgs {
             .transpose()
     }
 
-    /// The CPU latency table of `--cpu-latency-table`, if given.
-    pub fn cpu_latency_table(&self) -> Result<Option<Arc<LatencyTable>>> {
-        self.cpu_latency_table
-            .as_ref()
-            .map(|p| {
-                Ok(Arc::new(
-                    LatencyTable::load(p).context("--cpu-latency-table")?,
-                ))
-            })
-            .transpose()
-    }
-
-    /// A decoder for `params` with the latency tables of these flags.
+    /// A decoder for `params` with the latency table of these flags.
     pub fn decoder(&self, params: DecodeParams) -> Result<Decoder<'static>> {
         let mut d = Decoder::new(params);
         if let Some(t) = self.latency_table()? {
             d = d.latency_table(t);
-        }
-        if let Some(t) = self.cpu_latency_table()? {
-            d = d.cpu_latency_table(t);
         }
         Ok(d)
     }
@@ -368,11 +447,15 @@ pub fn check_before_load(base: DecodeParams, asked: Requested) -> Result<()> {
         (None, None, Some(s)) => (s, s, s),
         (None, None, None) => (1, 1, 1),
     };
+    let decide = match asked.threshold {
+        Some(t) => Decide::Threshold(t),
+        None => base.decide,
+    };
     DecodeParams {
         gen_length,
         block_length,
         steps,
-        threshold: asked.threshold,
+        decide,
         ..base
     }
     .validate()
@@ -522,7 +605,7 @@ impl DeviceArgs {
 
 /// The counters of a generation, under the names every tool reports them (`generate --json`, the
 /// bench's `results.json`).
-pub fn counters(g: &Generation) -> serde_json::Map<String, serde_json::Value> {
+pub fn counters(g: &Outcome) -> serde_json::Map<String, serde_json::Value> {
     let v = serde_json::json!({
         "forwards": g.forwards,
         "steps": g.steps,
@@ -535,10 +618,9 @@ pub fn counters(g: &Generation) -> serde_json::Map<String, serde_json::Value> {
         "drafts_rejected": g.drafts_rejected,
         "lookahead_positions": g.lookahead_positions,
         "revised": g.revised,
-        "rescored": g.rescored,
-        "refreshes": g.refreshes,
-        "refresh_ms": g.refresh_ms,
-        "merge_wait_ms": g.merge_wait_ms,
+        "verified": g.verified,
+        "remasks": g.remasks(),
+        "flip_flops": g.flip_flops,
         "logits_rows_skipped": g.logits_rows_skipped,
         "unstable_at_block_end": g.unstable_at_block_end,
     });
@@ -592,13 +674,10 @@ pub fn flag_of(field: &str) -> Option<&'static str> {
 
 /// Field paths and their flags (a boolean field's flag is the one that turns it off).
 const FLAGS: &[(&str, &str)] = &[
-    ("revision.theta_visible", "--theta-visible"),
-    ("revision.theta_stable", "--theta-stable"),
-    ("revision.sts", "--no-sts"),
-    ("revision.scr", "--no-scr"),
-    ("revision.sls", "--no-sls"),
-    ("revision.margin", "--revision-margin"),
-    ("revision.refresh_budget", "--refresh-budget"),
+    ("verify.allowance", "--verify-allowance"),
+    ("theta_visible", "--theta-visible"),
+    ("theta_stable", "--theta-stable"),
+    ("tau_back", "--tau-back"),
     ("mbsd.draft_context", "--draft-context"),
     ("mbsd.budget_mib", "--lookahead-budget"),
     ("mbsd.allowance", "--lookahead-allowance"),
@@ -670,14 +749,17 @@ mod tests {
             e.contains("`--gen-length`") && e.contains("--block-length 4"),
             "{e}"
         );
-        let mut p = DecodeParams {
+        let p = DecodeParams {
             gen_length: 32,
             block_length: 32,
             steps: 32,
-            strategy: dllm_decode::Strategy::Mbsd,
+            strategy: Strategy::Mbsd(MbsdParams::default()),
+            decide: Decide::Staged(Staged {
+                visible: 0.99,
+                ..Staged::default()
+            }),
             ..Default::default()
         };
-        p.revision.theta_visible = 0.99;
         let e = cli_error(p.validate().unwrap_err()).to_string();
         assert!(
             e.contains("`--theta-visible`") && e.contains("--theta-stable"),
@@ -687,7 +769,7 @@ mod tests {
         for f in [
             "steps",
             "mbsd.trigger",
-            "revision.sts",
+            "theta_visible",
             "dream.top_k",
             "cfg_scale",
         ] {

@@ -15,9 +15,8 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dllm_decode::{DecodeParams, DreamParams, Requested};
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
-use dllm_tasks::eval::{calibration, calibration_table, evaluate, questions, table};
+use dllm_tasks::eval::{calibration, calibration_table, evaluate, questions, table, QuestionSet};
 use dllm_tasks::{Suite, TaskKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -41,34 +40,15 @@ struct Args {
     /// long-choice, long-story) [default: every task of the suite].
     #[arg(long, value_delimiter = ',')]
     tasks: Option<Vec<String>>,
-    /// Generated positions [default: the checkpoint's recommendation, else 24 (short suite) or
-    /// 128 (long suite)].
+    /// The long-math question set: tuning (held-out questions 1-100, where defaults are chosen)
+    /// or confirmation (a separately written generator's 300 and held-out 101-400, which chose
+    /// nothing) [default: the held-out test sets of the tasks].
     #[arg(long)]
-    gen_length: Option<usize>,
-    /// Block length [default: the checkpoint's if it divides gen-length, else 32 if it does, else
-    /// gen-length] (the same rule as `generate`).
-    #[arg(long)]
-    block_length: Option<usize>,
-    /// Total steps [default: gen-length when --gen-length is given (one token per step), else the
-    /// checkpoint's recommendation, else gen-length] (the same rule as `generate`).
-    #[arg(long)]
-    steps: Option<usize>,
-    /// mbsd (multi-block speculative decoding with dual-path progressive revision, at its default
-    /// settings; the same default as `generate`), vanilla, prefix-cache or dual-cache.
-    #[arg(long, default_value = "mbsd")]
-    strategy: String,
-    /// Threshold parallel decoding [default: the checkpoint's unless --steps is given].
-    #[arg(long)]
-    threshold: Option<f32>,
-    /// low_confidence, random, topk_margin or entropy.
-    #[arg(long, default_value = "low_confidence")]
-    remasking: String,
-    /// Dream algorithm (Dream models with vanilla).
-    #[arg(long, default_value = "maskgit_plus")]
-    alg: String,
-    /// Decode every block even after one ends in EOS.
-    #[arg(long)]
-    no_early_stop: bool,
+    set: Option<String>,
+    /// Decoding: `generate`'s flags (its defaults; the generated length defaults to the
+    /// checkpoint's recommendation, else 24 for the short suite and 128 for the long one).
+    #[command(flatten)]
+    decode: llada_cli::DecodeArgs,
     /// Threads for every CPU kernel, 1..=256 (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -227,25 +207,15 @@ fn run(a: Args) -> Result<()> {
     }
     // The decoding flags, checked before the model is loaded (as far as they go without the
     // checkpoint's recommended lengths).
-    let mut base = DecodeParams {
-        strategy: a.strategy.parse().map_err(llada_cli::cli_error)?,
-        remasking: a.remasking.parse().map_err(llada_cli::cli_error)?,
-        early_stop: !a.no_early_stop,
-        dream: DreamParams {
-            alg: a.alg.parse().map_err(llada_cli::cli_error)?,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    // `--threshold T` with mbsd's staged stabilization: commit at T (theta_visible = theta_stable).
-    let threshold = llada_cli::staged_threshold(&mut base, a.threshold, false, a.steps)?;
-    let asked = Requested {
-        gen_length: a.gen_length,
-        block_length: a.block_length,
-        steps: a.steps,
-        threshold,
-    };
-    llada_cli::check_before_load(base, asked)?;
+    a.decode.check()?;
+    let set: Option<QuestionSet> = a
+        .set
+        .as_deref()
+        .map(|s| s.parse().map_err(|e| anyhow!("--set: {e}")))
+        .transpose()?;
+    if set.is_some() && (a.tasks.is_some() || a.suite.is_some() || a.probe) {
+        bail!("--set is long-math's question sets: it goes without --tasks, --suite and --probe");
+    }
     if let Some(t) = &a.tokenizer {
         dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
     }
@@ -286,12 +256,17 @@ fn run(a: Args) -> Result<()> {
         Suite::Short => 24,
         Suite::Long => dllm_tasks::LONG_GEN_LENGTH,
     }));
-    let params = base.resolve(asked, &d);
-    params.validate().map_err(llada_cli::cli_error)?;
+    let params = a.decode.params(&d)?;
     if a.probe {
         return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
     }
-    let qs = questions(&kinds, a.limit);
+    let mut qs = match set {
+        Some(set) => set.questions(),
+        None => questions(&kinds, a.limit),
+    };
+    if set.is_some() {
+        qs.truncate(a.limit.unwrap_or(usize::MAX));
+    }
     let pb = if a.json {
         ProgressBar::hidden()
     } else {
@@ -328,31 +303,34 @@ fn run(a: Args) -> Result<()> {
     let info = loaded.model.info();
     // Dream's own algorithm runs for the vanilla strategy: it has no blocks and no remasking rule.
     let dream_alg = dllm_decode::uses_dream_algorithm(info.arch, &params);
-    let staged =
-        params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts && !dream_alg;
+    let staged = params.decide.staged().filter(|_| !dream_alg);
     let decoding = if dream_alg {
-        format!("{} (Dream {})", a.strategy, a.alg)
-    } else if a.remasking != "low_confidence" {
-        format!("{} ({})", a.strategy, a.remasking)
+        format!("{} (Dream {})", a.decode.strategy, a.decode.alg)
+    } else if a.decode.remasking != "low_confidence" {
+        format!("{} ({})", a.decode.strategy, a.decode.remasking)
     } else {
-        a.strategy.clone()
+        a.decode.strategy.clone()
     };
     if a.json {
         let out = serde_json::json!({
             "model": loaded.source,
             "suite": suite.name(),
             "params": {
-                "strategy": a.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
-                "steps": params.steps, "threshold": params.threshold.map(f32_as_written), "remasking": a.remasking,
-                "dream_alg": dream_alg.then_some(&a.alg),
-                "theta_visible": staged.then(|| f32_as_written(params.revision.theta_visible)),
-                "theta_stable": staged.then(|| f32_as_written(params.revision.theta_stable)),
+                "set": set.map(QuestionSet::name),
+                "strategy": a.decode.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
+                "steps": params.steps, "threshold": params.decide.threshold().map(f32_as_written), "remasking": a.decode.remasking,
+                "dream_alg": dream_alg.then_some(&a.decode.alg),
+                "theta_visible": staged.map(|s| f32_as_written(s.visible)),
+                "theta_stable": staged.map(|s| f32_as_written(s.stable)),
+                "tau_back": staged.and_then(|s| s.verify).map(|v| f32_as_written(v.tau_back)),
             },
             "tasks": scores.iter().map(|s| serde_json::json!({
                 "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
                 "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
                 "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
                 "step_accuracy": s.step_accuracy(),
+                "remasks": s.remasks, "verified": s.verified,
+                "revision_precision": s.revision_precision(), "drafts_wrong": s.drafts_wrong,
                 "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
                 "calibration": a.calibration.then(|| calibration(
                     &answers.iter().filter(|x| x.task == s.task).cloned().collect::<Vec<_>>())),
@@ -363,6 +341,8 @@ fn run(a: Args) -> Result<()> {
                 "task": ans.task.name(), "final_answer": ans.final_answer, "exact": ans.exact,
                 "steps_right": ans.steps.map(|s| s.right), "steps_total": ans.steps.map(|s| s.total),
                 "forwards": ans.forwards, "tokens": ans.tokens, "response": ans.response,
+                "remasks": ans.remasks, "remasks_wrong": ans.remasks_wrong, "verified": ans.verified,
+                "drafts_taken": ans.drafts_taken, "drafts_wrong": ans.drafts_wrong,
                 "commit_step": ans.commit_step,
             })).collect::<Vec<_>>(),
             "elapsed_ms": t0.elapsed().as_secs_f64() * 1e3,
@@ -382,13 +362,18 @@ fn run(a: Args) -> Result<()> {
                 format!(" block {}", params.block_length)
             },
             params.steps,
-            match params.threshold {
-                Some(t) => format!(" threshold {t}"),
-                None if staged => format!(
-                    " theta {} / {}",
-                    params.revision.theta_visible, params.revision.theta_stable
+            match (params.decide.threshold(), staged) {
+                (Some(t), _) => format!(" threshold {t}"),
+                (None, Some(s)) => format!(
+                    " theta {} / {}{}",
+                    s.visible,
+                    s.stable,
+                    match s.verify {
+                        Some(v) => format!(", verified (tau_back {})", v.tau_back),
+                        None => ", not verified".into(),
+                    }
                 ),
-                None => String::new(),
+                (None, None) => String::new(),
             },
             qs.len()
         );

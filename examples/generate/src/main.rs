@@ -218,12 +218,16 @@ fn run(a: Args) -> Result<()> {
             "gen_length": params.gen_length,
             "block_length": params.block_length,
             "steps_requested": params.steps,
-            "threshold": params.threshold.map(as_written),
-            // Staged stabilization's thresholds (mbsd without --no-sts), else null.
-            "theta_visible": (params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts)
-                .then(|| as_written(params.revision.theta_visible)),
-            "theta_stable": (params.strategy == dllm_decode::Strategy::Mbsd && params.revision.sts)
-                .then(|| as_written(params.revision.theta_stable)),
+            "threshold": params.decide.threshold().map(as_written),
+            // Staged decisions' thresholds (mbsd without --no-sts), else null.
+            "theta_visible": params.decide.staged().map(|s| as_written(s.visible)),
+            "theta_stable": params.decide.staged().map(|s| as_written(s.stable)),
+            // Verification of tentative tokens (staged decisions without --no-verify), else null.
+            "tau_back": params
+                .decide
+                .staged()
+                .and_then(|s| s.verify)
+                .map(|v| as_written(v.tau_back)),
         });
         let map = out.as_object_mut().expect("an object");
         map.extend(llada_cli::counters(&g));

@@ -94,9 +94,9 @@ fn json_output_matches_the_library() {
             "drafts_accepted",
             "drafts_rejected",
             "revised",
-            "refreshes",
-            "refresh_ms",
-            "merge_wait_ms",
+            "verified",
+            "remasks",
+            "flip_flops",
             "logits_rows_skipped",
         ] {
             assert!(v.get(key).is_some(), "missing `{key}` in {v}");
@@ -118,7 +118,7 @@ fn json_output_matches_the_library() {
         assert_eq!(ids, g.generated(), "{strategy}");
         assert_eq!(v["forwards"].as_u64().unwrap() as usize, g.forwards);
         assert_eq!(v["drafts"].as_u64().unwrap() as usize, g.drafts);
-        assert_eq!(v["refreshes"].as_u64().unwrap() as usize, g.refreshes);
+        assert_eq!(v["verified"].as_u64().unwrap() as usize, g.verified);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -175,7 +175,6 @@ fn run(a: Args) -> Result<()> {
         tokenizer: loaded.tokenizer.clone().map(Arc::new),
         checkpoint: loaded.defaults,
         latency: a.decode.latency_table()?,
-        cpu_latency: a.decode.cpu_latency_table()?,
         decode: a.decode.clone(),
         engine,
         limits: Limits {

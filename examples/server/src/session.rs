@@ -54,7 +54,6 @@ pub struct Shared {
     /// The decoding flags the server was started with: a request's fields override them.
     pub decode: DecodeArgs,
     pub latency: Option<Arc<LatencyTable>>,
-    pub cpu_latency: Option<Arc<LatencyTable>>,
     pub engine: Arc<Engine>,
     pub limits: Limits,
     pub counters: Counters,
@@ -415,9 +414,6 @@ fn run(
     if let Some(t) = &shared.latency {
         decoder = decoder.latency_table(t.clone());
     }
-    if let Some(t) = &shared.cpu_latency {
-        decoder = decoder.cpu_latency_table(t.clone());
-    }
     let stop_ids = shared.info.special.stop_ids();
     let tok = shared.tokenizer.clone();
     let decode = |ids: &[u32]| -> Result<String, String> {
@@ -497,7 +493,7 @@ fn run(
         "block_length": p.block_length,
         "steps": p.steps,
         "strategy": p.strategy.name(),
-        "threshold": p.threshold,
+        "threshold": p.decide.threshold(),
         "temperature": p.temperature,
         "seed": p.seed,
         "forwards": g.forwards,

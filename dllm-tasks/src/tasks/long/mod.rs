@@ -16,6 +16,7 @@
 //! [`TaskKind`]: super::TaskKind
 
 pub mod choice;
+pub mod confirm;
 pub mod math;
 pub mod story;
 pub mod yesno;

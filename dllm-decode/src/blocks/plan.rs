@@ -1,0 +1,228 @@
+//! Planning: what the next forward computes — the window the policy chooses, the logits rows a
+//! decision needs, the verification rows of tentative tokens, and what enters the cache.
+
+use dllm_models::Ask;
+
+use super::{Blocks, Planned};
+use crate::error::{DecodeError, Result};
+use crate::roles::{DecodeView, WindowPlan, WindowPolicy};
+use crate::states::TokenState;
+
+fn check_plan(
+    policy: &dyn WindowPolicy,
+    plan: &WindowPlan,
+    len: usize,
+    cache_len: usize,
+    cands: &[usize],
+) -> Result<()> {
+    let bad = |why: String| {
+        Err(DecodeError::Policy {
+            policy: policy.name().to_string(),
+            reason: why,
+        })
+    };
+    if plan.start >= plan.end || plan.end > len {
+        return bad(format!(
+            "window [{}, {}) is empty or outside the canvas of {len}",
+            plan.start, plan.end
+        ));
+    }
+    if plan.fresh_cache && plan.start != 0 {
+        return bad(format!(
+            "a forward that empties the cache must start at 0, not {}",
+            plan.start
+        ));
+    }
+    if !plan.fresh_cache && plan.start > cache_len {
+        return bad(format!(
+            "window [{}, {}) starts after the cached [0, {cache_len})",
+            plan.start, plan.end
+        ));
+    }
+    if !cands.iter().any(|&p| p >= plan.start && p < plan.end) {
+        return bad(format!(
+            "window [{}, {}) holds none of the current block's undecided positions {:?}",
+            plan.start,
+            plan.end,
+            &cands[..cands.len().min(8)]
+        ));
+    }
+    Ok(())
+}
+
+impl Blocks<'_> {
+    /// What the model sees: decided tokens, plus confident drafts when the policy shows them.
+    fn seen(&self) -> Vec<u32> {
+        let mask = self.mask();
+        match self.policy.draft_context() {
+            None => self.canvas.clone(),
+            Some(t) => (0..self.canvas.len())
+                .map(|k| match self.drafts[k] {
+                    Some((d, _)) if self.canvas[k] == mask && d.confidence >= t => d.token,
+                    _ => self.canvas[k],
+                })
+                .collect(),
+        }
+    }
+
+    /// Decided positions whose cached K/V came from another input: the window recomputes them
+    /// (the next forward reads the cache).
+    fn stale(&self) -> Vec<usize> {
+        let mask = self.mask();
+        (self.prompt_len..self.canvas.len())
+            .filter(|&k| {
+                self.canvas[k] != mask
+                    && self.kv_input[k].is_some()
+                    && self.kv_input[k] != Some(self.canvas[k])
+            })
+            .collect()
+    }
+
+    /// The next forward.
+    pub(super) fn plan_next(&mut self) -> Result<Option<Ask>> {
+        let cands = self.candidates();
+        if cands.is_empty() {
+            return self.plan_verification();
+        }
+        let len = self.canvas.len();
+        let block = self.block_range(self.block);
+        let (seen, stale) = (self.seen(), self.stale());
+        let verify_rows = self.verifier.as_ref().map_or(0, |v| {
+            let n = self
+                .states
+                .iter()
+                .filter(|&&s| s == TokenState::Visible)
+                .count();
+            n * v.group_rows
+        });
+        let view = DecodeView {
+            canvas: &self.canvas,
+            mask: self.mask(),
+            prompt_len: self.prompt_len,
+            block: &block,
+            block_index: self.block,
+            num_blocks: self.p.num_blocks(),
+            step_in_block: self.step_in_block,
+            cache_len: self.cache_len,
+            stale: &stale,
+            verify_rows,
+            info: &self.info,
+        };
+        let plan = self.policy.plan(&view)?;
+        check_plan(self.policy.as_ref(), &plan, len, self.cache_len, &cands)?;
+        let commit = self.policy.commit(&view, &plan).and_then(|(a, e)| {
+            // Drafts shown as context never enter the cache: stop before the first of them.
+            let e = (a..e).find(|&k| seen[k] != self.canvas[k]).unwrap_or(e);
+            (e > a).then_some(a..e)
+        });
+        // Undecided positions a window leaves out (cut to a latency bucket) wait for a later
+        // forward.
+        let window = plan.start..plan.end;
+        let cands: Vec<usize> = cands.into_iter().filter(|k| window.contains(k)).collect();
+        let mask = self.mask();
+        let draft_rows: Vec<usize> = if plan.drafts {
+            window
+                .clone()
+                .filter(|&k| !block.contains(&k) && self.canvas[k] == mask)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let rows: Vec<usize> = if self.p.sls {
+            cands.iter().chain(&draft_rows).copied().collect()
+        } else {
+            window.clone().collect()
+        };
+        let cached = if plan.fresh_cache { 0 } else { self.cache_len };
+        let shadows = match &self.verifier {
+            Some(v) => v.shadows(&self.states, (window.len(), rows.len(), cached), false),
+            None => Vec::new(),
+        };
+        let lookahead = if plan.drafts && !plan.fresh_cache {
+            plan.end.saturating_sub(block.end.max(plan.start))
+        } else {
+            0
+        };
+        Ok(Some(self.ask(Planned {
+            plan,
+            cands,
+            draft_rows,
+            rows,
+            seen,
+            shadows,
+            commit,
+            lookahead,
+        })))
+    }
+
+    /// A forward that only verifies: every undecided position is decided, but tokens wait for
+    /// their first fresh look before the generation (or an early stop) may end. The window
+    /// recomputes the positions from the first tentative or stale one to the block's end (so the
+    /// shadows see fresh K/V of every decided token) and is committed.
+    fn plan_verification(&mut self) -> Result<Option<Ask>> {
+        let Some(v) = &self.verifier else {
+            return Err(DecodeError::Policy {
+                policy: "block loop".into(),
+                reason: "nothing to decide and nothing to verify, yet the generation goes on"
+                    .into(),
+            });
+        };
+        let end = self.block_range(self.block).end;
+        let first_visible = (self.prompt_len..end).find(|&k| self.states[k] == TokenState::Visible);
+        let start = self
+            .stale()
+            .first()
+            .copied()
+            .into_iter()
+            .chain(first_visible)
+            .min()
+            .unwrap_or(end - 1)
+            .min(self.cache_len)
+            .max(usize::from(self.info.shift_logits));
+        let cached = self.cache_len;
+        let shadows = v.shadows(&self.states, (end - start, 0, cached), true);
+        let plan = WindowPlan {
+            start,
+            end,
+            fresh_cache: false,
+            drafts: false,
+        };
+        Ok(Some(self.ask(Planned {
+            plan,
+            cands: Vec::new(),
+            draft_rows: Vec::new(),
+            // No decision needs logits; without selective skipping every row goes to the head.
+            rows: if self.p.sls {
+                Vec::new()
+            } else {
+                (start..end).collect()
+            },
+            seen: self.seen(),
+            shadows,
+            commit: Some(start..end),
+            lookahead: 0,
+        })))
+    }
+
+    /// The ask of a planned forward (kept until its answer arrives).
+    fn ask(&mut self, planned: Planned) -> Ask {
+        let mut canvas = vec![planned.seen.clone()];
+        if self.p.cfg_scale > 0.0 {
+            let mut uncond = planned.seen.clone();
+            let mask = self.mask();
+            uncond[..self.prompt_len].iter_mut().for_each(|x| *x = mask);
+            canvas.push(uncond);
+        }
+        let ask = Ask {
+            canvas,
+            // The generation's first forward starts from an empty cache, whatever the policy.
+            clear_cache: planned.plan.fresh_cache || self.out.forwards == 0,
+            window: planned.plan.start..planned.plan.end,
+            rows: planned.rows.clone(),
+            verify: planned.shadows.clone(),
+            commit: planned.commit.clone(),
+        };
+        self.planned = Some(planned);
+        ask
+    }
+}

@@ -1,0 +1,259 @@
+//! A forward's answer: what the cache now holds, the scores of the candidates and drafts, the
+//! verdicts of the verification rows, the step's decisions, and the event that reports them.
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+use dllm_models::Answer;
+
+use super::{Blocks, Planned, Report};
+use crate::confidence::Scored;
+use crate::error::{DecodeError, Result};
+use crate::generation::ForwardTrace;
+use crate::observer::{final_prefix, StepEvent};
+use crate::states::{transition, TokenEvent, TokenState};
+
+/// Logits rows as `Vec<f32>` per requested position (batch item 0).
+pub(crate) fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
+    logits.dims3()?;
+    Ok(logits.get(0)?.to_vec2()?)
+}
+
+impl Blocks<'_> {
+    /// Apply the answer to the planned forward.
+    pub(super) fn take_answer(&mut self, answer: Answer) -> Result<()> {
+        let pl = self.planned.take().ok_or(DecodeError::Sequence(
+            "an answer arrived for no planned forward",
+        ))?;
+        self.record_forward(&pl);
+        let mut rows = self.logit_rows(&answer.logits)?;
+        if rows.len() != pl.rows.len() {
+            return Err(DecodeError::Sequence(
+                "the answer holds another number of logits rows than the ask",
+            ));
+        }
+        let index: HashMap<usize, usize> =
+            pl.rows.iter().enumerate().map(|(k, &p)| (p, k)).collect();
+        let mut scored: Vec<Scored> = Vec::with_capacity(pl.cands.len() + pl.draft_rows.len());
+        for pos in pl.cands.iter().chain(&pl.draft_rows) {
+            scored.push(self.scorer.score(&mut rows[index[pos]], &mut self.rng));
+        }
+        let draft_scores = scored.split_off(pl.cands.len());
+        for (&pos, s) in pl.draft_rows.iter().zip(&draft_scores) {
+            self.drafts[pos] = Some((*s, self.out.forwards - 1));
+        }
+        self.out.draft_predictions += pl.draft_rows.len();
+        let revised = self.oracle_step();
+        self.out.revised += revised.len();
+        let remasked = self.verdicts(&pl, &answer)?;
+        let (unmasked, confidences) = self.select(&pl, &scored)?;
+        self.decided_last = unmasked.len();
+        self.out.steps += 1;
+        self.step_in_block += 1;
+        let mask = self.mask();
+        // The predictions this step left undecided, for observers that show them.
+        let tentative = pl
+            .cands
+            .iter()
+            .zip(&scored)
+            .chain(pl.draft_rows.iter().zip(&draft_scores))
+            .filter(|(&pos, _)| self.canvas[pos] == mask)
+            .map(|(&pos, s)| (pos, s.token))
+            .collect();
+        self.report = Report {
+            block: self.block,
+            window: pl.plan.start..pl.plan.end,
+            unmasked,
+            confidences,
+            revised,
+            remasked,
+            tentative,
+        };
+        self.advance()
+    }
+
+    /// Counters, trace and what the cache holds after the forward and its commit.
+    fn record_forward(&mut self, pl: &Planned) {
+        let (start, end) = (pl.plan.start, pl.plan.end);
+        let cleared = pl.plan.fresh_cache || self.out.forwards == 0;
+        let mask = self.mask();
+        let active = (start..end)
+            .filter(|&k| k >= self.prompt_len && self.canvas[k] == mask)
+            .count();
+        let cached = if cleared { 0 } else { self.cache_len };
+        self.out.trace.push(ForwardTrace {
+            step: self.out.steps,
+            start,
+            end,
+            rows: pl.rows.len(),
+            cached,
+            active,
+            shadows: pl.shadows.len(),
+            lookahead: pl.lookahead,
+        });
+        self.out.forwards += 1;
+        self.out.active_positions += active;
+        self.out.lookahead_positions += pl.lookahead;
+        self.out.logits_rows_skipped += (end - start) - pl.rows.len();
+        self.out.verified += pl.shadows.len();
+        if cleared {
+            self.kv_input.iter_mut().for_each(|k| *k = None);
+            self.cache_len = 0;
+        }
+        if let Some(c) = &pl.commit {
+            for k in c.clone() {
+                self.kv_input[k] = Some(pl.seen[k]);
+            }
+            self.cache_len = self.cache_len.max(c.end);
+        }
+    }
+
+    /// Batch item 0's logits rows; with classifier-free guidance the guided rows
+    /// `uncond + (scale + 1) * (cond - uncond)`.
+    fn logit_rows(&self, logits: &Tensor) -> Result<Vec<Vec<f32>>> {
+        if self.p.cfg_scale > 0.0 {
+            let (c, u) = (logits.narrow(0, 0, 1)?, logits.narrow(0, 1, 1)?);
+            let guided = (&u + ((c - &u)? * (self.p.cfg_scale as f64 + 1.0))?)?;
+            return rows_of(&guided);
+        }
+        rows_of(logits)
+    }
+
+    /// The oracle's revision at a step boundary: Visible tokens that differ from the reference
+    /// become the reference (their cached K/V are then stale: the window recomputes them).
+    fn oracle_step(&mut self) -> Vec<usize> {
+        let Some(reference) = &self.oracle else {
+            return Vec::new();
+        };
+        let mut revised = Vec::new();
+        for p in self.prompt_len..self.canvas.len() {
+            if self.states[p] != TokenState::Visible {
+                continue;
+            }
+            if let Some(want) = reference.get(p).copied().flatten() {
+                if self.canvas[p] != want {
+                    self.canvas[p] = want;
+                    revised.push(p);
+                }
+            }
+        }
+        revised
+    }
+
+    /// The verification rows' verdicts (remasked positions are returned).
+    fn verdicts(&mut self, pl: &Planned, answer: &Answer) -> Result<Vec<usize>> {
+        let Some(v) = self.verifier.as_mut() else {
+            return Ok(Vec::new());
+        };
+        if pl.shadows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = rows_of(&answer.verify_logits)?;
+        if rows.len() != pl.shadows.len() {
+            return Err(DecodeError::Sequence(
+                "the answer holds another number of verification rows than the ask",
+            ));
+        }
+        let budget = self.decided_last.saturating_sub(1);
+        let mask = self.info.special.mask;
+        let verdicts = v.judge(
+            &pl.shadows,
+            &rows,
+            &mut self.canvas,
+            &mut self.states,
+            (mask, budget),
+        )?;
+        let remasked: Vec<usize> = verdicts.remasked.iter().map(|r| r.0).collect();
+        self.out.remasked.extend(verdicts.remasked);
+        Ok(remasked)
+    }
+
+    /// The selector's decisions among the step's candidates.
+    fn select(&mut self, pl: &Planned, scored: &[Scored]) -> Result<(Vec<usize>, Vec<f64>)> {
+        let conf: Vec<(usize, f64)> = pl
+            .cands
+            .iter()
+            .zip(scored)
+            .map(|(&pos, s)| (pos, s.confidence))
+            .collect();
+        let chosen = self.selector.select(&conf, self.step_in_block);
+        // A step may decide nothing (LLaDA's schedule with more steps than positions runs such
+        // forwards), but a block cannot take more steps than this: every step after the schedule
+        // decides something, so only a broken selector gets here.
+        let remasks = self.verifier.as_ref().map_or(0, |v| v.cfg.max_remasks);
+        let bound = (self.p.steps_per_block().max(self.p.block_length) + 1) * (1 + remasks);
+        if chosen.is_empty() && self.step_in_block >= bound && !pl.cands.is_empty() {
+            return Err(DecodeError::Policy {
+                policy: "selector".into(),
+                reason: format!(
+                    "block {} made no progress in {} steps ({} positions undecided)",
+                    self.block,
+                    self.step_in_block + 1,
+                    pl.cands.len()
+                ),
+            });
+        }
+        let mut confidences = Vec::with_capacity(chosen.len());
+        for &pos in &chosen {
+            let k = pl
+                .cands
+                .binary_search(&pos)
+                .map_err(|_| DecodeError::Policy {
+                    policy: "selector".into(),
+                    reason: format!("chose position {pos}, which is not a candidate"),
+                })?;
+            let s = scored[k];
+            self.canvas[pos] = s.token;
+            self.states[pos] = self.decided_state(s.confidence)?;
+            if self.states[pos] == TokenState::Visible {
+                if let Some(v) = self.verifier.as_mut() {
+                    v.decided(pos, s.token, s.confidence);
+                }
+            }
+            confidences.push(s.confidence);
+        }
+        self.out.tokens_decoded += chosen.len();
+        Ok((chosen, confidences))
+    }
+
+    /// The state a decision puts a position in: through the state machine under staged
+    /// decisions, final at once otherwise.
+    fn decided_state(&self, confidence: f64) -> Result<TokenState> {
+        let Some(t) = self.thresholds else {
+            return Ok(TokenState::Stable);
+        };
+        let event = if confidence >= t.visible {
+            TokenEvent::Predicted(confidence)
+        } else {
+            TokenEvent::Promoted
+        };
+        Ok(transition(TokenState::Invisible, event, t)?)
+    }
+
+    /// The event of the last step.
+    pub(super) fn event(&self) -> StepEvent<'_> {
+        let r = &self.report;
+        let mask = self.mask();
+        StepEvent {
+            step: self.out.steps.saturating_sub(1),
+            block: r.block,
+            num_blocks: self.p.num_blocks(),
+            forwards: self.out.forwards,
+            canvas: &self.canvas,
+            prompt_len: self.prompt_len,
+            unmasked: &r.unmasked,
+            confidences: &r.confidences,
+            revised: &r.revised,
+            remasked: &r.remasked,
+            window: r.window.clone(),
+            masked_left: self.canvas[self.prompt_len..]
+                .iter()
+                .filter(|&&t| t == mask)
+                .count(),
+            mask_id: mask,
+            states: &self.states,
+            final_len: final_prefix(&self.states, self.prompt_len),
+            tentative: &r.tentative,
+        }
+    }
+}

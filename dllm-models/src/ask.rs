@@ -1,0 +1,156 @@
+//! What a decoder asks of a model for one step of one sequence ([`Ask`]), and what the model
+//! answers ([`Answer`]).
+//!
+//! A decoder that holds a generation as a value says what its next forward must compute; whoever
+//! holds the model runs it — alone ([`crate::DiffusionLm::answer`]) or batched with other sequences
+//! ([`crate::DiffusionTransformer::forward_many`]) — and hands the answer back. An ask is executed in
+//! a fixed order: empty the cache (when asked), run the window forward with its verification rows,
+//! then commit the asked range of the window's K/V.
+//!
+//! ## Verification rows
+//!
+//! For each position `p` of [`Ask::verify`] the forward carries a *shadow row*: input MASK at
+//! position id `p`, attending to the cache and to this forward's window rows **except** `p`'s own
+//! (its cached row and its window row are left out; its own fresh shadow row takes their place).
+//! No row attends to a shadow, and shadows write nothing to the cache. Its logits are therefore
+//! those of a leave-one-out forward — `p` masked, everything else as this forward computes it —
+//! on the cache after this forward's commit (when the commit covers the window). For a model with
+//! shifted logits (Dream: the prediction for `p` comes from the hidden state at `p - 1`) a shadow
+//! is the pair `p - 1` (its token) and `p` (MASK), the logits read from the first.
+
+use std::ops::Range;
+
+use candle_core::{Device, Tensor};
+
+use crate::lm::{DiffusionLm, Rows};
+use crate::{AskDefect, Result};
+
+/// One sequence's next forward: what to compute, and what to keep in its cache afterwards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask {
+    /// The canvas the forward sees: one row of token ids per batch item (two for classifier-free
+    /// guidance: the conditional canvas, then the unconditional one). Rows have equal lengths.
+    pub canvas: Vec<Vec<u32>>,
+    /// Empty the KV cache before the forward (the window must then start at 0).
+    pub clear_cache: bool,
+    /// Canvas positions the forward computes, `start <= cache_len` (see [`DiffusionLm::forward`]).
+    pub window: Range<usize>,
+    /// Positions inside the window whose logits are returned, in this order.
+    pub rows: Vec<usize>,
+    /// Positions verified by shadow rows (see the module docs); each is cached or in the window,
+    /// no repeats, and for a model with shifted logits at least 1.
+    pub verify: Vec<usize>,
+    /// After the forward, copy the K/V of this range of the window into the cache
+    /// ([`DiffusionLm::commit`]).
+    pub commit: Option<Range<usize>>,
+}
+
+/// What the model computed for an [`Ask`].
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// `(batch, rows, vocab)` f32 logits of [`Ask::rows`], in their order.
+    pub logits: Tensor,
+    /// `(batch, verify, vocab)` f32 logits of the shadow rows of [`Ask::verify`], in their order.
+    pub verify_logits: Tensor,
+}
+
+impl Ask {
+    /// The canvas as a `(batch, len)` tensor.
+    pub fn canvas_tensor(&self, device: &Device) -> Result<Tensor> {
+        let b = self.canvas.len();
+        let l = self.canvas.first().map_or(0, Vec::len);
+        let flat: Vec<u32> = self.canvas.iter().flatten().copied().collect();
+        if flat.len() != b * l {
+            return Err(AskDefect::RaggedCanvas {
+                lengths: self.canvas.iter().map(Vec::len).collect(),
+            }
+            .into());
+        }
+        Ok(Tensor::from_vec(flat, (b, l), device)?)
+    }
+
+    /// Canvas length.
+    pub fn len(&self) -> usize {
+        self.canvas.first().map_or(0, Vec::len)
+    }
+
+    /// Whether the canvas is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Checks that need no model: the verification positions are unique and inside the canvas,
+    /// and a forward from an empty cache starts at 0.
+    pub(crate) fn check(&self, shifted: bool) -> Result<()> {
+        let len = self.len();
+        let mut seen = self.verify.clone();
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Err(AskDefect::RepeatedVerify { position: w[0] }.into());
+        }
+        if let Some(&p) = self
+            .verify
+            .iter()
+            .find(|&&p| p >= len || (shifted && p == 0))
+        {
+            return Err(AskDefect::VerifyOutside {
+                position: p,
+                canvas_len: len,
+            }
+            .into());
+        }
+        if self.clear_cache && self.window.start != 0 {
+            return Err(AskDefect::ClearedWindowStart {
+                start: self.window.start,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// [`DiffusionLm::answer`] for any model, through its other methods: the forward, then the
+/// commit, then one single-position window forward per shadow (the position masked) against the
+/// committed cache — the same logits as the shadow rows of a model that computes them inside the
+/// forward, when the commit covers the window.
+pub fn answer_with<M: DiffusionLm + ?Sized>(model: &mut M, ask: &Ask) -> Result<Answer> {
+    let info = model.info().clone();
+    ask.check(info.shift_logits)?;
+    let canvas = ask.canvas_tensor(model.device())?;
+    if ask.clear_cache {
+        model.clear_cache()?;
+    }
+    let logits = model.forward(&canvas, ask.window.clone(), Rows::Positions(&ask.rows))?;
+    if let Some(c) = &ask.commit {
+        model.commit(c.clone())?;
+    }
+    let mut rows = Vec::with_capacity(ask.verify.len());
+    for &p in &ask.verify {
+        if p >= model.cache_len() {
+            return Err(AskDefect::VerifyNotCommitted {
+                position: p,
+                cache_len: model.cache_len(),
+            }
+            .into());
+        }
+        let mut masked = ask.clone();
+        for row in &mut masked.canvas {
+            row[p] = info.special.mask;
+        }
+        let t = masked.canvas_tensor(model.device())?;
+        rows.push(model.forward(&t, p..p + 1, Rows::Positions(&[p]))?);
+    }
+    let verify_logits = if rows.is_empty() {
+        Tensor::zeros(
+            (ask.canvas.len(), 0, info.vocab_size),
+            candle_core::DType::F32,
+            model.device(),
+        )?
+    } else {
+        Tensor::cat(&rows, 1)?
+    };
+    Ok(Answer {
+        logits,
+        verify_logits,
+    })
+}
