@@ -204,6 +204,7 @@ impl Algorithm for Dream {
             confidences: &self.chosen_conf,
             revised: &[],
             remasked: &[],
+            verified: &[],
             window: 0..len,
             masked_left: self.masked_left,
             mask_id: self.mask,

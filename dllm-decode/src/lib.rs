@@ -368,7 +368,7 @@ impl<'a> Decoder<'a> {
                     visible: s.visible as f64,
                     stable: s.stable as f64,
                 },
-                no_adjacent: s.verify.is_some_and(|v| v.no_adjacent),
+                no_adjacent: s.no_adjacent,
             }),
             (None, Decide::Threshold(t)) => Box::new(select::ThresholdSelector {
                 threshold: t as f64,

@@ -37,6 +37,9 @@ pub struct StepEvent<'a> {
     /// Tentative positions verification sent back to the mask in this step (they are undecided
     /// again: `canvas` holds the mask there).
     pub remasked: &'a [usize],
+    /// The tentative positions this step's forward verified, with the probability its shadow row
+    /// gave the token the position then held.
+    pub verified: &'a [(usize, f64)],
     /// Canvas positions the forward of this step computed.
     pub window: Range<usize>,
     /// Positions still masked in the whole canvas.

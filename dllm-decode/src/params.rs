@@ -108,6 +108,9 @@ pub const DEFAULT_THETA_STABLE: f32 = 0.9;
 /// Verification: a tentative token whose shadow row gives it less than this probability goes
 /// back to the mask.
 pub const DEFAULT_TAU_BACK: f32 = 0.5;
+/// Staged decisions: keep decisions below the stable threshold apart (never two adjacent in one
+/// step).
+pub const DEFAULT_NO_ADJACENT: bool = true;
 /// Verification: a position is remasked at most this many times.
 pub const DEFAULT_MAX_REMASKS: usize = 2;
 /// Verification: shadow rows beyond the free rows of the window's latency bucket may add at most
@@ -164,6 +167,9 @@ pub struct Staged {
     pub visible: f32,
     /// Confidence at which a token becomes Stable.
     pub stable: f32,
+    /// Below `stable`, never decide two adjacent positions in the same step (two neighbours
+    /// decided together each predicted the other as a mask).
+    pub no_adjacent: bool,
     /// Verification of tentative tokens (`None`: Visible tokens are never looked at again).
     pub verify: Option<Verify>,
 }
@@ -173,6 +179,7 @@ impl Default for Staged {
         Self {
             visible: DEFAULT_THETA_VISIBLE,
             stable: DEFAULT_THETA_STABLE,
+            no_adjacent: DEFAULT_NO_ADJACENT,
             verify: Some(Verify::default()),
         }
     }
@@ -190,8 +197,12 @@ pub struct Verify {
     pub tau_back: f32,
     /// Remasks per position at most (then the token stays as it is).
     pub max_remasks: usize,
-    /// Below the stable threshold, never decide two adjacent positions in the same step.
-    pub no_adjacent: bool,
+    /// A decision taken by a forward whose window holds a tentative token no forward has looked at
+    /// yet is tentative too, whatever its confidence (it may rest on that token).
+    pub suspect_dependents: bool,
+    /// A step whose verification sends a token back decides only its most confident candidate
+    /// (the others were predicted with the rejected token as context).
+    pub hold_on_remask: bool,
     /// Shadow rows beyond the bucket's free rows may add at most this fraction of the forward's
     /// latency (the latency table's price).
     pub allowance: f64,
@@ -202,7 +213,8 @@ impl Default for Verify {
         Self {
             tau_back: DEFAULT_TAU_BACK,
             max_remasks: DEFAULT_MAX_REMASKS,
-            no_adjacent: true,
+            suspect_dependents: false,
+            hold_on_remask: false,
             allowance: DEFAULT_SHADOW_ALLOWANCE,
         }
     }

@@ -40,9 +40,9 @@ pub struct DecodeView<'a> {
     /// Decided positions whose cached K/V were computed from another input (the mask, or a token
     /// since revised) and that a window should recompute, ascending.
     pub stale: &'a [usize],
-    /// Rows the forward will carry besides the window for verification (shadow rows of tentative
-    /// tokens, see `crate::Verify`): a policy that prices its window (lookahead) leaves room for
-    /// them first.
+    /// Rows the forward will carry besides the window for verification (the shadow rows of the
+    /// tentative tokens still waiting for their first look, see `crate::Verify`): a policy that
+    /// prices its window (bucket fit, lookahead) leaves room for them first.
     pub verify_rows: usize,
     /// The model.
     pub info: &'a ModelInfo,
@@ -110,14 +110,14 @@ pub struct WindowPlan {
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use candle_core::{DType, Device};
-/// use dllm_decode::{DecodeParams, Decoder, Strategy};
+/// use dllm_decode::{Decide, DecodeParams, Decoder, Strategy};
 /// use dllm_models::{synthetic, weights::HfWeights, DiffusionTransformer, OpMode};
 ///
 /// let cfg = synthetic::tiny_llada(); // a random 2-layer LLaDA, for the example
 /// let w = HfWeights::from_tensors(synthetic::random_weights(&cfg, 0)?, cfg.arch, DType::F32, &Device::Cpu);
 /// let mut model = DiffusionTransformer::new(cfg, &w, OpMode::Fused)?;
 /// let params = DecodeParams {
-///     gen_length: 16, block_length: 8, steps: 16, threshold: Some(0.9),
+///     gen_length: 16, block_length: 8, steps: 16, decide: Decide::Threshold(0.9),
 ///     strategy: Strategy::DualCache, ..Default::default()
 /// };
 /// let g = Decoder::new(params).window_policy(BlockPlusEight).run(&mut model, &[2, 10, 11, 4], &mut ())?;

@@ -216,6 +216,7 @@ mod tests {
             confidences: &[],
             revised: &[],
             remasked: &[],
+            verified: &[],
             window: 0..6,
             masked_left: 1,
             mask_id: 5,

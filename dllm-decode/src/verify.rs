@@ -12,15 +12,17 @@
 //!   step decides the position again, with the window's fresh context) — within the guards below;
 //! * otherwise it stays Visible; it has had its fresh look, and is looked at again as rows allow.
 //!
-//! Guards: a step remasks at most one fewer token than the previous step decided (so every two
-//! steps make progress), a position is remasked at most `max_remasks` times, and a position
-//! remasked and then decided again with the same token counts as a flip-flop.
+//! Guards: of the decisions a forward's answer made, verification sends back at most all but one
+//! (every step keeps at least one decision: the generation always progresses), a position is
+//! remasked at most `max_remasks` times, and a position remasked and then decided again with the
+//! same token counts as a flip-flop.
 //!
 //! Shadows are placed lowest confidence first, tokens without a fresh look before the others, in
 //! the rows the window's latency bucket leaves free and beyond them while the latency table says
 //! the extra rows cost at most `allowance` of the forward; the window does not look ahead while a
 //! token waits for its first look (the shadows have priority over new drafts).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::confidence::softmax;
@@ -36,8 +38,8 @@ pub(crate) struct Verdicts {
     pub remasked: Vec<(usize, u32)>,
     /// Positions that became Stable.
     pub stabilized: Vec<usize>,
-    /// Positions looked at (every shadow).
-    pub looked: Vec<usize>,
+    /// Positions looked at (every shadow), with the shadow's probability of the token.
+    pub looked: Vec<(usize, f64)>,
 }
 
 /// The verification state of one generation.
@@ -57,6 +59,10 @@ pub(crate) struct Verifier {
     unlooked: Vec<bool>,
     /// Per position: last known confidence (the priority of a shadow).
     conf: Vec<f64>,
+    /// Per position: the forward whose answer made its current decision.
+    origin: Vec<usize>,
+    /// Per forward: its decisions still standing (decided, not sent back).
+    standing: HashMap<usize, usize>,
     /// Flip-flops: positions decided again with the token they were remasked from.
     pub flip_flops: usize,
 }
@@ -78,8 +84,17 @@ impl Verifier {
             remasked_token: vec![None; len],
             unlooked: vec![false; len],
             conf: vec![1.0; len],
+            origin: vec![0; len],
+            standing: HashMap::new(),
             flip_flops: 0,
         }
+    }
+
+    /// A position was decided by the answer to forward `forward` (Stable or Visible: every
+    /// decision counts towards what that step keeps).
+    pub fn counted(&mut self, pos: usize, forward: usize) {
+        self.origin[pos] = forward;
+        *self.standing.entry(forward).or_insert(0) += 1;
     }
 
     /// A position was decided Visible with `token` at `confidence` (tentative, awaiting a look).
@@ -89,6 +104,11 @@ impl Verifier {
         if self.remasked_token[pos] == Some(token) {
             self.flip_flops += 1;
         }
+    }
+
+    /// Whether `p` is tentative and waits for its first fresh look.
+    pub fn is_unlooked(&self, p: usize, states: &[TokenState]) -> bool {
+        states[p] == TokenState::Visible && self.unlooked[p]
     }
 
     /// Tentative positions still waiting for their first fresh look.
@@ -135,19 +155,17 @@ impl Verifier {
     }
 
     /// Apply the shadows' verdicts: `rows[i]` are the logits of the shadow of `looked[i]`.
-    /// `budget` remasks at most (the guard of the step). Remasked positions hold `mask` after.
+    /// Remasked positions hold `mask` after; the lowest probabilities go back first, as long as
+    /// the step that decided each keeps one decision.
     pub fn judge(
         &mut self,
         looked: &[usize],
         rows: &[Vec<f32>],
         canvas: &mut [u32],
         states: &mut [TokenState],
-        (mask, budget): (u32, usize),
+        mask: u32,
     ) -> Result<Verdicts> {
-        let mut v = Verdicts {
-            looked: looked.to_vec(),
-            ..Default::default()
-        };
+        let mut v = Verdicts::default();
         let mut low = Vec::new();
         for (&pos, row) in looked.iter().zip(rows) {
             let p = softmax(row)
@@ -156,6 +174,7 @@ impl Verifier {
                 .unwrap_or(0.0);
             self.unlooked[pos] = false;
             self.conf[pos] = p;
+            v.looked.push((pos, p));
             states[pos] = transition(states[pos], TokenEvent::Rescored(p), self.thresholds)?;
             if states[pos] == TokenState::Stable {
                 v.stabilized.push(pos);
@@ -164,7 +183,12 @@ impl Verifier {
             }
         }
         low.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        for &(pos, _) in low.iter().take(budget) {
+        for &(pos, _) in &low {
+            let kept = self.standing.entry(self.origin[pos]).or_insert(0);
+            if *kept <= 1 {
+                continue;
+            }
+            *kept -= 1;
             self.remasks[pos] += 1;
             self.remasked_token[pos] = Some(canvas[pos]);
             v.remasked.push((pos, canvas[pos]));

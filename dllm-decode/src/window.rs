@@ -180,22 +180,28 @@ impl MbsdWindow {
         end
     }
 
-    /// Cut `[start, end)` back to the bucket edge below it when the cut window still holds an
-    /// undecided position of the block and costs less (on a bucketed table a few positions past
-    /// an edge cost a whole bucket: at a block start the stale positions of the previous block's
-    /// last forward plus a full block are one bucket and a few positions).
+    /// Cut `[start, end)` back so that it and the forward's verification rows fit the bucket edge
+    /// below them, when the cut window still holds an undecided position of the block and costs
+    /// less (on a bucketed table a few positions past an edge cost a whole bucket: at a block start
+    /// the stale positions of the previous block's last forward plus a full block are one bucket
+    /// and a few positions; and the tokens waiting for their first look get their shadow rows in
+    /// this forward instead of one later).
     fn fit_bucket(&self, v: &DecodeView<'_>, start: usize, end: usize) -> usize {
-        let Some(edge) = self.table.bucket_edge_below(end - start) else {
+        let vr = v.verify_rows;
+        let Some(edge) = self.table.bucket_edge_below(end - start + vr) else {
             return end;
         };
-        let cut = start + edge;
+        if edge <= vr {
+            return end;
+        }
+        let cut = start + edge - vr;
         let cached = v
             .cache_len
             .saturating_sub(end.min(v.cache_len) - start.min(v.cache_len));
-        let rows = |e: usize| (start..e).filter(|&p| v.is_masked(p)).count();
+        let rows = |e: usize| (start..e).filter(|&p| v.is_masked(p)).count() + vr;
         let holds_work = (start..cut).any(|p| v.block.contains(&p) && v.is_masked(p));
         let cheaper = self.table.cost_ms(edge, rows(cut), cached)
-            < self.table.cost_ms(end - start, rows(end), cached);
+            < self.table.cost_ms(end - start + vr, rows(end), cached);
         if holds_work && cheaper {
             cut
         } else {

@@ -283,6 +283,7 @@ fn accepted_drafts_enter_visible_never_final_at_once() {
         decide: Decide::Staged(Staged {
             visible: 0.9,
             stable: 0.9,
+            no_adjacent: false,
             verify: None,
         }),
         early_stop: false,

@@ -86,6 +86,21 @@ impl TaskScore {
     }
 }
 
+/// What one decoding step did, in generated positions (0 = the first generated position).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StepLog {
+    /// The step.
+    pub step: usize,
+    /// The forward's window.
+    pub window: (usize, usize),
+    /// Positions decided, with their confidence.
+    pub decided: Vec<(usize, f64)>,
+    /// Positions verification looked at, with the shadow's probability of their token.
+    pub verified: Vec<(usize, f64)>,
+    /// Positions sent back to the mask.
+    pub remasked: Vec<usize>,
+}
+
 /// One question's outcome (`eval --dump` writes one per line).
 #[derive(Debug, Clone, Serialize)]
 pub struct Answered {
@@ -127,6 +142,8 @@ pub struct Answered {
     pub drafts_taken: usize,
     /// Accepted drafts wrong against the reference.
     pub drafts_wrong: usize,
+    /// Every step, in order.
+    pub log: Vec<StepLog>,
 }
 
 /// Token-level calibration: committed tokens whose confidence fell in `[lo, hi)` (the last band
@@ -283,7 +300,21 @@ pub fn answer(
     let prompt = encode_prompt(tok, &ex.prompt)?;
     let mut commit_step = vec![None; params.gen_length];
     let mut commit_confidence = vec![None; params.gen_length];
+    let mut log = Vec::new();
     let mut record = |e: &StepEvent<'_>| {
+        let at = |p: usize| p.saturating_sub(e.prompt_len);
+        log.push(StepLog {
+            step: e.step,
+            window: (at(e.window.start), at(e.window.end)),
+            decided: e
+                .unmasked
+                .iter()
+                .zip(e.confidences)
+                .map(|(&p, &c)| (at(p), c))
+                .collect(),
+            verified: e.verified.iter().map(|&(p, c)| (at(p), c)).collect(),
+            remasked: e.remasked.iter().map(|&p| at(p)).collect(),
+        });
         for (k, &p) in e.unmasked.iter().enumerate() {
             if let Some(i) = p
                 .checked_sub(e.prompt_len)
@@ -339,6 +370,7 @@ pub fn answer(
         verified: g.verified,
         drafts_taken: g.drafts_taken.len(),
         drafts_wrong,
+        log,
     })
 }
 
@@ -473,6 +505,7 @@ mod tests {
             verified: 0,
             drafts_taken: 0,
             drafts_wrong: 0,
+            log: Vec::new(),
         };
         let b = calibration(&[a]);
         let got: Vec<(usize, usize)> = b.iter().map(|b| (b.tokens, b.right)).collect();

@@ -111,6 +111,7 @@ fn mbsd(p: fn(Strategy) -> DecodeParams, visible: f32, stable: f32) -> DecodePar
         decide: Decide::Staged(Staged {
             visible,
             stable,
+            no_adjacent: false,
             verify: None,
         }),
         ..p(Strategy::Mbsd(MbsdParams::default()))
@@ -197,6 +198,7 @@ fn long_cases() -> Vec<Case> {
         Decide::Staged(Staged {
             visible: v,
             stable: 0.9,
+            no_adjacent: false,
             verify: None,
         })
     };

@@ -82,7 +82,6 @@ impl Blocks<'_> {
             self.out.drafts_accepted += accepted.len();
             self.out.drafts_rejected += pending.len() - accepted.len();
             self.out.tokens_decoded += accepted.len();
-            self.decided_last += accepted.len();
         }
         block.clone().for_each(|i| self.drafts[i] = None);
         let masked = block.filter(|&i| self.canvas[i] == mask).count();
@@ -105,7 +104,9 @@ impl Blocks<'_> {
             Some(t) => transition(TokenState::Invisible, TokenEvent::Drafted, t)?,
             None => TokenState::Stable,
         };
+        let forward = self.out.forwards;
         if let Some(v) = self.verifier.as_mut() {
+            v.counted(pos, forward);
             v.decided(pos, d.token, d.confidence);
         }
         self.out.drafts_taken.push((pos, d.token));

@@ -67,6 +67,8 @@ struct Planned {
     commit: Option<Range<usize>>,
     /// Positions the lookahead added beyond the block.
     lookahead: usize,
+    /// Whether the window held a tentative token no forward had looked at yet.
+    unlooked_in_window: bool,
 }
 
 /// The lists of the last step, borrowed by its event.
@@ -78,6 +80,7 @@ struct Report {
     confidences: Vec<f64>,
     revised: Vec<usize>,
     remasked: Vec<usize>,
+    verified: Vec<(usize, f64)>,
     tentative: Vec<(usize, u32)>,
 }
 
@@ -104,8 +107,6 @@ pub(crate) struct Blocks<'a> {
     rng: Rng,
     block: usize,
     step_in_block: usize,
-    /// Decisions of the last step (the remask guard of the next).
-    decided_last: usize,
     out: Outcome,
     planned: Option<Planned>,
     report: Report,
@@ -172,7 +173,6 @@ impl<'a> Blocks<'a> {
             rng: Rng::new(p.seed),
             block: 0,
             step_in_block: 0,
-            decided_last: 0,
             out: Outcome::start(s.prompt_len),
             planned: None,
             report: Report::default(),

@@ -87,14 +87,12 @@ impl Blocks<'_> {
         let len = self.canvas.len();
         let block = self.block_range(self.block);
         let (seen, stale) = (self.seen(), self.stale());
-        let verify_rows = self.verifier.as_ref().map_or(0, |v| {
-            let n = self
-                .states
-                .iter()
-                .filter(|&&s| s == TokenState::Visible)
-                .count();
-            n * v.group_rows
-        });
+        // Tokens waiting for their first look get shadow rows in this forward: the policy leaves
+        // room for them first.
+        let verify_rows = self
+            .verifier
+            .as_ref()
+            .map_or(0, |v| v.waiting(&self.states) * v.group_rows);
         let view = DecodeView {
             canvas: &self.canvas,
             mask: self.mask(),
@@ -152,6 +150,7 @@ impl Blocks<'_> {
             shadows,
             commit,
             lookahead,
+            unlooked_in_window: self.unlooked_in(window.clone()),
         })))
     }
 
@@ -201,7 +200,15 @@ impl Blocks<'_> {
             shadows,
             commit: Some(start..end),
             lookahead: 0,
+            unlooked_in_window: false,
         })))
+    }
+
+    /// Whether `range` holds a tentative token no forward has looked at yet.
+    fn unlooked_in(&self, range: std::ops::Range<usize>) -> bool {
+        self.verifier
+            .as_ref()
+            .is_some_and(|v| range.into_iter().any(|p| v.is_unlooked(p, &self.states)))
     }
 
     /// The ask of a planned forward (kept until its answer arrives).

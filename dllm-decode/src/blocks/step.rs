@@ -45,9 +45,10 @@ impl Blocks<'_> {
         self.out.draft_predictions += pl.draft_rows.len();
         let revised = self.oracle_step();
         self.out.revised += revised.len();
-        let remasked = self.verdicts(&pl, &answer)?;
-        let (unmasked, confidences) = self.select(&pl, &scored)?;
-        self.decided_last = unmasked.len();
+        let (remasked, verified) = self.verdicts(&pl, &answer)?;
+        let hold =
+            !remasked.is_empty() && self.verifier.as_ref().is_some_and(|v| v.cfg.hold_on_remask);
+        let (unmasked, confidences) = self.select(&pl, &scored, hold)?;
         self.out.steps += 1;
         self.step_in_block += 1;
         let mask = self.mask();
@@ -67,6 +68,7 @@ impl Blocks<'_> {
             confidences,
             revised,
             remasked,
+            verified,
             tentative,
         };
         self.advance()
@@ -140,13 +142,18 @@ impl Blocks<'_> {
         revised
     }
 
-    /// The verification rows' verdicts (remasked positions are returned).
-    fn verdicts(&mut self, pl: &Planned, answer: &Answer) -> Result<Vec<usize>> {
+    /// The verification rows' verdicts: the positions remasked, and every position looked at
+    /// with its shadow's probability.
+    fn verdicts(
+        &mut self,
+        pl: &Planned,
+        answer: &Answer,
+    ) -> Result<(Vec<usize>, Vec<(usize, f64)>)> {
         let Some(v) = self.verifier.as_mut() else {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         };
         if pl.shadows.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         }
         let rows = rows_of(&answer.verify_logits)?;
         if rows.len() != pl.shadows.len() {
@@ -154,29 +161,35 @@ impl Blocks<'_> {
                 "the answer holds another number of verification rows than the ask",
             ));
         }
-        let budget = self.decided_last.saturating_sub(1);
         let mask = self.info.special.mask;
-        let verdicts = v.judge(
-            &pl.shadows,
-            &rows,
-            &mut self.canvas,
-            &mut self.states,
-            (mask, budget),
-        )?;
+        let verdicts = v.judge(&pl.shadows, &rows, &mut self.canvas, &mut self.states, mask)?;
         let remasked: Vec<usize> = verdicts.remasked.iter().map(|r| r.0).collect();
         self.out.remasked.extend(verdicts.remasked);
-        Ok(remasked)
+        Ok((remasked, verdicts.looked))
     }
 
     /// The selector's decisions among the step's candidates.
-    fn select(&mut self, pl: &Planned, scored: &[Scored]) -> Result<(Vec<usize>, Vec<f64>)> {
+    fn select(
+        &mut self,
+        pl: &Planned,
+        scored: &[Scored],
+        hold: bool,
+    ) -> Result<(Vec<usize>, Vec<f64>)> {
         let conf: Vec<(usize, f64)> = pl
             .cands
             .iter()
             .zip(scored)
             .map(|(&pos, s)| (pos, s.confidence))
             .collect();
-        let chosen = self.selector.select(&conf, self.step_in_block);
+        let mut chosen = self.selector.select(&conf, self.step_in_block);
+        if hold {
+            // Verification rejected a token this forward saw: keep only the most confident.
+            chosen.sort_by(|&a, &b| {
+                let c = |p: usize| conf.iter().find(|x| x.0 == p).map_or(0.0, |x| x.1);
+                c(b).total_cmp(&c(a)).then(a.cmp(&b))
+            });
+            chosen.truncate(1);
+        }
         // A step may decide nothing (LLaDA's schedule with more steps than positions runs such
         // forwards), but a block cannot take more steps than this: every step after the schedule
         // decides something, so only a broken selector gets here.
@@ -205,8 +218,18 @@ impl Blocks<'_> {
             let s = scored[k];
             self.canvas[pos] = s.token;
             self.states[pos] = self.decided_state(s.confidence)?;
-            if self.states[pos] == TokenState::Visible {
-                if let Some(v) = self.verifier.as_mut() {
+            let suspect = self
+                .verifier
+                .as_ref()
+                .is_some_and(|v| v.cfg.suspect_dependents && pl.unlooked_in_window);
+            if suspect && self.states[pos] == TokenState::Stable {
+                // It may rest on a token nobody has checked: tentative until looked at.
+                self.states[pos] = TokenState::Visible;
+            }
+            let forward = self.out.forwards;
+            if let Some(v) = self.verifier.as_mut() {
+                v.counted(pos, forward);
+                if self.states[pos] == TokenState::Visible {
                     v.decided(pos, s.token, s.confidence);
                 }
             }
@@ -245,6 +268,7 @@ impl Blocks<'_> {
             confidences: &r.confidences,
             revised: &r.revised,
             remasked: &r.remasked,
+            verified: &r.verified,
             window: r.window.clone(),
             masked_left: self.canvas[self.prompt_len..]
                 .iter()

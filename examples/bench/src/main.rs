@@ -185,6 +185,7 @@ fn staged((visible, stable): (f32, f32), verify: bool) -> Decide {
     Decide::Staged(Staged {
         visible,
         stable,
+        no_adjacent: dllm_decode::params::DEFAULT_NO_ADJACENT,
         verify: verify.then(Verify::default),
     })
 }

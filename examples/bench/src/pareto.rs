@@ -35,6 +35,7 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Vec<RowSpec> {
         Decide::Staged(Staged {
             visible,
             stable,
+            no_adjacent: dllm_decode::params::DEFAULT_NO_ADJACENT,
             verify,
         })
     };

@@ -74,7 +74,7 @@ impl RowSpec {
             "theta_visible": staged.map(|s| s.visible),
             "theta_stable": staged.map(|s| s.stable),
             "tau_back": verify.map(|v| v.tau_back),
-            "no_adjacent": verify.map(|v| v.no_adjacent),
+            "no_adjacent": staged.map(|s| s.no_adjacent),
         })
     }
 }

@@ -129,7 +129,15 @@ pub struct DecodeArgs {
     /// mbsd verification: remasks per position at most.
     #[arg(long, default_value_t = DEFAULT_MAX_REMASKS)]
     pub max_remasks: usize,
-    /// mbsd verification: allow two adjacent positions to be decided in one step below
+    /// mbsd verification: a decision taken while its window holds a tentative token not yet
+    /// looked at is tentative too.
+    #[arg(long)]
+    pub suspect_dependents: bool,
+    /// mbsd verification: a step that sends a token back decides only its most confident
+    /// candidate.
+    #[arg(long)]
+    pub hold_on_remask: bool,
+    /// mbsd staged decisions: allow two adjacent positions to be decided in one step below
     /// --theta-stable (by default they are kept apart).
     #[arg(long)]
     pub allow_adjacent: bool,
@@ -307,13 +315,15 @@ impl DecodeArgs {
         let verify = Verify {
             tau_back: self.tau_back,
             max_remasks: self.max_remasks,
-            no_adjacent: !self.allow_adjacent,
+            suspect_dependents: self.suspect_dependents,
+            hold_on_remask: self.hold_on_remask,
             allowance: self.verify_allowance,
         };
         if strategy.is_mbsd() && !self.no_sts {
             return Ok(Decide::Staged(Staged {
                 visible: self.theta_visible.unwrap_or(DEFAULT_THETA_VISIBLE),
                 stable: self.theta_stable.unwrap_or(DEFAULT_THETA_STABLE),
+                no_adjacent: !self.allow_adjacent,
                 verify: (!self.no_verify).then_some(verify),
             }));
         }
@@ -324,6 +334,8 @@ impl DecodeArgs {
             ("--no-verify", self.no_verify),
             ("--tau-back", verify.tau_back != d.tau_back),
             ("--max-remasks", verify.max_remasks != d.max_remasks),
+            ("--suspect-dependents", self.suspect_dependents),
+            ("--hold-on-remask", self.hold_on_remask),
             ("--allow-adjacent", self.allow_adjacent),
             ("--verify-allowance", verify.allowance != d.allowance),
         ];
