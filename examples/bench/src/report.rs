@@ -163,14 +163,7 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             energy_cell(&r.energy),
         );
     }
-    let (cpu, npu) = projection::paper_check(&ctx.phone, 79);
-    let _ = write!(
-        s,
-        "\nProjection check (the paper's vanilla rows, a 79-token GSM8K prompt, 128 tokens): CPU \
-         {cpu:.0} s (paper {}), NPU {npu:.0} s (paper {}).\n",
-        projection::PAPER_CPU_VANILLA_S,
-        projection::PAPER_NPU_VANILLA_S
-    );
+    let _ = writeln!(s, "\n{}", projection::paper_check_text(&ctx.phone, 79));
     if !ctx.power {
         s += "Energy: no battery power reading on this machine (`/sys/class/power_supply`), so it is \
               reported as unavailable rather than estimated.\n";
@@ -324,7 +317,7 @@ pub fn write_all(
     w("table6.md", table6(ctx, rows))?;
     w("table5.md", table5(ctx, rows))?;
     w("sweeps.md", sweeps(ctx, a, b, c))?;
-    let (cpu, npu) = projection::paper_check(&ctx.phone, 79);
+    let check = projection::paper_check(&ctx.phone, 79);
     let results = json!({
         "model": ctx.model,
         "arch": ctx.arch,
@@ -336,8 +329,10 @@ pub fn write_all(
         "block_length": ctx.base.block_length,
         "projection_check": {
             "prompt_tokens": 79,
-            "cpu_s": cpu, "paper_cpu_s": projection::PAPER_CPU_VANILLA_S,
-            "npu_s": npu, "paper_npu_s": projection::PAPER_NPU_VANILLA_S,
+            "cpu_s": check.cpu_s, "paper_cpu_s": projection::PAPER_CPU_VANILLA_S,
+            "npu_table_s": check.npu_table_s, "npu_s": check.npu_s,
+            "paper_npu_s": projection::PAPER_NPU_VANILLA_S,
+            "logits_on": ctx.phone.logits_on.name(),
         },
         "rows": rows.iter().map(|r| row_json(ctx, r)).collect::<Vec<_>>(),
         "sweeps": {
