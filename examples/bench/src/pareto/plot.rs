@@ -69,6 +69,15 @@ fn panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, set: &SetRu
     } else {
         (0.1, 1.0)
     };
+    // Accuracy from just below the lowest Wilson bound, in steps of 10 points.
+    let floor = rows
+        .iter()
+        .filter_map(|(_, r)| {
+            let right = r.correct().iter().filter(|&&c| c).count();
+            wilson(right, r.answers.len(), Z95).map(|w| w.0)
+        })
+        .fold(1.0f64, f64::min);
+    let y_lo = ((floor * 10.0).floor() * 10.0).clamp(0.0, 90.0);
     let title = format!(
         "{} set ({} questions): projected LLaDA-8B Q4_0 on SM8750",
         set.set.name(),
@@ -79,10 +88,20 @@ fn panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, set: &SetRu
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(50)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..100f64)
+        .build_cartesian_2d((lo..hi).log_scale(), y_lo..100.5f64)
         .map_err(err)?;
     chart
         .configure_mesh()
+        .light_line_style(WHITE)
+        .x_labels(8)
+        .x_label_formatter(&|x| {
+            if *x >= 10.0 {
+                format!("{x:.0}")
+            } else {
+                format!("{x:.1}")
+            }
+        })
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .x_desc("projected s per answer (log scale; not measured)")
         .y_desc("final-answer accuracy % (Wilson 95%)")
         .draw()
@@ -150,7 +169,7 @@ fn panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, set: &SetRu
         .draw_series(
             extrapolated
                 .into_iter()
-                .map(|p| Circle::new(p, 8, BLACK.stroke_width(1))),
+                .map(|p| Circle::new(p, 7, BLACK.mix(0.6).stroke_width(1))),
         )
         .map_err(err)?
         .label("projection partly extrapolated (forwards past 128 rows)")

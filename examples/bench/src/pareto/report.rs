@@ -365,6 +365,16 @@ fn contributions(s: &mut String, pic: &Picture) {
     }
 }
 
+/// The configurations not run because they equal one that ran under another label.
+fn same_in_run(pic: &Picture) -> Vec<(String, String)> {
+    pic.specs
+        .same
+        .iter()
+        .filter(|(a, b)| a != b && pic.specs.rows.iter().any(|r| &r.label == b))
+        .cloned()
+        .collect()
+}
+
 /// `pareto.md`.
 pub fn markdown(pic: &Picture, ctx: &Context) -> String {
     let mut s = String::from("# Speed / quality\n\n");
@@ -389,14 +399,10 @@ pub fn markdown(pic: &Picture, ctx: &Context) -> String {
           rows revise with the reference answer: they bound what revision can recover and are \
           not decoders.\n\n";
     s += &projection_text(ctx);
-    if !pic.specs.same.is_empty() {
+    let same = same_in_run(pic);
+    if !same.is_empty() {
         s += "\nConfigurations that equal another run once, under the first label: ";
-        let v: Vec<String> = pic
-            .specs
-            .same
-            .iter()
-            .map(|(a, b)| format!("`{a}` = `{b}`"))
-            .collect();
+        let v: Vec<String> = same.iter().map(|(a, b)| format!("`{a}` = `{b}`")).collect();
         s += &v.join("; ");
         s += ".\n";
     }
@@ -523,7 +529,7 @@ pub fn json_value(pic: &Picture, ctx: &Context) -> Value {
         "gen_length": ctx.base.gen_length,
         "block_length": ctx.base.block_length,
         "mbsd_defaults": defaults_text(),
-        "same_configuration": pic.specs.same,
+        "same_configuration": same_in_run(pic),
         "projection": {
             "logits_on": ctx.phone.logits_on.name(),
             "contention": ctx.phone.contention,
