@@ -5,11 +5,12 @@
 //! cargo run --release -p bench -- --out /tmp/b --quick       # two prompts, a smoke run
 //! ```
 //!
-//! Writes `table6.md` (the ablation: CPU / NPU, prefix cache, SOMR, MBSD, STS, SLS, SCR),
+//! Writes `table6.md` (the ablation: CPU / NPU, prefix cache, SOMR, MBSD, STS, SLS, verification),
 //! `table5.md` (accuracy per task), `sweeps.md` (Figure 13 a/b/c analogs), `results.json` (every
 //! number, with the counter names of `generate --json`) and SVG plots into `--out`. Wall times are
 //! measured on this machine (the `hexagon` rows on the emulated DSP); phone latencies are
 //! **projected** from the paper's Table 2 by replaying each run's forwards ([`projection`]).
+//! With `--pareto`, the speed/quality picture instead ([`pareto`]).
 
 mod energy;
 mod pareto;

@@ -111,7 +111,7 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
           latencies for LLaDA-8B Q4_0 on SM8750 (see `examples/bench/src/projection.rs`); the \
           projection does not price staging, so `+ SOMR` projects like the row above it.\n\n";
     s += "| Method | forwards/answer | mean window/forward | mean active/forward | measured ms/answer | rel. | tot. | \
-          projected s/answer (SM8750) | rel. | tot. | accuracy % | refreshes | logits rows skipped | \
+          projected s/answer (SM8750) | rel. | tot. | accuracy % | verified | logits rows skipped | \
           bytes staged | maps / streamed | energy |\n";
     s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     let first = rows.first();
@@ -156,7 +156,7 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             gain(prev.projected_per_answer(), proj),
             gain(first.map_or(0.0, |f| f.projected_per_answer()), proj),
             pct(Some(r.accuracy_all())),
-            r.counter("refreshes") as u64,
+            r.counter("verified") as u64,
             r.counter("logits_rows_skipped") as u64,
             staged,
             maps,
@@ -175,9 +175,9 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
 pub fn table5(ctx: &Context, rows: &[RowResult]) -> String {
     let mut s = String::from("# Table 5 analog: quality per task (final-answer accuracy, %)\n\n");
     s += &header(ctx);
-    s += "\nThe paper's lower block maps to the rows `CPU`, `NPU`, `+ MBSD` (NPU + MBSD) and `+ SCR` \
-          (NPU + MBSD + dual-path progressive revision). Per-step accuracy of worked answers in \
-          parentheses.\n\n| Setting |";
+    s += "\nThe paper's lower block maps to the rows `CPU`, `NPU`, `+ MBSD` (NPU + MBSD) and \
+          `+ verification` (NPU + MBSD with its tentative tokens verified: this project's revision). \
+          Per-step accuracy of worked answers in parentheses.\n\n| Setting |";
     for t in &ctx.tasks {
         let _ = write!(s, " {t} |");
     }

@@ -395,8 +395,9 @@ pub fn run(
     let total = specs.rows.len() * per_config;
     eprintln!(
         "speed/quality picture: {} configurations x {per_config} questions ({}) = {total} answers; \
-         on 1 thread the baselines take 0.5-2 s an answer, mbsd 0.03-0.3 s (a full run: about an \
-         hour); the estimate below is updated after each configuration",
+         on 1 thread the one-token-per-step baselines take 0.15-1 s an answer, the others \
+         0.02-0.1 s (a full run: half an hour to an hour); the estimate below is updated after \
+         each configuration",
         specs.rows.len(),
         sets.iter()
             .map(|(s, q)| format!("{} {}", s.name(), q.len()))

@@ -174,13 +174,26 @@ fn panel(area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, set: &SetRu
         .map_err(err)?
         .label("projection partly extrapolated (forwards past 128 rows)")
         .legend(|(x, y)| Circle::new((x + 10, y), 7, BLACK.stroke_width(1)));
-    // Labels on the frontier only (forty labels would cover each other).
+    // Labels on the frontier only (forty labels would cover each other); configurations at the
+    // same point share one label.
+    let mut labelled: Vec<((f64, f64), Vec<&str>)> = Vec::new();
     for &i in &front {
         let r = &set.rows[i];
+        let p = pos(r);
+        match labelled.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, v)) => v.push(&r.spec.label),
+            None => labelled.push((p, vec![&r.spec.label])),
+        }
+    }
+    for (p, v) in labelled {
+        let text = match v.len() {
+            1 => v[0].to_string(),
+            n => format!("{} (+{} at the same point)", v[0], n - 1),
+        };
         chart
             .draw_series([Text::new(
-                r.spec.label.clone(),
-                pos(r),
+                text,
+                p,
                 ("sans-serif", 10).into_font().color(&BLACK),
             )])
             .map_err(err)?;

@@ -176,9 +176,9 @@ fn projection_text(ctx: &Context) -> String {
          **Extrapolations**: a forward with more than {LARGEST_MEASURED_WINDOW} rows (window \
          plus verification rows) is priced from the 64 -> 128 slope; the column *extrapolated %* \
          is the share of a configuration's projected time from such forwards, and its projected \
-         number is marked † when that share is not zero (every full-canvas forward is past 128: \
-         the vanilla, prefix- and dual-cache baselines and mbsd's first forward rest on \
-         extrapolation). Verification (shadow) rows are rows of the same NPU forward: free in \
+         number is marked † when that share is not zero (with 128 generated positions every \
+         full-canvas forward — prompt and answer — is past 128: the vanilla, prefix- and \
+         dual-cache baselines and mbsd's first forward rest on extrapolation). Verification (shadow) rows are rows of the same NPU forward: free in \
          the bucket's unused rows, a bucket's price when they spill over. {logits} **CPU work \
          beside the NPU** would slow the NPU forward by the contention factor (`--contention`, \
          {:.2}: the paper measured 0.98x for its refresh); nothing runs beside the NPU forward \
