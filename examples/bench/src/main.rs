@@ -618,14 +618,12 @@ fn run_pareto(
     pareto::write_all(&a.out, &pic, &ctx)?;
     eprintln!("wrote {}", a.out.display());
     print!("{}", std::fs::read_to_string(a.out.join("pareto.md"))?);
-    let mut failed: Vec<&str> = pic
-        .sets
-        .iter()
-        .flat_map(|s| &s.rows)
-        .filter(|r| r.failed.is_some())
-        .map(|r| r.spec.label.as_str())
-        .collect();
-    failed.dedup();
+    let mut failed: Vec<&str> = Vec::new();
+    for r in pic.sets.iter().flat_map(|s| &s.rows) {
+        if r.failed.is_some() && !failed.contains(&r.spec.label.as_str()) {
+            failed.push(&r.spec.label);
+        }
+    }
     if !failed.is_empty() {
         bail!(
             "{} configuration(s) failed: {}",
