@@ -5,11 +5,12 @@
 //! cargo run --release -p bench -- --out /tmp/b --quick       # two prompts, a smoke run
 //! ```
 //!
-//! Writes `table6.md` (the ablation: CPU / NPU, prefix cache, SOMR, MBSD, STS, SLS, SCR),
+//! Writes `table6.md` (the ablation: CPU / NPU, prefix cache, SOMR, MBSD, STS, SLS, verification),
 //! `table5.md` (accuracy per task), `sweeps.md` (Figure 13 a/b/c analogs), `results.json` (every
 //! number, with the counter names of `generate --json`) and SVG plots into `--out`. Wall times are
 //! measured on this machine (the `hexagon` rows on the emulated DSP); phone latencies are
 //! **projected** from the paper's Table 2 by replaying each run's forwards ([`projection`]).
+//! With `--pareto`, the speed/quality picture instead ([`pareto`]).
 
 mod energy;
 mod pareto;
@@ -17,6 +18,7 @@ mod plot;
 mod projection;
 mod report;
 mod rows;
+mod stats;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -28,6 +30,7 @@ use candle_hexagon::{HexagonConfig, HexagonDevice};
 use clap::Parser;
 use dllm_decode::{Decide, DecodeParams, MbsdParams, Requested, Staged, Strategy, Verify};
 use dllm_models::{load, Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
+use dllm_tasks::eval::QuestionSet;
 use dllm_tasks::Example;
 
 use rows::{Dev, RowResult, RowSpec};
@@ -74,21 +77,46 @@ struct Args {
     #[arg(long)]
     no_sweeps: bool,
     /// Instead of the tables, draw the speed/quality picture: every decoding configuration on
-    /// --pareto-questions held-out long-math questions (CPU, decisions as on the NPU), accuracy
-    /// against projected SM8750 latency and CPU wall time, with the frontier (pareto.md,
-    /// pareto.svg, pareto.json).
+    /// the long-math question sets (CPU, decisions as on the NPU), accuracy with Wilson intervals
+    /// and McNemar tests against vanilla, projected SM8750 latency and CPU wall time, frontiers,
+    /// forwards per strategy, mechanism contributions (pareto.md, pareto.svg, pareto.json).
     #[arg(long)]
     pareto: bool,
-    /// Held-out long-math questions per configuration of --pareto.
-    #[arg(long, default_value_t = 100)]
-    pareto_questions: usize,
-    /// --pareto: only the configurations whose label contains one of these (comma-separated).
-    #[arg(long, value_delimiter = ',')]
+    /// --pareto: the question sets, comma-separated: `tuning` (held-out long-math 1-100) and
+    /// `confirmation` (the confirmation generator's 300, held-out 101-400) [default:
+    /// tuning,confirmation].
+    #[arg(long, value_delimiter = ',', value_parser = parse_set)]
+    sets: Vec<QuestionSet>,
+    /// --pareto: ask only the first N questions of each set (a smoke run) [default: all].
+    #[arg(long)]
+    pareto_questions: Option<usize>,
+    /// --pareto: only the configurations with exactly this label, or else whose label contains it
+    /// (repeat the flag for several; labels contain commas, so one value is one pattern).
+    #[arg(long)]
     only: Vec<String>,
-    /// Add the oracle-revision rows: Visible tokens before the window that differ from the
-    /// reference answer are replaced by it (what any revision could recover at most).
+    /// Add the oracle-revision rows: Visible tokens that differ from the reference answer are
+    /// replaced by it (what any revision could recover at most).
     #[arg(long)]
     oracle_revision: bool,
+    /// Projection: the NPU forward's speed while the CPU computes beside it, in (0, 1] (the paper
+    /// measured 0.98x for its refresh; nothing runs beside the NPU in these decoders).
+    #[arg(long, default_value_t = projection::DEFAULT_CONTENTION)]
+    contention: f64,
+    /// Projection: where an NPU run's logits rows are priced: `cpu` (the LM head does not fit the
+    /// NPU: HEAD_SHARE of a CPU token per row, serially after the forward) or `npu` (inside the
+    /// NPU table's latency, as the paper's table reports it).
+    #[arg(long, default_value = "cpu", value_parser = parse_logits_on)]
+    logits_on: projection::LogitsOn,
+}
+
+fn parse_set(s: &str) -> std::result::Result<QuestionSet, String> {
+    s.trim()
+        .parse()
+        .map_err(|e: dllm_tasks::Error| e.to_string())
+}
+
+fn parse_logits_on(s: &str) -> std::result::Result<projection::LogitsOn, String> {
+    s.parse()
 }
 
 fn default_model() -> PathBuf {
@@ -293,14 +321,18 @@ struct Runner<'a> {
     args: &'a Args,
     source: ModelSource,
     tok: tokenizers::Tokenizer,
-    examples: Vec<Example>,
     phone: projection::PhoneModel,
     power: Option<energy::PowerSource>,
     loaded: Vec<(Dev, Option<u64>, Loaded)>,
 }
 
 impl Runner<'_> {
-    fn run(&mut self, spec: &RowSpec, window: Option<u64>) -> Result<RowResult> {
+    fn run(
+        &mut self,
+        spec: &RowSpec,
+        window: Option<u64>,
+        examples: &[Example],
+    ) -> Result<RowResult> {
         let key = (spec.dev, window);
         let idx = match self.loaded.iter().position(|(d, w, _)| (*d, *w) == key) {
             Some(i) => i,
@@ -312,7 +344,7 @@ impl Runner<'_> {
             }
         };
         let l = &mut self.loaded[idx].2;
-        let n = self.examples.len();
+        let n = examples.len();
         let tty = std::io::stderr().is_terminal();
         let t0 = Instant::now();
         let r = rows::run_row(
@@ -320,7 +352,7 @@ impl Runner<'_> {
             &mut l.model,
             l.hex.as_ref(),
             &self.tok,
-            &self.examples,
+            examples,
             &self.phone,
             self.power.as_ref(),
             |done| {
@@ -348,12 +380,21 @@ fn check_args(a: &Args) -> Result<()> {
     if a.prompts == 0 {
         bail!("--prompts must be positive (held-out prompts per task)");
     }
-    if a.pareto && a.pareto_questions == 0 {
+    if a.pareto_questions == Some(0) {
         bail!("--pareto-questions must be positive");
     }
-    if !a.pareto && (!a.only.is_empty() || a.oracle_revision) {
-        bail!("--only and --oracle-revision apply to --pareto only");
+    if !a.pareto && (!a.only.is_empty() || a.oracle_revision || !a.sets.is_empty())
+        || a.pareto_questions.is_some() && !a.pareto
+    {
+        bail!("--only, --oracle-revision, --sets and --pareto-questions apply to --pareto only");
     }
+    for (i, s) in a.sets.iter().enumerate() {
+        if a.sets[..i].contains(s) {
+            bail!("--sets lists `{}` twice", s.name());
+        }
+    }
+    projection::PhoneModel::new(a.contention, a.logits_on)
+        .map_err(|e| anyhow!("--contention {e}"))?;
     if a.hexagon_workers == 0 {
         bail!("--hexagon-workers must be positive");
     }
@@ -426,14 +467,16 @@ fn run(a: Args) -> Result<()> {
     let suite = dllm_tasks::tokenizer::suite_of(&tok)
         .context("the model's tokenizer is not a task-suite tokenizer")?;
     let per_task = if a.quick { 1 } else { a.prompts };
-    let mut examples = if a.pareto {
-        let n = if a.quick { 2 } else { a.pareto_questions };
-        dllm_tasks::eval::questions(&[dllm_tasks::TaskKind::LongMath], Some(n))
-    } else {
-        dllm_tasks::eval::questions(&suite.tasks(), Some(per_task))
-    };
+    let mut examples = dllm_tasks::eval::questions(&suite.tasks(), Some(per_task));
     if a.quick {
         examples.truncate(2);
+    }
+    if a.pareto && !suite.tasks().contains(&dllm_tasks::TaskKind::LongMath) {
+        bail!(
+            "--pareto asks long-math questions: {} has the {} suite's tokenizer",
+            cpu.model.source,
+            suite.name()
+        );
     }
     let asked = Requested {
         gen_length: Some(a.gen_length),
@@ -446,12 +489,12 @@ fn run(a: Args) -> Result<()> {
     let thetas = (a.theta_visible, a.theta_stable);
     let info = cpu.model.model.info().clone();
     eprintln!(
-        "bench: {} ({}, {:.2}M parameters, {} suite), {} prompts, gen {} block {}",
+        "bench: {} ({}, {:.2}M parameters, {} suite), {} prompts per row, gen {} block {}",
         cpu.model.source,
         info.arch,
         info.num_params as f64 / 1e6,
         suite.name(),
-        examples.len(),
+        if a.pareto { 0 } else { examples.len() },
         base.gen_length,
         base.block_length
     );
@@ -460,8 +503,8 @@ fn run(a: Args) -> Result<()> {
         args: &a,
         source: source.clone(),
         tok,
-        examples,
-        phone: projection::PhoneModel::default(),
+        phone: projection::PhoneModel::new(a.contention, a.logits_on)
+            .map_err(|e| anyhow!("--contention {e}"))?,
         power,
         loaded: vec![(Dev::Cpu, None, cpu)],
     };
@@ -472,7 +515,7 @@ fn run(a: Args) -> Result<()> {
     eprintln!("Table 6 / Table 5 rows:");
     let mut table = Vec::new();
     for spec in ablation(&base, thetas, a.oracle_revision) {
-        table.push(runner.run(&spec, None)?);
+        table.push(runner.run(&spec, None, &examples)?);
     }
     let mut sweep_a = Vec::new();
     let mut sweep_b = Vec::new();
@@ -481,17 +524,17 @@ fn run(a: Args) -> Result<()> {
         let (sa, sb) = sweeps(&base, thetas, a.quick);
         eprintln!("Figure 13a (lookahead trigger):");
         for s in sa {
-            sweep_a.push(runner.run(&s, None)?);
+            sweep_a.push(runner.run(&s, None, &examples)?);
         }
         eprintln!("Figure 13b (thresholds):");
         for s in sb {
-            sweep_b.push(runner.run(&s, None)?);
+            sweep_b.push(runner.run(&s, None, &examples)?);
         }
         // The weights as the NPU holds them (fp16), rounded up to whole MiB.
         let weight_mib = (info.num_params as u64 * 2).div_ceil(1024 * 1024).max(1);
         eprintln!("Figure 13c (NPU window, SOMR):");
         for (mib, s) in window_sweep(&base, thetas, weight_mib, a.quick) {
-            sweep_c.push((mib, runner.run(&s, Some(mib))?));
+            sweep_c.push((mib, runner.run(&s, Some(mib), &examples)?));
         }
     }
     let ctx = report::Context {
@@ -500,7 +543,7 @@ fn run(a: Args) -> Result<()> {
         params: info.num_params,
         suite,
         tasks: suite.tasks().to_vec(),
-        prompts: runner.examples.len(),
+        prompts: examples.len(),
         base,
         power: runner.power.is_some(),
         wall_s: t_all.elapsed().as_secs_f64(),
@@ -524,32 +567,43 @@ fn run(a: Args) -> Result<()> {
     failed_rows(all())
 }
 
-/// `--pareto`: every configuration of [`pareto::specs`] over the long-math questions.
+/// `--pareto`: every configuration of [`pareto::specs`] on every question set.
 fn run_pareto(
     a: &Args,
     runner: &mut Runner<'_>,
     base: &DecodeParams,
     t_all: Instant,
 ) -> Result<()> {
-    let specs: Vec<RowSpec> = pareto::specs(base, a.quick)
-        .into_iter()
-        .filter(|s| a.oracle_revision || !s.oracle)
-        .filter(|s| a.only.is_empty() || a.only.iter().any(|o| s.label.contains(o.as_str())))
-        .collect();
-    if specs.is_empty() {
+    let mut specs = pareto::specs(base, a.quick);
+    specs.rows.retain(|s| a.oracle_revision || !s.oracle);
+    specs.rows = pareto::select(&specs.rows, &a.only);
+    if specs.rows.is_empty() {
         bail!("--only {:?} matches no configuration", a.only);
     }
-    eprintln!("speed/quality picture, {} configurations:", specs.len());
-    let mut rows = Vec::new();
-    for s in &specs {
-        rows.push(runner.run(s, None)?);
-    }
+    let chosen = if a.sets.is_empty() {
+        vec![QuestionSet::Tuning, QuestionSet::Confirmation]
+    } else {
+        a.sets.clone()
+    };
+    let cap = if a.quick {
+        Some(a.pareto_questions.unwrap_or(2).min(2))
+    } else {
+        a.pareto_questions
+    };
+    let sets: Vec<(QuestionSet, Vec<Example>)> = chosen
+        .iter()
+        .map(|&s| (s, pareto::set_questions(s, cap)))
+        .collect();
+    let pic = pareto::run(specs, &sets, |s, q| runner.run(s, None, q))?;
     let header =
         format!(
-        "Model: `{}`; {} held-out long-math questions per configuration; gen length {}, block {}, \
-         greedy; CPU wall times with {} on {}. Bench wall time {:.0} s.",
+        "Model: `{}`; long-math question sets {}; gen length {}, block {}, greedy; CPU wall times \
+         with {} on {}. Bench wall time {:.0} s.",
         runner.loaded[0].2.model.source,
-        runner.examples.len(),
+        sets.iter()
+            .map(|(s, q)| format!("{} ({} questions)", s.name(), q.len()))
+            .collect::<Vec<_>>()
+            .join(" and "),
         base.gen_length,
         base.block_length,
         a.threads
@@ -557,14 +611,20 @@ fn run_pareto(
         report::machine(),
         t_all.elapsed().as_secs_f64()
     );
-    pareto::write_all(&a.out, &rows, &header)?;
+    let ctx = pareto::report::Context {
+        header,
+        base: *base,
+        phone: runner.phone.clone(),
+    };
+    pareto::write_all(&a.out, &pic, &ctx)?;
     eprintln!("wrote {}", a.out.display());
     print!("{}", std::fs::read_to_string(a.out.join("pareto.md"))?);
-    let failed: Vec<&str> = rows
-        .iter()
-        .filter(|r| r.failed.is_some())
-        .map(|r| r.spec.label.as_str())
-        .collect();
+    let mut failed: Vec<&str> = Vec::new();
+    for r in pic.sets.iter().flat_map(|s| &s.rows) {
+        if r.failed.is_some() && !failed.contains(&r.spec.label.as_str()) {
+            failed.push(&r.spec.label);
+        }
+    }
     if !failed.is_empty() {
         bail!(
             "{} configuration(s) failed: {}",

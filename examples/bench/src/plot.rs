@@ -23,7 +23,7 @@ fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 
 /// The rows each picture compares: the best cached baseline and the decoding mechanisms.
 fn picked(rows: &[RowResult]) -> Vec<&RowResult> {
-    let wanted = ["NPU + prefix KV cache", "+ MBSD", "+ STS", "+ SCR"];
+    let wanted = ["NPU + prefix KV cache", "+ MBSD", "+ STS", "+ verification"];
     rows.iter()
         .filter(|r| wanted.contains(&r.spec.label.as_str()) && !r.answers.is_empty())
         .collect()

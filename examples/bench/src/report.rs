@@ -111,7 +111,7 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
           latencies for LLaDA-8B Q4_0 on SM8750 (see `examples/bench/src/projection.rs`); the \
           projection does not price staging, so `+ SOMR` projects like the row above it.\n\n";
     s += "| Method | forwards/answer | mean window/forward | mean active/forward | measured ms/answer | rel. | tot. | \
-          projected s/answer (SM8750) | rel. | tot. | accuracy % | refreshes | logits rows skipped | \
+          projected s/answer (SM8750) | rel. | tot. | accuracy % | verified | logits rows skipped | \
           bytes staged | maps / streamed | energy |\n";
     s += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     let first = rows.first();
@@ -156,21 +156,14 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
             gain(prev.projected_per_answer(), proj),
             gain(first.map_or(0.0, |f| f.projected_per_answer()), proj),
             pct(Some(r.accuracy_all())),
-            r.counter("refreshes") as u64,
+            r.counter("verified") as u64,
             r.counter("logits_rows_skipped") as u64,
             staged,
             maps,
             energy_cell(&r.energy),
         );
     }
-    let (cpu, npu) = projection::paper_check(&ctx.phone, 79);
-    let _ = write!(
-        s,
-        "\nProjection check (the paper's vanilla rows, a 79-token GSM8K prompt, 128 tokens): CPU \
-         {cpu:.0} s (paper {}), NPU {npu:.0} s (paper {}).\n",
-        projection::PAPER_CPU_VANILLA_S,
-        projection::PAPER_NPU_VANILLA_S
-    );
+    let _ = writeln!(s, "\n{}", projection::paper_check_text(&ctx.phone, 79));
     if !ctx.power {
         s += "Energy: no battery power reading on this machine (`/sys/class/power_supply`), so it is \
               reported as unavailable rather than estimated.\n";
@@ -182,9 +175,9 @@ pub fn table6(ctx: &Context, rows: &[RowResult]) -> String {
 pub fn table5(ctx: &Context, rows: &[RowResult]) -> String {
     let mut s = String::from("# Table 5 analog: quality per task (final-answer accuracy, %)\n\n");
     s += &header(ctx);
-    s += "\nThe paper's lower block maps to the rows `CPU`, `NPU`, `+ MBSD` (NPU + MBSD) and `+ SCR` \
-          (NPU + MBSD + dual-path progressive revision). Per-step accuracy of worked answers in \
-          parentheses.\n\n| Setting |";
+    s += "\nThe paper's lower block maps to the rows `CPU`, `NPU`, `+ MBSD` (NPU + MBSD) and \
+          `+ verification` (NPU + MBSD with its tentative tokens verified: this project's revision). \
+          Per-step accuracy of worked answers in parentheses.\n\n| Setting |";
     for t in &ctx.tasks {
         let _ = write!(s, " {t} |");
     }
@@ -324,7 +317,7 @@ pub fn write_all(
     w("table6.md", table6(ctx, rows))?;
     w("table5.md", table5(ctx, rows))?;
     w("sweeps.md", sweeps(ctx, a, b, c))?;
-    let (cpu, npu) = projection::paper_check(&ctx.phone, 79);
+    let check = projection::paper_check(&ctx.phone, 79);
     let results = json!({
         "model": ctx.model,
         "arch": ctx.arch,
@@ -336,8 +329,10 @@ pub fn write_all(
         "block_length": ctx.base.block_length,
         "projection_check": {
             "prompt_tokens": 79,
-            "cpu_s": cpu, "paper_cpu_s": projection::PAPER_CPU_VANILLA_S,
-            "npu_s": npu, "paper_npu_s": projection::PAPER_NPU_VANILLA_S,
+            "cpu_s": check.cpu_s, "paper_cpu_s": projection::PAPER_CPU_VANILLA_S,
+            "npu_table_s": check.npu_table_s, "npu_s": check.npu_s,
+            "paper_npu_s": projection::PAPER_NPU_VANILLA_S,
+            "logits_on": ctx.phone.logits_on.name(),
         },
         "rows": rows.iter().map(|r| row_json(ctx, r)).collect::<Vec<_>>(),
         "sweeps": {

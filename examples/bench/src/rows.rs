@@ -11,7 +11,7 @@ use dllm_tasks::{Example, TaskKind};
 use serde_json::{Map, Value};
 
 use crate::energy::{self, Energy};
-use crate::projection::{PhoneModel, Target};
+use crate::projection::{PhoneModel, Projection, Target};
 
 /// Where a row's dense forwards run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +94,78 @@ pub struct AnswerRecord {
     pub trace: Vec<ForwardTrace>,
     /// Wall time of the generation.
     pub wall: Duration,
+    /// Projected phone time of the generation's forwards.
+    pub projected: Projection,
+    /// Against the reference answer (see [`against_reference`]).
+    pub reference: ReferenceCounts,
+}
+
+/// A generation's tentative tokens checked against the question's reference answer: the
+/// reference response tokenized as `dllm_tasks::encode_response` does, padded with EOS to the
+/// generated length, compared position by position — the counts `dllm_tasks::eval::answer`
+/// reports (`remasks_wrong`, `drafts_wrong`), computed the same way (the test
+/// `reference_counts_equal_eval_answers` holds the two together).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReferenceCounts {
+    /// Tentative tokens verification sent back to the mask.
+    pub remasks: usize,
+    /// Of them, tokens that were wrong against the reference (the remasks that helped).
+    pub remasks_wrong: usize,
+    /// Verification (shadow) rows computed.
+    pub verified: usize,
+    /// Lookahead drafts accepted.
+    pub drafts_taken: usize,
+    /// Of them, drafts wrong against the reference.
+    pub drafts_wrong: usize,
+}
+
+impl std::ops::AddAssign for ReferenceCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.remasks += o.remasks;
+        self.remasks_wrong += o.remasks_wrong;
+        self.verified += o.verified;
+        self.drafts_taken += o.drafts_taken;
+        self.drafts_wrong += o.drafts_wrong;
+    }
+}
+
+impl ReferenceCounts {
+    /// Revision precision: remasks whose token was wrong, over remasks (`None` without remasks).
+    pub fn revision_precision(&self) -> Option<f64> {
+        (self.remasks > 0).then(|| self.remasks_wrong as f64 / self.remasks as f64)
+    }
+}
+
+/// The reference answer's ids for `gen_length` generated positions, as `dllm_tasks::eval::answer`
+/// builds them: the response tokenized, padded with EOS to at least `gen_length`.
+pub fn reference_ids(
+    tok: &tokenizers::Tokenizer,
+    ex: &Example,
+    gen_length: usize,
+) -> Result<Vec<u32>> {
+    let mut reference = dllm_tasks::encode_response(tok, &ex.response)?;
+    reference.resize(gen_length.max(reference.len()), dllm_tasks::EOS_ID);
+    Ok(reference)
+}
+
+/// `g`'s remasks and accepted drafts checked against `reference` ([`reference_ids`]).
+pub fn against_reference(g: &Outcome, reference: &[u32]) -> ReferenceCounts {
+    let wrong = |list: &[(usize, u32)]| {
+        list.iter()
+            .filter(|&&(pos, tok)| {
+                pos.checked_sub(g.prompt_len)
+                    .and_then(|i| reference.get(i))
+                    .is_some_and(|&r| r != tok)
+            })
+            .count()
+    };
+    ReferenceCounts {
+        remasks: g.remasks(),
+        remasks_wrong: wrong(&g.remasked),
+        verified: g.verified,
+        drafts_taken: g.drafts_taken.len(),
+        drafts_wrong: wrong(&g.drafts_taken),
+    }
 }
 
 /// One row's results over all prompts.
@@ -107,8 +179,10 @@ pub struct RowResult {
     pub counters: Map<String, Value>,
     /// Device counters summed over the answers (`dsp_batches`, `bytes_staged`, ...), NPU rows.
     pub device: Map<String, Value>,
-    /// Projected SM8750 seconds, summed over the answers.
-    pub projected_s: f64,
+    /// Projected SM8750 time, summed over the answers.
+    pub projected: Projection,
+    /// Counts against the reference answers, summed over the answers.
+    pub reference: ReferenceCounts,
     /// Energy of the whole row.
     pub energy: Energy,
     /// The error that stopped the row, if one did (e.g. a window too small for the policy).
@@ -128,7 +202,12 @@ impl RowResult {
 
     /// Projected seconds per answer.
     pub fn projected_per_answer(&self) -> f64 {
-        self.projected_s / self.answers.len().max(1) as f64
+        self.projected.s / self.answers.len().max(1) as f64
+    }
+
+    /// Whether each answer's final answer was right, in question order.
+    pub fn correct(&self) -> Vec<bool> {
+        self.answers.iter().map(|a| a.correct).collect()
     }
 
     /// A counter as a number (0 when absent).
@@ -209,15 +288,17 @@ pub fn run_row(
     let mut counters = Map::new();
     let mut active_positions = 0usize;
     let mut window_positions = 0usize;
-    let mut projected_s = 0.0;
+    let mut projected = Projection::default();
+    let mut reference = ReferenceCounts::default();
     let mut failed = None;
     for (i, ex) in examples.iter().enumerate() {
-        match answer(spec, model, tok, ex) {
+        match answer(spec, model, tok, ex, phone) {
             Ok((rec, g)) => {
                 add_counters(&mut counters, &llada_cli::counters(&g));
                 active_positions += g.active_positions;
                 window_positions += g.trace.iter().map(|f| f.end - f.start).sum::<usize>();
-                projected_s += phone.project(spec.project_to, &g.trace);
+                projected += rec.projected;
+                reference += rec.reference;
                 answers.push(rec);
             }
             Err(e) => {
@@ -261,7 +342,8 @@ pub fn run_row(
         answers,
         counters,
         device,
-        projected_s,
+        projected,
+        reference,
         energy,
         failed,
     })
@@ -272,6 +354,7 @@ fn answer(
     model: &mut LoadedModel,
     tok: &tokenizers::Tokenizer,
     ex: &Example,
+    phone: &PhoneModel,
 ) -> Result<(AnswerRecord, Outcome)> {
     let prompt = dllm_tasks::encode_prompt(tok, &ex.prompt)?;
     let p = &spec.params;
@@ -287,13 +370,11 @@ fn answer(
         }
         dllm_decode::Control::Continue
     };
+    let reference = reference_ids(tok, ex, p.gen_length)?;
     let mut decoder = Decoder::new(*p);
     if spec.oracle {
-        // The reference answer, then EOS to the end (cut at gen_length if longer).
-        let mut reference = dllm_tasks::encode_response(tok, &ex.response)?;
-        reference.resize(p.gen_length.max(reference.len() + 1), dllm_tasks::EOS_ID);
-        reference.truncate(p.gen_length);
-        decoder = decoder.oracle_revision(reference);
+        // The reference answer for the generated positions (cut at gen_length if longer).
+        decoder = decoder.oracle_revision(reference[..p.gen_length].to_vec());
     }
     let t0 = Instant::now();
     let g = decoder
@@ -311,7 +392,89 @@ fn answer(
             commit_step,
             trace: g.trace.clone(),
             wall,
+            projected: phone.project(spec.project_to, &g.trace),
+            reference: against_reference(&g, &reference),
         },
         g,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dllm_decode::{Decide, MbsdParams, Requested, Staged, Strategy, Verify};
+    use dllm_models::{load, LoadOptions, ModelSource};
+    use dllm_tasks::eval::QuestionSet;
+
+    /// The bench checks remasks and drafts against the reference exactly as `dllm_tasks::eval`
+    /// does, answer by answer, on the shipped long model at a low visibility threshold (where
+    /// verification remasks both right and wrong tokens and drafts are taken).
+    #[test]
+    fn reference_counts_equal_eval_answers() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
+        let mut loaded = load(&ModelSource::Dir(dir), &LoadOptions::default()).unwrap();
+        let tok = loaded.tokenizer.as_ref().unwrap().inner().clone();
+        let asked = Requested {
+            gen_length: Some(128),
+            block_length: Some(32),
+            ..Default::default()
+        };
+        let params = DecodeParams {
+            strategy: Strategy::Mbsd(MbsdParams::default()),
+            decide: Decide::Staged(Staged {
+                visible: 0.5,
+                stable: 0.9,
+                no_adjacent: false,
+                verify: Some(Verify::default()),
+            }),
+            ..DecodeParams::default().resolve(asked, &loaded.defaults)
+        };
+        let spec = RowSpec {
+            label: "check".into(),
+            dev: Dev::Cpu,
+            project_to: Target::Npu,
+            params,
+            oracle: false,
+        };
+        let phone = PhoneModel::default();
+        let mut total = ReferenceCounts::default();
+        for ex in QuestionSet::Tuning.questions().iter().take(8) {
+            let (rec, _) = answer(&spec, &mut loaded, &tok, ex, &phone).unwrap();
+            let e = dllm_tasks::eval::answer(&mut loaded.model, &tok, ex, &params).unwrap();
+            let r = rec.reference;
+            assert_eq!(
+                (
+                    r.remasks,
+                    r.remasks_wrong,
+                    r.verified,
+                    r.drafts_taken,
+                    r.drafts_wrong
+                ),
+                (
+                    e.remasks,
+                    e.remasks_wrong,
+                    e.verified,
+                    e.drafts_taken,
+                    e.drafts_wrong
+                ),
+                "{}",
+                ex.prompt
+            );
+            assert_eq!(rec.correct, e.final_answer);
+            assert!(rec.projected.s > 0.0);
+            total += r;
+        }
+        // The comparison means something: right and wrong remasks, right and wrong drafts.
+        assert!(
+            total.remasks_wrong > 0 && total.remasks_wrong < total.remasks,
+            "{total:?}"
+        );
+        assert!(
+            total.drafts_wrong > 0 && total.drafts_wrong < total.drafts_taken,
+            "{total:?}"
+        );
+        let p = total.revision_precision().unwrap();
+        assert!(p > 0.0 && p < 1.0);
+    }
 }

@@ -147,7 +147,7 @@ fn quick_run_writes_every_file_and_each_switch_changes_the_run() {
 }
 
 #[test]
-fn pareto_writes_the_picture_with_its_frontier_and_the_oracle() {
+fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions() {
     let base = std::env::temp_dir().join(format!("bench-pareto-{}", std::process::id()));
     let model = base.join("model");
     let out = base.join("out");
@@ -165,30 +165,173 @@ fn pareto_writes_the_picture_with_its_frontier_and_the_oracle() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("answers"), "no estimate printed: {stderr}");
     let md = std::fs::read_to_string(out.join("pareto.md")).unwrap();
-    assert!(
-        md.contains("| mbsd (defaults) |") && md.contains("projected"),
-        "{md}"
-    );
+    for want in [
+        "defaults are chosen on the tuning set only; the confirmation set chose nothing",
+        "## The tuning set",
+        "## The confirmation set",
+        "| mbsd (defaults) |",
+        "Wilson 95%",
+        "vs vanilla: b / c, p",
+        "### Forwards per 128 tokens at ≤ 1 point loss, per strategy",
+        "| mbsd, verification on |",
+        "## What each mechanism contributes to the headlines",
+        "| selective logits skipping |",
+        "extrapolated %",
+        " †",
+        "Projection check",
+    ] {
+        assert!(md.contains(want), "pareto.md lacks `{want}`:\n{md}");
+    }
     let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("frontier"));
+    for want in [
+        "<svg",
+        "frontier",
+        "verification on",
+        "verification off",
+        "extrapolated",
+        "confirmation set",
+        "tuning set",
+    ] {
+        assert!(svg.contains(want), "pareto.svg lacks `{want}`");
+    }
     let j: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("pareto.json")).unwrap()).unwrap();
-    let pts = j["points"].as_array().unwrap();
-    assert_eq!(pts.len(), 5, "{j}");
-    let oracle: Vec<&Value> = pts
-        .iter()
-        .filter(|p| p["switches"]["oracle_revision"] == true)
-        .collect();
-    assert_eq!(oracle.len(), 1);
-    assert_eq!(
-        oracle[0]["frontier_projected"], false,
-        "an oracle is never on the frontier"
-    );
-    assert!(pts.iter().any(|p| p["frontier_projected"] == true));
-    for p in pts {
-        assert!(num(p, "projected_s_per_answer") > 0.0 && num(p, "cpu_wall_ms_per_answer") > 0.0);
+    assert!(j["note"]
+        .as_str()
+        .unwrap()
+        .contains("confirmation set chose nothing"));
+    assert_eq!(j["projection"]["logits_on"], "cpu");
+    assert_eq!(j["projection"]["contention"], 0.98);
+    for set in ["tuning", "confirmation"] {
+        let s = &j["sets"][set];
+        assert_eq!(s["questions"], 2, "{set}");
+        let pts = s["points"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{set}: {j}"));
+        assert_eq!(pts.len(), 6, "{set}: {s}");
+        let point = |l: &str| {
+            pts.iter()
+                .find(|p| p["label"] == l)
+                .unwrap_or_else(|| panic!("{set}: no {l}"))
+        };
+        for p in pts {
+            let acc = num(p, "accuracy");
+            let w = p["wilson_95"].as_array().unwrap();
+            let (lo, hi) = (w[0].as_f64().unwrap(), w[1].as_f64().unwrap());
+            assert!(
+                0.0 <= lo && lo <= acc && acc <= hi && hi <= 1.0 && lo < hi,
+                "{set} {}: {lo} {acc} {hi}",
+                p["label"]
+            );
+            for reference in ["vanilla", "vanilla, threshold 0.9"] {
+                let m = &p["mcnemar"][reference];
+                let pv = num(m, "p");
+                assert!((0.0..=1.0).contains(&pv), "{m}");
+                assert!(num(m, "b") + num(m, "c") <= num(p, "answers"), "{m}");
+            }
+            // The verification counters, checked against the reference.
+            assert!(num(p, "remasks_wrong") <= num(p, "remasks"));
+            assert!(num(p, "drafts_wrong") <= num(p, "drafts_taken"));
+            assert!(p.get("revision_precision").is_some() && p.get("verified").is_some());
+            match p["revision_precision"].as_f64() {
+                Some(r) => assert!((0.0..=1.0).contains(&r) && num(p, "remasks") > 0.0),
+                None => assert_eq!(num(p, "remasks"), 0.0),
+            }
+            assert_eq!(p["correct"].as_array().unwrap().len(), 2);
+            let ex = num(p, "extrapolated_fraction");
+            assert!((0.0..=1.0).contains(&ex));
+            assert!(
+                num(p, "projected_s_per_answer") > 0.0 && num(p, "cpu_wall_ms_per_answer") > 0.0
+            );
+        }
+        // A reference against itself has no discordant question.
+        let v = &point("vanilla")["mcnemar"]["vanilla"];
+        assert_eq!((num(v, "b"), num(v, "c"), num(v, "p")), (0.0, 0.0, 1.0));
+        // Every vanilla forward holds prompt + 64 positions, past the measured 128.
+        assert_eq!(num(point("vanilla"), "extrapolated_fraction"), 1.0);
+        // Verification looks at tentative tokens; without it nothing is verified.
+        assert!(num(point("mbsd (defaults)"), "verified") > 0.0, "{set}");
+        assert_eq!(
+            num(point("mbsd, no verification (--no-verify)"), "verified"),
+            0.0
+        );
+        assert_eq!(
+            num(point("mbsd, no verification (--no-verify)"), "remasks"),
+            0.0
+        );
+        let oracle: Vec<&Value> = pts
+            .iter()
+            .filter(|p| p["switches"]["oracle_revision"] == true)
+            .collect();
+        assert_eq!(oracle.len(), 1);
+        assert_eq!(
+            oracle[0]["frontier_projected"], false,
+            "an oracle is never on the frontier"
+        );
+        assert!(oracle[0]["family"].is_null());
+        assert!(pts.iter().any(|p| p["frontier_projected"] == true));
+        let strategies = s["per_strategy"].as_array().unwrap();
+        let names: Vec<&str> = strategies
+            .iter()
+            .map(|x| x["strategy"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "vanilla (+ thresholds)",
+                "prefix-cache",
+                "dual-cache (+ thresholds)",
+                "mbsd, verification on",
+                "mbsd, verification off"
+            ]
+        );
+        // The vanilla family always qualifies (vanilla is its own bar); prefix-cache is not run.
+        assert!(num(&strategies[0], "forwards_per_128_tokens") > 0.0);
+        assert!(strategies[1]["label"].is_null());
     }
+    let c = j["contributions"].as_array().unwrap();
+    assert!(!c.is_empty());
+    assert_eq!(c[0]["headline"], "mbsd (defaults)");
+    let off: Vec<&str> = c[0]["off"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["mechanism"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        off,
+        [
+            "lookahead",
+            "sliding",
+            "bucket fit",
+            "adjacency rule",
+            "verification",
+            "staged decisions",
+            "selective logits skipping"
+        ]
+    );
+    for o in c[0]["off"].as_array().unwrap() {
+        // Verification off is one of the run's configurations; the rest were run for the table.
+        assert_eq!(
+            o["added_for_this_table"],
+            o["mechanism"] != "verification",
+            "{o}"
+        );
+        for set in ["tuning", "confirmation"] {
+            assert!(
+                num(&o["numbers"][set], "projected_s_per_answer") > 0.0,
+                "{o}"
+            );
+        }
+    }
+    // Without selective logits every window row's logits are priced on the CPU: slower.
+    let sls = &c[0]["off"][5]["numbers"]["tuning"];
+    assert!(
+        num(sls, "projected_s_per_answer")
+            > num(&c[0]["numbers"]["tuning"], "projected_s_per_answer")
+    );
     // A filter that matches nothing is an error, not an empty picture.
     let o = Command::new(env!("CARGO_BIN_EXE_bench"))
         .args([
@@ -209,6 +352,40 @@ fn pareto_writes_the_picture_with_its_frontier_and_the_oracle() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--only"));
+    // One set, one exact label (which contains commas): one point, no contributions.
+    let one = base.join("one");
+    let o = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args([
+            "--pareto",
+            "--quick",
+            "--threads",
+            "1",
+            "--sets",
+            "confirmation",
+        ])
+        .args(["--only", "vanilla, threshold 0.9"])
+        .args([
+            "--model",
+            model.to_str().unwrap(),
+            "--out",
+            one.to_str().unwrap(),
+        ])
+        .args(["--gen-length", "64", "--block-length", "32"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: Value =
+        serde_json::from_str(&std::fs::read_to_string(one.join("pareto.json")).unwrap()).unwrap();
+    assert!(j["sets"].get("tuning").is_none());
+    let pts = j["sets"]["confirmation"]["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 1);
+    assert_eq!(pts[0]["label"], "vanilla, threshold 0.9");
+    assert!(
+        pts[0]["mcnemar"]["vanilla"].is_null(),
+        "vanilla did not run"
+    );
+    assert!(j["sets"]["confirmation"]["per_strategy"].is_null());
+    assert!(j["contributions"].as_array().unwrap().is_empty());
     let _ = std::fs::remove_dir_all(&base);
 }
 
@@ -234,6 +411,16 @@ fn flags_are_checked_before_any_work() {
         (&["--prompts", "0"][..], "--prompts"),
         (&["--hexagon-workers", "0"][..], "--hexagon-workers"),
         (&["--block-length", "7"][..], "--block-length"),
+        (&["--pareto", "--contention", "0"][..], "--contention"),
+        (&["--pareto", "--contention", "1.5"][..], "--contention"),
+        (&["--pareto", "--sets", "tuning,tuning"][..], "--sets"),
+        (&["--pareto", "--sets", "training"][..], "--sets"),
+        (
+            &["--pareto", "--pareto-questions", "0"][..],
+            "--pareto-questions",
+        ),
+        (&["--pareto", "--logits-on", "gpu"][..], "--logits-on"),
+        (&["--sets", "tuning"][..], "--pareto"),
     ] {
         let mut all = vec!["--model", "/definitely/not/a/model", "--out", o];
         all.extend_from_slice(args);

@@ -1,0 +1,302 @@
+//! What each mechanism contributes to a headline configuration: the headline with lookahead,
+//! sliding, bucket fit, verification, staged decisions (`--no-sts`: final decisions at threshold
+//! 0.9) and selective logits skipping switched off in turn, each as a configuration of its own —
+//! taken from the run where it is one of the picture's configurations, run for the table
+//! otherwise.
+//!
+//! The headlines: `mbsd (defaults)`, and the most accurate verification-on configuration on the
+//! confirmation set's projected frontier (ties: the faster; the first set run when the
+//! confirmation set is not).
+
+use anyhow::Result;
+use dllm_decode::{Decide, DecodeParams, Strategy};
+use dllm_tasks::eval::QuestionSet;
+use dllm_tasks::Example;
+
+use super::{frontier_of, verifies, SetRun, DEFAULTS};
+use crate::rows::{RowResult, RowSpec};
+
+/// The mechanisms a configuration has on, each switched off: `(mechanism, label suffix,
+/// configuration)`. A mechanism already off (or absent: no mbsd, no staged decisions) is not
+/// listed.
+pub fn switched_off(p: &DecodeParams) -> Vec<(String, DecodeParams)> {
+    named_off(p).into_iter().map(|(_, l, q)| (l, q)).collect()
+}
+
+/// [`switched_off`] with the mechanism's name.
+fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
+    let mut v = Vec::new();
+    let Strategy::Mbsd(m) = p.strategy else {
+        return v;
+    };
+    let with_m = |f: &dyn Fn(&mut dllm_decode::MbsdParams)| {
+        let mut m = m;
+        f(&mut m);
+        DecodeParams {
+            strategy: Strategy::Mbsd(m),
+            ..*p
+        }
+    };
+    if m.lookahead {
+        v.push((
+            "lookahead",
+            "no lookahead".into(),
+            with_m(&|m| m.lookahead = false),
+        ));
+    }
+    if m.sliding {
+        v.push((
+            "sliding",
+            "no sliding".into(),
+            with_m(&|m| m.sliding = false),
+        ));
+    }
+    if m.fit_bucket {
+        v.push((
+            "bucket fit",
+            "no bucket fit (--no-bucket-fit)".into(),
+            with_m(&|m| m.fit_bucket = false),
+        ));
+    }
+    if let Decide::Staged(s) = p.decide {
+        if s.no_adjacent {
+            let mut q = *p;
+            q.decide = Decide::Staged(dllm_decode::Staged {
+                no_adjacent: false,
+                ..s
+            });
+            v.push((
+                "adjacency rule",
+                "adjacent allowed (--allow-adjacent)".into(),
+                q,
+            ));
+        }
+        if s.verify.is_some() {
+            let mut q = *p;
+            q.decide = Decide::Staged(dllm_decode::Staged { verify: None, ..s });
+            v.push(("verification", "no verification (--no-verify)".into(), q));
+        }
+        let mut q = *p;
+        q.decide = Decide::Threshold(0.9);
+        v.push(("staged decisions", "no STS, threshold 0.9".into(), q));
+    }
+    if p.sls {
+        let mut q = *p;
+        q.sls = false;
+        v.push((
+            "selective logits skipping",
+            "no selective logits (--no-sls)".into(),
+            q,
+        ));
+    }
+    v
+}
+
+/// A configuration's numbers on one set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Numbers {
+    /// Final-answer accuracy.
+    pub accuracy: f64,
+    /// Projected SM8750 seconds per answer.
+    pub projected_s: f64,
+    /// Fraction of the projected time from extrapolated forwards.
+    pub extrapolated: f64,
+}
+
+impl Numbers {
+    /// The numbers of a row that completed.
+    pub fn of(r: &RowResult) -> Option<Numbers> {
+        (r.failed.is_none() && !r.answers.is_empty()).then(|| Numbers {
+            accuracy: r.accuracy_all(),
+            projected_s: r.projected_per_answer(),
+            extrapolated: r.projected.extrapolated_fraction(),
+        })
+    }
+}
+
+/// One mechanism switched off.
+#[derive(Debug, Clone)]
+pub struct Off {
+    /// The mechanism.
+    pub mechanism: &'static str,
+    /// The configuration that has it off.
+    pub label: String,
+    /// Run for this table (not one of the picture's configurations).
+    pub added: bool,
+    /// Its numbers per set (in the picture's set order; `None`: it failed).
+    pub numbers: Vec<Option<Numbers>>,
+}
+
+/// A headline and its mechanisms switched off.
+#[derive(Debug, Clone)]
+pub struct Contribution {
+    /// The headline's label.
+    pub headline: String,
+    /// Why it is a headline.
+    pub why: String,
+    /// Its numbers per set.
+    pub numbers: Vec<Option<Numbers>>,
+    /// Each mechanism off.
+    pub off: Vec<Off>,
+}
+
+/// The headline configurations: indices into `specs` with why each is one.
+pub fn headlines(specs: &[RowSpec], sets: &[SetRun]) -> Vec<(usize, String)> {
+    let mut v = Vec::new();
+    if let Some(i) = specs.iter().position(|s| s.label == DEFAULTS) {
+        v.push((i, "the decoder's defaults".to_string()));
+    }
+    let Some(pick) = sets
+        .iter()
+        .find(|s| s.set == QuestionSet::Confirmation)
+        .or(sets.first())
+    else {
+        return v;
+    };
+    let best = frontier_of(&pick.rows)
+        .into_iter()
+        .filter(|&i| verifies(&specs[i].params))
+        .max_by(|&a, &b| {
+            let (ra, rb) = (&pick.rows[a], &pick.rows[b]);
+            ra.accuracy_all().total_cmp(&rb.accuracy_all()).then(
+                rb.projected_per_answer()
+                    .total_cmp(&ra.projected_per_answer()),
+            )
+        });
+    if let Some(b) = best.filter(|b| !v.iter().any(|(i, _)| i == b)) {
+        v.push((
+            b,
+            format!(
+                "the most accurate verification-on configuration on the {} set's projected \
+                 frontier",
+                pick.set.name()
+            ),
+        ));
+    }
+    v
+}
+
+/// Build the contributions of the headlines of a finished run, running (on every set) each
+/// switched-off configuration that is not one of `specs`.
+pub fn run(
+    specs: &[RowSpec],
+    out: &[SetRun],
+    sets: &[(QuestionSet, Vec<Example>)],
+    run_row: &mut impl FnMut(&RowSpec, &[Example]) -> Result<RowResult>,
+) -> Result<Vec<Contribution>> {
+    let numbers_at = |j: usize| -> Vec<Option<Numbers>> {
+        out.iter().map(|s| Numbers::of(&s.rows[j])).collect()
+    };
+    let mut added: Vec<(DecodeParams, Vec<Option<Numbers>>)> = Vec::new();
+    let mut v = Vec::new();
+    for (h, why) in headlines(specs, out) {
+        let head = &specs[h];
+        let mut off = Vec::new();
+        for (mechanism, suffix, p) in named_off(&head.params) {
+            let label = format!("{}, {suffix}", head.label);
+            if let Some(j) = specs.iter().position(|s| s.params == p && !s.oracle) {
+                off.push(Off {
+                    mechanism,
+                    label: specs[j].label.clone(),
+                    added: false,
+                    numbers: numbers_at(j),
+                });
+                continue;
+            }
+            let numbers = match added.iter().find(|a| a.0 == p) {
+                Some(a) => a.1.clone(),
+                None => {
+                    eprintln!("  (for the contributions table) {label}:");
+                    let spec = RowSpec {
+                        label: label.clone(),
+                        params: p,
+                        ..head.clone()
+                    };
+                    let mut n = Vec::new();
+                    for (_, q) in sets {
+                        n.push(Numbers::of(&run_row(&spec, q)?));
+                    }
+                    added.push((p, n.clone()));
+                    n
+                }
+            };
+            off.push(Off {
+                mechanism,
+                label,
+                added: true,
+                numbers,
+            });
+        }
+        v.push(Contribution {
+            headline: head.label.clone(),
+            why,
+            numbers: numbers_at(h),
+            off,
+        });
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dllm_decode::{MbsdParams, Staged};
+
+    #[test]
+    fn each_mechanism_that_is_on_is_switched_off_alone() {
+        let p = DecodeParams {
+            gen_length: 128,
+            block_length: 32,
+            steps: 128,
+            strategy: Strategy::Mbsd(MbsdParams::default()),
+            decide: Decide::Staged(Staged::default()),
+            sls: true,
+            ..Default::default()
+        };
+        let off = named_off(&p);
+        let names: Vec<&str> = off.iter().map(|o| o.0).collect();
+        assert_eq!(
+            names,
+            [
+                "lookahead",
+                "sliding",
+                "bucket fit",
+                "adjacency rule",
+                "verification",
+                "staged decisions",
+                "selective logits skipping"
+            ]
+        );
+        for (name, _, q) in &off {
+            assert_ne!(*q, p, "{name}");
+            // Exactly one thing differs.
+            let m = q.strategy.mbsd().unwrap();
+            let diffs = [
+                !m.lookahead,
+                !m.sliding,
+                !m.fit_bucket,
+                q.decide.staged().is_some_and(|s| !s.no_adjacent),
+                q.decide.staged().is_some_and(|s| s.verify.is_none()),
+                q.decide.threshold() == Some(0.9),
+                !q.sls,
+            ];
+            assert_eq!(diffs.iter().filter(|&&d| d).count(), 1, "{name}");
+        }
+        // Mechanisms already off are not listed; a baseline has none.
+        let q = DecodeParams {
+            decide: Decide::Staged(Staged {
+                verify: None,
+                ..Staged::default()
+            }),
+            sls: false,
+            ..p
+        };
+        let names: Vec<&str> = named_off(&q).iter().map(|o| o.0).collect();
+        assert!(!names.contains(&"verification") && !names.contains(&"selective logits skipping"));
+        assert!(named_off(&DecodeParams {
+            strategy: Strategy::DualCache,
+            ..p
+        })
+        .is_empty());
+    }
+}

@@ -1,0 +1,575 @@
+//! The speed/quality picture: every decoding configuration as one point per question set —
+//! final-answer accuracy (with its Wilson interval and McNemar tests against the vanilla
+//! baselines) against the projected SM8750 latency per answer and against the CPU wall time per
+//! answer measured here — with the frontier of configurations no other one beats on both axes,
+//! the fewest forwards per strategy at the baseline's accuracy, and what each mechanism
+//! contributes to the headline configurations. Written as `pareto.md`, `pareto.svg` and
+//! `pareto.json` ([`report`], [`plot`]); the configurations are [`specs`], the mechanism
+//! ablations of the headlines [`contrib`].
+
+pub mod contrib;
+mod plot;
+pub mod report;
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use dllm_decode::{Decide, DecodeParams, MbsdParams, Staged, Strategy, Verify};
+use dllm_tasks::eval::QuestionSet;
+use dllm_tasks::Example;
+
+use crate::projection::Target;
+use crate::rows::{Dev, RowResult, RowSpec};
+
+/// The label of the vanilla baseline (the McNemar reference and the accuracy bar of the
+/// per-strategy table).
+pub const VANILLA: &str = "vanilla";
+/// The label of the vanilla baseline at threshold 0.9 (the second McNemar reference).
+pub const VANILLA_T09: &str = "vanilla, threshold 0.9";
+/// The label of mbsd at the decoder's defaults (a headline of the contributions table).
+pub const DEFAULTS: &str = "mbsd (defaults)";
+
+/// A strategy family of the per-strategy table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// The vanilla strategy, by schedule and at thresholds.
+    Vanilla,
+    /// The prefix cache.
+    PrefixCache,
+    /// The dual cache, by schedule and at thresholds.
+    DualCache,
+    /// mbsd with staged decisions and verification.
+    MbsdVerify,
+    /// mbsd without verification (staged without it, or final decisions at a threshold).
+    MbsdNoVerify,
+}
+
+impl Family {
+    /// Every family, in table order.
+    pub const ALL: [Family; 5] = [
+        Family::Vanilla,
+        Family::PrefixCache,
+        Family::DualCache,
+        Family::MbsdVerify,
+        Family::MbsdNoVerify,
+    ];
+
+    /// The family of a configuration (`None` for oracle rows: instruments, not decoders).
+    pub fn of(spec: &RowSpec) -> Option<Family> {
+        if spec.oracle {
+            return None;
+        }
+        Some(match spec.params.strategy {
+            Strategy::Vanilla => Family::Vanilla,
+            Strategy::PrefixCache => Family::PrefixCache,
+            Strategy::DualCache => Family::DualCache,
+            Strategy::Mbsd(_) if verifies(&spec.params) => Family::MbsdVerify,
+            Strategy::Mbsd(_) => Family::MbsdNoVerify,
+        })
+    }
+
+    /// The name in the tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Vanilla => "vanilla (+ thresholds)",
+            Family::PrefixCache => "prefix-cache",
+            Family::DualCache => "dual-cache (+ thresholds)",
+            Family::MbsdVerify => "mbsd, verification on",
+            Family::MbsdNoVerify => "mbsd, verification off",
+        }
+    }
+}
+
+/// Whether a configuration verifies its tentative tokens.
+pub fn verifies(p: &DecodeParams) -> bool {
+    p.decide.staged().is_some_and(|s| s.verify.is_some())
+}
+
+/// One configuration of the picture: a label and how it decodes (on the CPU, whose decisions
+/// equal the NPU's, projected to the NPU).
+fn spec(label: impl Into<String>, params: DecodeParams, oracle: bool) -> RowSpec {
+    RowSpec {
+        label: label.into(),
+        dev: Dev::Cpu,
+        project_to: Target::Npu,
+        params,
+        oracle,
+    }
+}
+
+/// The configurations of the picture, and the labels of grid points that equal another
+/// configuration (each run once, under the first label).
+#[derive(Debug, Clone)]
+pub struct Specs {
+    /// The configurations, in run order (the McNemar references first).
+    pub rows: Vec<RowSpec>,
+    /// `(label not run, the label it equals)`.
+    pub same: Vec<(String, String)>,
+}
+
+impl Specs {
+    /// Add `s` unless a configuration with the same decoding (and oracle switch) is there.
+    fn push(&mut self, s: RowSpec) {
+        match self
+            .rows
+            .iter()
+            .find(|r| r.params == s.params && r.oracle == s.oracle)
+        {
+            Some(r) => self.same.push((s.label, r.label.clone())),
+            None => self.rows.push(s),
+        }
+    }
+}
+
+/// Staged decisions at `visible` / `stable`, with `no_adjacent` and `verify`.
+fn staged(visible: f32, stable: f32, no_adjacent: bool, verify: Option<Verify>) -> Decide {
+    Decide::Staged(Staged {
+        visible,
+        stable,
+        no_adjacent,
+        verify,
+    })
+}
+
+/// The verification part of a label: `verify tau 0.5` (with `, hold` / `, suspect dependents` /
+/// other non-default settings), or `no verification`.
+pub fn verify_label(v: Option<Verify>) -> String {
+    match v {
+        None => "no verification".into(),
+        Some(v) => {
+            let d = Verify::default();
+            let mut s = format!("verify tau {}", v.tau_back);
+            if v.hold_on_remask {
+                s += ", hold";
+            }
+            if v.suspect_dependents {
+                s += ", suspect dependents";
+            }
+            if v.max_remasks != d.max_remasks {
+                s += &format!(", max remasks {}", v.max_remasks);
+            }
+            if v.allowance != d.allowance {
+                s += &format!(", shadow allowance {}", v.allowance);
+            }
+            s
+        }
+    }
+}
+
+/// The label of a staged configuration.
+pub fn staged_label(s: &Staged) -> String {
+    format!(
+        "mbsd, theta {} / {}, {}{}",
+        s.visible,
+        s.stable,
+        verify_label(s.verify),
+        if s.no_adjacent {
+            ", adjacent apart"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The configurations: the baselines (vanilla and dual-cache at thresholds 0.9 / 0.8 / 0.7,
+/// prefix-cache, dual-cache), mbsd at its defaults and with each mechanism off, and a grid of
+/// staged decisions: theta_visible 0.6..0.9 at theta_stable 0.9, each without verification and
+/// adjacency rule (the decoder before verification), with the adjacency rule alone, with
+/// verification (tau_back 0.5; tau_back 0.9 holding a step's other decisions when it remasks),
+/// with suspect dependents at two points, theta_stable 0.95 at two points; and the oracle rows.
+/// `quick` keeps a handful.
+pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
+    let with = |strategy: Strategy, decide: Decide| DecodeParams {
+        strategy,
+        decide,
+        ..*base
+    };
+    let mbsd_with = |f: &dyn Fn(&mut MbsdParams), decide: Decide| {
+        let mut m = MbsdParams::default();
+        f(&mut m);
+        with(Strategy::Mbsd(m), decide)
+    };
+    let d = Decide::Staged(Staged::default());
+    let ds = Staged::default();
+    let mbsd = mbsd_with(&|_| {}, d);
+    let mut v = Specs {
+        rows: Vec::new(),
+        same: Vec::new(),
+    };
+    v.push(spec(
+        VANILLA,
+        with(Strategy::Vanilla, Decide::Schedule),
+        false,
+    ));
+    v.push(spec(
+        VANILLA_T09,
+        with(Strategy::Vanilla, Decide::Threshold(0.9)),
+        false,
+    ));
+    let no_verify = mbsd_with(&|_| {}, staged(ds.visible, ds.stable, ds.no_adjacent, None));
+    if quick {
+        v.push(spec(
+            "dual-cache, threshold 0.9",
+            with(Strategy::DualCache, Decide::Threshold(0.9)),
+            false,
+        ));
+        v.push(spec(DEFAULTS, mbsd, false));
+        v.push(spec(
+            "mbsd, no verification (--no-verify)",
+            no_verify,
+            false,
+        ));
+        v.push(spec("mbsd, oracle revision", mbsd, true));
+        return v;
+    }
+    for t in [0.8f32, 0.7] {
+        v.push(spec(
+            format!("vanilla, threshold {t}"),
+            with(Strategy::Vanilla, Decide::Threshold(t)),
+            false,
+        ));
+    }
+    v.push(spec(
+        "prefix-cache",
+        with(Strategy::PrefixCache, Decide::Schedule),
+        false,
+    ));
+    v.push(spec(
+        "dual-cache",
+        with(Strategy::DualCache, Decide::Schedule),
+        false,
+    ));
+    for t in [0.9f32, 0.8, 0.7] {
+        v.push(spec(
+            format!("dual-cache, threshold {t}"),
+            with(Strategy::DualCache, Decide::Threshold(t)),
+            false,
+        ));
+    }
+    v.push(spec(DEFAULTS, mbsd, false));
+    for (label, p) in contrib::switched_off(&mbsd) {
+        v.push(spec(format!("mbsd, {label}"), p, false));
+    }
+    v.push(spec(
+        "mbsd, no sliding, no lookahead",
+        mbsd_with(
+            &|m| {
+                m.sliding = false;
+                m.lookahead = false
+            },
+            d,
+        ),
+        false,
+    ));
+    let point = |s: Staged| {
+        spec(
+            staged_label(&s),
+            mbsd_with(&|_| {}, Decide::Staged(s)),
+            false,
+        )
+    };
+    let tau = |tau_back: f32, hold: bool, suspect: bool| Verify {
+        tau_back,
+        hold_on_remask: hold,
+        suspect_dependents: suspect,
+        ..Verify::default()
+    };
+    let at = |visible: f32, stable: f32, no_adjacent: bool, verify: Option<Verify>| Staged {
+        visible,
+        stable,
+        no_adjacent,
+        verify,
+    };
+    for tv in [0.6f32, 0.7, 0.8, 0.85, 0.9] {
+        v.push(point(at(tv, 0.9, false, None)));
+        v.push(point(at(tv, 0.9, true, None)));
+        v.push(point(at(tv, 0.9, true, Some(tau(0.5, false, false)))));
+        v.push(point(at(tv, 0.9, true, Some(tau(0.9, true, false)))));
+    }
+    v.push(point(at(0.8, 0.9, true, Some(tau(0.8, true, false)))));
+    for tv in [0.7f32, 0.8] {
+        v.push(point(at(tv, 0.9, false, Some(tau(0.9, true, false)))));
+        v.push(point(at(tv, 0.9, true, Some(tau(0.9, true, true)))));
+    }
+    for tv in [0.8f32, 0.9] {
+        v.push(point(at(tv, 0.95, true, Some(tau(0.95, true, false)))));
+        v.push(point(at(tv, 0.95, false, None)));
+    }
+    v.push(spec("mbsd, oracle revision", mbsd, true));
+    for tv in [0.5f32, 0.7, 0.8] {
+        v.push(spec(
+            format!("mbsd, theta {tv} / 0.9, no verification, oracle revision"),
+            mbsd_with(&|_| {}, staged(tv, 0.9, false, None)),
+            true,
+        ));
+    }
+    v
+}
+
+/// The configurations `--only` picks: for each pattern, the configuration with exactly that label
+/// if there is one, else every configuration whose label contains it. Empty `only`: all.
+pub fn select(rows: &[RowSpec], only: &[String]) -> Vec<RowSpec> {
+    if only.is_empty() {
+        return rows.to_vec();
+    }
+    rows.iter()
+        .filter(|s| {
+            only.iter().any(|o| {
+                let o = o.trim();
+                if rows.iter().any(|r| r.label == o) {
+                    s.label == o
+                } else {
+                    s.label.contains(o)
+                }
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+/// Indices of the rows on the frontier of (cost, accuracy): no other row is at least as accurate
+/// and strictly cheaper, or strictly more accurate and at most as expensive. Oracle rows are
+/// instruments, not decoders: they are never on the frontier.
+pub fn frontier(points: &[(f64, f64, bool)]) -> Vec<usize> {
+    let mut on: Vec<usize> = (0..points.len())
+        .filter(|&i| {
+            let (c, a, oracle) = points[i];
+            !oracle
+                && !points
+                    .iter()
+                    .any(|&(c2, a2, o2)| !o2 && ((a2 >= a && c2 < c) || (a2 > a && c2 <= c)))
+        })
+        .collect();
+    on.sort_by(|&x, &y| points[x].0.total_cmp(&points[y].0));
+    on
+}
+
+/// Whether a row can be placed in the picture (it completed and answered).
+pub fn placed(r: &RowResult) -> bool {
+    r.failed.is_none() && !r.answers.is_empty()
+}
+
+/// Indices of `rows` on the frontier of (`cost`, accuracy); rows that failed are not placed.
+pub fn frontier_by(rows: &[RowResult], cost: impl Fn(&RowResult) -> f64) -> Vec<usize> {
+    let pts: Vec<(f64, f64, bool)> = rows
+        .iter()
+        .map(|r| {
+            if placed(r) {
+                (cost(r), r.accuracy_all(), r.spec.oracle)
+            } else {
+                (f64::INFINITY, 0.0, true)
+            }
+        })
+        .collect();
+    frontier(&pts)
+}
+
+/// Indices of `rows` on the projected frontier.
+pub fn frontier_of(rows: &[RowResult]) -> Vec<usize> {
+    frontier_by(rows, RowResult::projected_per_answer)
+}
+
+/// One question set's results: one row per configuration, in the configurations' order.
+#[derive(Debug, Clone)]
+pub struct SetRun {
+    /// The set.
+    pub set: QuestionSet,
+    /// Questions asked per configuration.
+    pub questions: usize,
+    /// The rows.
+    pub rows: Vec<RowResult>,
+}
+
+/// The questions of `set`, the first `cap` of them when capped.
+pub fn set_questions(set: QuestionSet, cap: Option<usize>) -> Vec<Example> {
+    let mut q = set.questions();
+    q.truncate(cap.unwrap_or(usize::MAX));
+    q
+}
+
+/// What the picture ran: the configurations on each set, and the mechanism ablations of the
+/// headline configurations ([`contrib`]).
+#[derive(Debug, Clone)]
+pub struct Picture {
+    /// The configurations.
+    pub specs: Specs,
+    /// Their results per set.
+    pub sets: Vec<SetRun>,
+    /// The contributions of each mechanism to the headlines.
+    pub contributions: Vec<contrib::Contribution>,
+}
+
+/// Run every configuration of `specs` on every set's questions with `run_row`, printing progress
+/// and an estimate of the time left; then the configurations the contributions table needs that
+/// the run does not have.
+pub fn run(
+    specs: Specs,
+    sets: &[(QuestionSet, Vec<Example>)],
+    mut run_row: impl FnMut(&RowSpec, &[Example]) -> Result<RowResult>,
+) -> Result<Picture> {
+    if specs.rows.is_empty() {
+        bail!("no configuration to run");
+    }
+    let per_config: usize = sets.iter().map(|s| s.1.len()).sum();
+    let total = specs.rows.len() * per_config;
+    eprintln!(
+        "speed/quality picture: {} configurations x {per_config} questions ({}) = {total} answers; \
+         on 1 thread the one-token-per-step baselines take 0.15-1 s an answer, the others \
+         0.02-0.1 s (a full run: half an hour to an hour); the estimate below is updated after \
+         each configuration",
+        specs.rows.len(),
+        sets.iter()
+            .map(|(s, q)| format!("{} {}", s.name(), q.len()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let t0 = Instant::now();
+    let mut out: Vec<SetRun> = sets
+        .iter()
+        .map(|(set, q)| SetRun {
+            set: *set,
+            questions: q.len(),
+            rows: Vec::new(),
+        })
+        .collect();
+    let mut done = 0usize;
+    for s in &specs.rows {
+        for (k, (_, q)) in sets.iter().enumerate() {
+            out[k].rows.push(run_row(s, q)?);
+        }
+        done += per_config;
+        let el = t0.elapsed().as_secs_f64();
+        eprintln!(
+            "  [{done}/{total} answers, {:.0} s; about {:.0} s left at the mean so far]",
+            el,
+            el / done as f64 * (total - done) as f64
+        );
+    }
+    let contributions = contrib::run(&specs.rows, &out, sets, &mut run_row)?;
+    Ok(Picture {
+        specs,
+        sets: out,
+        contributions,
+    })
+}
+
+/// Write `pareto.md`, `pareto.svg` and `pareto.json`.
+pub fn write_all(out: &Path, pic: &Picture, ctx: &report::Context) -> Result<()> {
+    report::write(out, pic, ctx)?;
+    plot::write(out, pic)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> DecodeParams {
+        DecodeParams {
+            gen_length: 128,
+            block_length: 32,
+            steps: 128,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_frontier_keeps_only_unbeaten_points_and_never_an_oracle() {
+        // (cost, accuracy, oracle)
+        let pts = [
+            (10.0, 0.70, false), // 0: on (most accurate of the decoders)
+            (5.0, 0.60, false),  // 1: on
+            (6.0, 0.55, false),  // 2: beaten by 1
+            (1.0, 0.20, false),  // 3: on (cheapest)
+            (1.0, 0.99, true),   // 4: oracle, never on, beats nobody
+            (5.0, 0.60, false),  // 5: ties 1: both on
+        ];
+        assert_eq!(frontier(&pts), vec![3, 1, 5, 0]);
+    }
+
+    #[test]
+    fn the_configurations_are_labelled_by_what_they_run_and_run_once() {
+        let s = specs(&base(), false);
+        let labels: Vec<&str> = s.rows.iter().map(|r| r.label.as_str()).collect();
+        assert_eq!(&labels[..2], &[VANILLA, VANILLA_T09]);
+        for l in [
+            "vanilla, threshold 0.8",
+            "dual-cache, threshold 0.7",
+            "prefix-cache",
+            DEFAULTS,
+            "mbsd, no selective logits (--no-sls)",
+            "mbsd, no STS, threshold 0.9",
+            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, adjacent apart",
+            "mbsd, theta 0.8 / 0.95, no verification",
+            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold",
+            "mbsd, theta 0.6 / 0.9, no verification, adjacent apart",
+            "mbsd, theta 0.5 / 0.9, no verification, oracle revision",
+        ] {
+            assert!(labels.contains(&l), "{l} missing from {labels:?}");
+        }
+        // A label says what runs.
+        let find = |l: &str| &s.rows[labels.iter().position(|x| *x == l).unwrap()];
+        let st = find("mbsd, theta 0.8 / 0.9, verify tau 0.9, hold, adjacent apart")
+            .params
+            .decide
+            .staged()
+            .unwrap();
+        assert_eq!((st.visible, st.stable, st.no_adjacent), (0.8, 0.9, true));
+        let v = st.verify.unwrap();
+        assert!(v.tau_back == 0.9 && v.hold_on_remask && !v.suspect_dependents);
+        let plain = find("mbsd, theta 0.7 / 0.9, no verification");
+        let ps = plain.params.decide.staged().unwrap();
+        assert!(!ps.no_adjacent && ps.verify.is_none());
+        assert!(!find("mbsd, no selective logits (--no-sls)").params.sls);
+        // Every configuration runs once: equal decodings are listed, not run twice.
+        for (i, a) in s.rows.iter().enumerate() {
+            for b in &s.rows[i + 1..] {
+                assert!(
+                    a.params != b.params || a.oracle != b.oracle,
+                    "{} = {}",
+                    a.label,
+                    b.label
+                );
+            }
+        }
+        // The defaults' own grid point (when the grid has it) is run once, as the defaults.
+        let defaults_point = staged_label(&Staged::default());
+        if s.same.iter().any(|x| x.0 == defaults_point) {
+            assert!(s.same.contains(&(defaults_point, DEFAULTS.to_string())));
+        }
+        assert!(
+            (38..=52).contains(&s.rows.len()),
+            "{} configurations",
+            s.rows.len()
+        );
+        // Every decoder belongs to one family; oracle rows to none.
+        for r in &s.rows {
+            assert_eq!(Family::of(r).is_none(), r.oracle, "{}", r.label);
+        }
+        assert_eq!(
+            Family::of(find("mbsd, no STS, threshold 0.9")),
+            Some(Family::MbsdNoVerify)
+        );
+        assert_eq!(Family::of(find(DEFAULTS)), Some(Family::MbsdVerify));
+    }
+
+    #[test]
+    fn only_picks_an_exact_label_or_every_label_containing_the_pattern() {
+        let s = specs(&base(), false).rows;
+        let pick = |o: &[&str]| -> Vec<String> {
+            select(&s, &o.iter().map(|x| x.to_string()).collect::<Vec<_>>())
+                .into_iter()
+                .map(|r| r.label)
+                .collect()
+        };
+        assert_eq!(pick(&["vanilla"]), vec![VANILLA]);
+        assert_eq!(pick(&["vanilla, threshold 0.9"]), vec![VANILLA_T09]);
+        assert_eq!(pick(&["vanilla, threshold"]).len(), 3);
+        assert_eq!(
+            pick(&["prefix-cache", "mbsd (defaults)"]),
+            vec!["prefix-cache", DEFAULTS]
+        );
+        assert!(pick(&["no such row"]).is_empty());
+        assert_eq!(pick(&[]).len(), s.len());
+    }
+}
