@@ -11,7 +11,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, SeqAccess, Unexpected, Visitor};
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::error::Category;
 use serde_json::Value;
@@ -168,44 +168,31 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Obj<T> {
 }
 
 /// A positive integer that fits `usize`.
+#[derive(Deserialize)]
+#[serde(try_from = "u64")]
 struct Positive(usize);
 
-impl<'de> Deserialize<'de> for Positive {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Positive;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a positive integer")
-            }
-            fn visit_u64<E: de::Error>(self, u: u64) -> Result<Positive, E> {
-                match usize::try_from(u) {
-                    Ok(n) if n > 0 => Ok(Positive(n)),
-                    _ => Err(E::invalid_value(Unexpected::Unsigned(u), &self)),
-                }
-            }
-            fn visit_i64<E: de::Error>(self, i: i64) -> Result<Positive, E> {
-                Err(E::invalid_value(Unexpected::Signed(i), &self))
-            }
-        }
-        d.deserialize_u64(V)
+impl TryFrom<u64> for Positive {
+    type Error = String;
+    fn try_from(u: u64) -> Result<Self, String> {
+        let n = usize::try_from(u).map_err(|_| format!("{u} is too large"))?;
+        (n > 0)
+            .then_some(Positive(n))
+            .ok_or_else(|| "must be a positive integer, got 0".into())
     }
 }
 
-/// A finite number that fits an `f32` (the library's parameters are `f32`).
+/// A number that fits an `f32` (the library's parameters are `f32`).
+#[derive(Deserialize)]
+#[serde(try_from = "f64")]
 struct F32(f32);
 
-impl<'de> Deserialize<'de> for F32 {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let f = f64::deserialize(d)?;
-        if f.is_finite() && f.abs() <= f32::MAX as f64 {
-            Ok(F32(f as f32))
-        } else {
-            Err(de::Error::invalid_value(
-                Unexpected::Float(f),
-                &"a number in f32's range",
-            ))
-        }
+impl TryFrom<f64> for F32 {
+    type Error = String;
+    fn try_from(f: f64) -> Result<Self, String> {
+        let ok = f.is_finite() && f.abs() <= f32::MAX as f64;
+        ok.then_some(F32(f as f32))
+            .ok_or_else(|| format!("{f} is out of f32's range"))
     }
 }
 
@@ -487,138 +474,130 @@ mod tests {
         let table: &[(Endpoint, &str, Option<&str>)] = &[
             (
                 Completions,
-                "{\"prompt\": \"a\", \"max_tokens\": \"10\"}",
+                r#"{"prompt": "a", "max_tokens": "10"}"#,
                 Some("max_tokens"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"max_tokens\": -1}",
+                r#"{"prompt": "a", "max_tokens": -1}"#,
                 Some("max_tokens"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"max_tokens\": 0}",
+                r#"{"prompt": "a", "max_tokens": 0}"#,
                 Some("max_tokens"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"max_tokens\": 1e40}",
+                r#"{"prompt": "a", "max_tokens": 1e40}"#,
                 Some("max_tokens"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"max_tokens\": 99999999999999999999999}",
+                r#"{"prompt": "a", "max_tokens": 99999999999999999999999}"#,
                 Some("max_tokens"),
             ),
-            (Completions, "{\"prompt\": 5}", Some("prompt")),
+            (Completions, r#"{"prompt": 5}"#, Some("prompt")),
             (Completions, "{}", Some("prompt")),
-            (Completions, "{\"prompt\": [\"a\", \"b\"]}", Some("prompt")),
-            (Completions, "{\"prompt\": [1, -2]}", Some("prompt")),
+            (Completions, r#"{"prompt": ["a", "b"]}"#, Some("prompt")),
+            (Completions, r#"{"prompt": [1, -2]}"#, Some("prompt")),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"temperature\": \"hot\"}",
+                r#"{"prompt": "a", "temperature": "hot"}"#,
                 Some("temperature"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"temperature\": 1e300}",
+                r#"{"prompt": "a", "temperature": 1e300}"#,
                 Some("temperature"),
             ),
+            (Completions, r#"{"prompt": "a", "stop": 3}"#, Some("stop")),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"stop\": 3}",
+                r#"{"prompt": "a", "stop": [""]}"#,
                 Some("stop"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"stop\": [\"\"]}",
+                r#"{"prompt": "a", "stop": ["a","b","c","d","e"]}"#,
                 Some("stop"),
             ),
+            (Completions, r#"{"prompt": "a", "seed": -1}"#, Some("seed")),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"stop\": [\"a\",\"b\",\"c\",\"d\",\"e\"]}",
-                Some("stop"),
-            ),
-            (
-                Completions,
-                "{\"prompt\": \"a\", \"seed\": -1}",
-                Some("seed"),
-            ),
-            (
-                Completions,
-                "{\"prompt\": \"a\", \"stream\": 1}",
+                r#"{"prompt": "a", "stream": 1}"#,
                 Some("stream"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"stream_options\": {\"canvas\": true}}",
+                r#"{"prompt": "a", "stream_options": {"canvas": true}}"#,
                 Some("stream_options"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"canvas\": 1}}",
+                r#"{"prompt": "a", "stream": true, "stream_options": {"canvas": 1}}"#,
                 Some("stream_options.canvas"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"stream\": true, \"stream_options\": {\"x\": 1}}",
+                r#"{"prompt": "a", "stream": true, "stream_options": {"x": 1}}"#,
                 Some("stream_options.x"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"strategy\": 3}",
+                r#"{"prompt": "a", "strategy": 3}"#,
                 Some("strategy"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"steps\": 2.5}",
+                r#"{"prompt": "a", "steps": 2.5}"#,
                 Some("steps"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"block_length\": 0}",
+                r#"{"prompt": "a", "block_length": 0}"#,
                 Some("block_length"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"threshold\": \"x\"}",
+                r#"{"prompt": "a", "threshold": "x"}"#,
                 Some("threshold"),
             ),
-            (Completions, "{\"prompt\": \"a\", \"n\": 2}", Some("n")),
+            (Completions, r#"{"prompt": "a", "n": 2}"#, Some("n")),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"frobnicate\": 2}",
+                r#"{"prompt": "a", "frobnicate": 2}"#,
                 Some("frobnicate"),
             ),
             (
                 Completions,
-                "{\"prompt\": \"a\", \"messages\": []}",
+                r#"{"prompt": "a", "messages": []}"#,
                 Some("messages"),
             ),
-            (Chat, "{\"messages\": \"hi\"}", Some("messages")),
-            (Chat, "{\"messages\": []}", Some("messages")),
+            (Chat, r#"{"messages": "hi"}"#, Some("messages")),
+            (Chat, r#"{"messages": []}"#, Some("messages")),
             (
                 Chat,
-                "{\"messages\": [{\"role\": \"pirate\", \"content\": \"a\"}]}",
+                r#"{"messages": [{"role": "pirate", "content": "a"}]}"#,
                 Some("messages[0].role"),
             ),
             (
                 Chat,
-                "{\"messages\": [{\"role\": \"user\"}]}",
+                r#"{"messages": [{"role": "user"}]}"#,
                 Some("messages[0].content"),
             ),
             (
                 Chat,
-                "{\"messages\": [{\"role\": \"user\", \"content\": 1}]}",
+                r#"{"messages": [{"role": "user", "content": 1}]}"#,
                 Some("messages[0].content"),
             ),
             (
                 Chat,
-                "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"prompt\": \"a\"}",
+                r#"{"messages": [{"role": "user", "content": "a"}], "prompt": "a"}"#,
                 Some("prompt"),
             ),
             (Completions, "[1, 2]", None),
-            (Completions, "{\"prompt\": ", None),
+            (Completions, r#"{"prompt": "#, None),
             (Completions, "", None),
         ];
         for (endpoint, body, param) in table {
@@ -764,7 +743,7 @@ mod tests {
             assert!(!e.message.contains(" at line "), "{body}: {}", e.message);
         }
         // The top level must be an object.
-        let e = err(Completions, "[\"a\"]");
+        let e = err(Completions, r#"["a"]"#);
         assert_eq!(
             (e.param, e.code),
             (None, Some("invalid_request")),
