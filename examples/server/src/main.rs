@@ -9,19 +9,23 @@
 //! `GET /v1/models`, `GET /health`, and at `/` a page that shows the canvas denoise. The decoding
 //! flags are `generate`'s (shared through `llada-cli`): they set the server's defaults, and a
 //! request's `strategy`, `steps`, `block_length`, `threshold`, `temperature`, `top_p`, `seed` and
-//! `max_tokens` override them with the same checks. See `examples/server/README.md`.
+//! `max_tokens` override them with the same checks. Requests are checked before any route runs
+//! (`guard`: Host, Origin, `--api-key`), connections are bounded (`conn`: header and idle
+//! timeouts, `--max-connections`). See `examples/server/README.md`.
 
+mod conn;
 #[path = "../../generate/src/embedded.rs"]
 mod embedded;
 mod engine;
 mod error;
+mod guard;
 mod request;
 mod routes;
 mod session;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
@@ -43,7 +47,7 @@ struct Args {
     /// A tokenizer.json to use instead of the one next to the weights.
     #[arg(long)]
     tokenizer: Option<std::path::PathBuf>,
-    /// Address to listen on (loopback by default; the server has no authentication).
+    /// Address to listen on (loopback by default). Any other address needs --api-key.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Port to listen on (0: any free port; the address is printed on stdout).
@@ -65,6 +69,24 @@ struct Args {
     /// deadline and the request answered 504 (or ended with an error chunk when streaming).
     #[arg(long, default_value_t = 600.0)]
     timeout: f64,
+    /// Bearer token every request must carry (`Authorization: Bearer <key>`; 401 otherwise),
+    /// except `GET /health` and the page at `/`. Required when --host is not loopback.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// An origin (`scheme://host[:port]`) whose web pages may call the API (CORS); repeatable.
+    /// Requests from any other page's origin are refused (403); requests without Origin pass.
+    #[arg(long)]
+    allow_origin: Vec<String>,
+    /// Seconds a client has to send a request's head, from the connection's start or the
+    /// request's first byte (and again its body, from the head); then the connection is closed.
+    #[arg(long, default_value_t = 10.0)]
+    header_timeout: f64,
+    /// Seconds a keep-alive connection may wait for its next request; then it is closed.
+    #[arg(long, default_value_t = 60.0)]
+    idle_timeout: f64,
+    /// Connections open at once; one beyond that is answered 503 and closed at once.
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
     /// Sequences at most in one batched forward (1: no batching). Only whole-canvas forwards of
     /// equal canvas length batch (the vanilla strategy).
     #[arg(long, default_value_t = 16)]
@@ -111,6 +133,14 @@ fn model_id(spec: Option<&str>) -> String {
     }
 }
 
+fn no_key(host: &str) -> String {
+    format!(
+        "--host {host} is not a loopback address: anyone who can reach it could use the server, \
+         so it needs --api-key <key> (clients then send `Authorization: Bearer <key>`); or listen \
+         on 127.0.0.1"
+    )
+}
+
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
         dllm_models::threads::configure(t).context("--threads")?;
@@ -124,11 +154,24 @@ fn run(a: Args) -> Result<()> {
             bail!("{name} must be positive");
         }
     }
-    if !(a.timeout.is_finite() && a.timeout > 0.0 && a.timeout < 1e9) {
+    for (name, v) in [
+        ("--timeout", a.timeout),
+        ("--header-timeout", a.header_timeout),
+        ("--idle-timeout", a.idle_timeout),
+    ] {
+        if !(v.is_finite() && v > 0.0 && v < 1e9) {
+            bail!("{name} must be a positive number of seconds, got {v}");
+        }
+    }
+    if !(1..=1_000_000).contains(&a.max_connections) {
         bail!(
-            "--timeout must be a positive number of seconds, got {}",
-            a.timeout
+            "--max-connections must be in [1, 1000000], got {}",
+            a.max_connections
         );
+    }
+    let access = Arc::new(guard::Access::new(&a.allow_origin, a.api_key.clone())?);
+    if access.api_key.is_none() && !guard::is_loopback_host(&a.host) {
+        bail!("{}", no_key(&a.host));
     }
     let backend = a.device.backend()?;
     let opts = LoadOptions {
@@ -195,6 +238,12 @@ fn run(a: Args) -> Result<()> {
         shared: shared.clone(),
         slots: Arc::new(Semaphore::new(a.max_sequences)),
         waiting: Arc::new(AtomicUsize::new(0)),
+        body_timeout: Duration::from_secs_f64(a.header_timeout),
+    };
+    let limits = conn::ConnLimits {
+        header_timeout: Duration::from_secs_f64(a.header_timeout),
+        idle_timeout: Duration::from_secs_f64(a.idle_timeout),
+        max_connections: a.max_connections,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -205,6 +254,9 @@ fn run(a: Args) -> Result<()> {
             .await
             .with_context(|| format!("binding {}:{}", a.host, a.port))?;
         let addr = listener.local_addr()?;
+        if access.api_key.is_none() && !addr.ip().to_canonical().is_loopback() {
+            bail!("{}", no_key(&addr.ip().to_string()));
+        }
         eprintln!(
             "loaded {} ({}, {:.1}M parameters) in {:.2}s; default strategy {}, {} positions in blocks of {}",
             shared.model_id,
@@ -219,11 +271,10 @@ fn run(a: Args) -> Result<()> {
         println!("listening on http://{addr}");
         use std::io::Write;
         std::io::stdout().flush()?;
-        axum::serve(listener, routes::router(app))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        conn::serve(listener, routes::router(app, access), limits, shutdown).await?;
         Ok(())
     })
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::engine::{Cancel, CancelReason};
 use crate::error::ApiError;
+use crate::guard::{self, Access};
 use crate::request::{self, Endpoint};
 use crate::session::{self, Event, Prepared, Shared, Summary};
 
@@ -29,9 +30,12 @@ pub struct App {
     pub shared: Arc<Shared>,
     pub slots: Arc<Semaphore>,
     pub waiting: Arc<std::sync::atomic::AtomicUsize>,
+    /// How long a request's body may take to arrive after its head (`--header-timeout`).
+    pub body_timeout: Duration,
 }
 
-pub fn router(app: App) -> Router {
+/// The routes, behind the access checks of `guard` (Host, Origin, API key).
+pub fn router(app: App, access: Arc<Access>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/health", get(health))
@@ -40,6 +44,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .fallback(not_found)
         .with_state(app)
+        .layer(axum::middleware::from_fn_with_state(access, guard::check))
 }
 
 async fn index() -> Html<&'static str> {
@@ -100,17 +105,53 @@ async fn models(State(app): State<App>) -> Json<Value> {
     }))
 }
 
-async fn completions(State(app): State<App>, body: Body) -> Response {
-    generate(app, Endpoint::Completions, body).await
+async fn completions(State(app): State<App>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Endpoint::Completions, &headers, body).await
 }
 
-async fn chat_completions(State(app): State<App>, body: Body) -> Response {
-    generate(app, Endpoint::Chat, body).await
+async fn chat_completions(State(app): State<App>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Endpoint::Chat, &headers, body).await
 }
 
-/// Read the body, at most `limit` bytes.
-async fn read_body(body: Body, limit: usize) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+/// Bodies are JSON: `Content-Type: application/json` (parameters such as `charset` allowed).
+/// This also refuses the one body a web page may send cross-site without a preflight
+/// (`text/plain`, `application/x-www-form-urlencoded`, `multipart/form-data`).
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let given = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()));
+    let essence = given
+        .as_deref()
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    if essence.is_some_and(|e| e.eq_ignore_ascii_case("application/json")) {
+        return Ok(());
+    }
+    let what = match &given {
+        Some(v) => format!("Content-Type `{v}` is not supported"),
+        None => "the request has no Content-Type".to_string(),
+    };
+    Err(ApiError::request(format!(
+        "{what}: send the body as JSON with Content-Type: application/json"
+    ))
+    .status(StatusCode::UNSUPPORTED_MEDIA_TYPE)
+    .with_code("unsupported_media_type"))
+}
+
+/// Read the body, at most `limit` bytes, within `within` (then 408 and the connection closed).
+async fn read_body(
+    body: Body,
+    limit: usize,
+    within: Duration,
+) -> Result<axum::body::Bytes, ApiError> {
+    let Ok(read) = tokio::time::timeout(within, axum::body::to_bytes(body, limit)).await else {
+        return Err(ApiError::request(format!(
+            "the request body did not arrive within {} s of its head (--header-timeout)",
+            within.as_secs_f64()
+        ))
+        .status(StatusCode::REQUEST_TIMEOUT)
+        .with_code("request_timeout"));
+    };
+    read.map_err(|e| {
         let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
         while let Some(s) = src {
             if s.is::<http_body_util::LengthLimitError>() {
@@ -142,16 +183,27 @@ impl Drop for Guard {
     }
 }
 
-async fn generate(app: App, endpoint: Endpoint, body: Body) -> Response {
-    match start(app, endpoint, body).await {
+async fn generate(app: App, endpoint: Endpoint, headers: &HeaderMap, body: Body) -> Response {
+    let r = match check_content_type(headers) {
+        Ok(()) => start(app, endpoint, body).await,
+        Err(e) => Err(e),
+    };
+    match r {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        // A body that did not arrive in time leaves the connection mid-body: close it.
+        Err(e) if e.status != StatusCode::REQUEST_TIMEOUT => e.into_response(),
+        Err(e) => {
+            let mut r = e.into_response();
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
     }
 }
 
 async fn start(app: App, endpoint: Endpoint, body: Body) -> Result<Response, ApiError> {
     let shared = app.shared.clone();
-    let bytes = read_body(body, shared.limits.max_body_bytes).await?;
+    let bytes = read_body(body, shared.limits.max_body_bytes, app.body_timeout).await?;
     let req = request::parse(endpoint, &bytes)?;
     let job = session::prepare(&shared, req)?;
     let cancel = Arc::new(Cancel::default());
