@@ -22,7 +22,6 @@ use std::ops::Range;
 
 use candle_core::{Device, Tensor};
 
-use crate::lm::{DiffusionLm, Rows};
 use crate::{AskDefect, Result};
 
 /// One sequence's next forward: what to compute, and what to keep in its cache afterwards.
@@ -107,50 +106,4 @@ impl Ask {
         }
         Ok(())
     }
-}
-
-/// [`DiffusionLm::answer`] for any model, through its other methods: the forward, then the
-/// commit, then one single-position window forward per shadow (the position masked) against the
-/// committed cache — the same logits as the shadow rows of a model that computes them inside the
-/// forward, when the commit covers the window.
-pub fn answer_with<M: DiffusionLm + ?Sized>(model: &mut M, ask: &Ask) -> Result<Answer> {
-    let info = model.info().clone();
-    ask.check(info.shift_logits)?;
-    let canvas = ask.canvas_tensor(model.device())?;
-    if ask.clear_cache {
-        model.clear_cache()?;
-    }
-    let logits = model.forward(&canvas, ask.window.clone(), Rows::Positions(&ask.rows))?;
-    if let Some(c) = &ask.commit {
-        model.commit(c.clone())?;
-    }
-    let mut rows = Vec::with_capacity(ask.verify.len());
-    for &p in &ask.verify {
-        if p >= model.cache_len() {
-            return Err(AskDefect::VerifyNotCommitted {
-                position: p,
-                cache_len: model.cache_len(),
-            }
-            .into());
-        }
-        let mut masked = ask.clone();
-        for row in &mut masked.canvas {
-            row[p] = info.special.mask;
-        }
-        let t = masked.canvas_tensor(model.device())?;
-        rows.push(model.forward(&t, p..p + 1, Rows::Positions(&[p]))?);
-    }
-    let verify_logits = if rows.is_empty() {
-        Tensor::zeros(
-            (ask.canvas.len(), 0, info.vocab_size),
-            candle_core::DType::F32,
-            model.device(),
-        )?
-    } else {
-        Tensor::cat(&rows, 1)?
-    };
-    Ok(Answer {
-        logits,
-        verify_logits,
-    })
 }

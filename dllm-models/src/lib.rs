@@ -45,7 +45,7 @@ pub mod transformer;
 pub mod weights;
 mod weights_model;
 
-pub use ask::{answer_with, Answer, Ask};
+pub use ask::{Answer, Ask};
 /// candle, whose types appear in this crate's signatures.
 pub use candle_core;
 /// candle-nn, whose `VarBuilder` the candle-style constructors take (`llada::Model::new(&cfg, vb)`):
@@ -65,8 +65,8 @@ pub use layers::HexagonDevice;
 pub use layers::{Backend, OpMode};
 pub use linear::{CpuLinears, CpuOptions};
 pub use lm::{
-    Arch, DiffusionLm, DualPathTiming, ModelId, ModelInfo, Refresh, RefreshRequest, Rows,
-    SequenceId, SequenceToken, SpecialTokens,
+    answer_with, Arch, DiffusionLm, DualPathTiming, ModelId, ModelInfo, Refresh, RefreshRequest,
+    Rows, SequenceId, SequenceToken, SpecialTokens,
 };
 pub use source::{load, read_config, DecodeDefaults, LoadOptions, LoadedModel, ModelSource};
 pub use tokenizer::{ChatTemplate, Message, TextTokenizer};

@@ -14,7 +14,7 @@
 
 use crate::act_row::{ActSpec, RowOut};
 use crate::isa::Isa;
-use crate::scratch::grow;
+use crate::work_buf::grow;
 use half::f16;
 
 /// Quantized activations: `m` rows of `k` int8 codes plus per-group scales and sums, stored

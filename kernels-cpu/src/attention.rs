@@ -409,7 +409,7 @@ fn task<'b, const WIDE: bool, Q: Element, T: Element>(
     let group = s.heads / s.kv_heads;
     let nq = rows.len() * group;
     let nq_max = QUERY_BLOCK * group;
-    let all = crate::scratch::grow(
+    let all = crate::work_buf::grow(
         buf,
         2 * nq_max * d + 2 * nq_max + (2 * d + nq_max) * KEY_BLOCK,
     );

@@ -337,7 +337,7 @@ impl<'a> DenseView<'a> {
         par::for_each_tile(grid, n_slabs, m, |slabs, rows| {
             scratch::with(|s| {
                 let tag = (call, rows.start, rows.end);
-                let buf = scratch::grow(&mut s.pairs, grid.max_rows * kp);
+                let buf = crate::work_buf::grow(&mut s.pairs, grid.max_rows * kp);
                 let xs = &mut buf[..rows.len() * kp];
                 if s.tag != tag {
                     pack_pairs(&x[rows.start * k..rows.end * k], rows.len(), k, kp, xs);

@@ -49,6 +49,7 @@ pub mod qlayout;
 mod scratch;
 mod simd;
 pub mod threads;
+mod work_buf;
 
 pub use dense::{DenseMatrix, DenseType, DenseView};
 pub use error::{Error, Result};

@@ -52,12 +52,3 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
         r
     })
 }
-
-/// The first `len` elements of `v`, growing it (never shrinking) to hold them. Contents are
-/// whatever an earlier call left: callers write every element they read.
-pub(crate) fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
-    if v.len() < len {
-        v.resize(len, T::default());
-    }
-    &mut v[..len]
-}

@@ -7,8 +7,9 @@ use candle_core::DType;
 use half::{bf16, f16};
 
 use super::{DiffusionTransformer, SeqKv};
-use crate::ask::{answer_with, Answer, Ask};
+use crate::ask::{Answer, Ask};
 use crate::kv_cache::KvElem;
+use crate::lm::answer_with;
 use crate::lm::{DiffusionLm, Rows};
 use crate::weights_model::TransformerWeights;
 use crate::{AskDefect, Error, Result};

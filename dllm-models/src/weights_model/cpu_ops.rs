@@ -3,12 +3,22 @@
 
 use candle_core::Tensor;
 
-use super::stack::AttentionSource;
 use super::TransformerWeights;
 use crate::block::Block;
 use crate::block_def::{BlockOps, HeadOps, Norm, Proj};
 use crate::layers::{swiglu, Rope};
 use crate::{Error, Result};
+
+/// Where one block's attention reads its keys and where its fresh K/V go.
+pub(super) trait AttentionSource {
+    /// The block's fresh keys (RoPE applied) and values of every input row, `(1, rows, kv_heads,
+    /// head_dim)`: the definition's `cache_kv`.
+    fn cache_kv(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<()>;
+    /// Attention of the block's queries `(1, queries, heads, head_dim)`; returns `(1, queries,
+    /// heads * head_dim)`. Queries are every input row, except in the last block, where they are
+    /// the rows asked for.
+    fn attend(&mut self, layer: usize, q: &Tensor) -> Result<Tensor>;
+}
 
 /// Act of activations, and whether they are already the requested rows.
 pub(super) struct Act {

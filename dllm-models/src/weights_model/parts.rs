@@ -20,8 +20,8 @@
 use candle_core::{Device, Tensor};
 use kernels_cpu::attention::Skip;
 
+use super::cpu_ops::AttentionSource;
 use super::segment::{materialize, segment_attention, segment_attention_fresh, KvGeom};
-use super::stack::AttentionSource;
 use super::TransformerWeights;
 use crate::kv_cache::{scatter_rows, CachedRows, FreeRows, KvElem};
 use crate::layers::{attention_on, Backend};

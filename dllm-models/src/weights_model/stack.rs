@@ -10,22 +10,11 @@
 
 use candle_core::Tensor;
 
-use super::cpu_ops::{Act, CpuBlock};
+use super::cpu_ops::{Act, AttentionSource, CpuBlock};
 use super::TransformerWeights;
 use crate::block_def;
 use crate::layers::attention_on;
 use crate::Result;
-
-/// Where one block's attention reads its keys and where its fresh K/V go.
-pub(super) trait AttentionSource {
-    /// The block's fresh keys (RoPE applied) and values of every input row, `(1, rows, kv_heads,
-    /// head_dim)`: the definition's `cache_kv`.
-    fn cache_kv(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<()>;
-    /// Attention of the block's queries `(1, queries, heads, head_dim)`; returns `(1, queries,
-    /// heads * head_dim)`. Queries are every input row, except in the last block, where they are
-    /// the rows asked for.
-    fn attend(&mut self, layer: usize, q: &Tensor) -> Result<Tensor>;
-}
 
 impl TransformerWeights {
     /// Every block over `x` `(1, rows, hidden)` whose rows sit at the positions of `rope` (`(cos,

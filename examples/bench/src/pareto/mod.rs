@@ -296,6 +296,17 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         v.push(point(at(tv, 0.95, true, Some(tau(0.95, true, false)))));
         v.push(point(at(tv, 0.95, false, None)));
     }
+    // Without lookahead (its drafts cost logits rows on the CPU).
+    for tv in [0.8f32, 0.85, 0.9] {
+        for verify in [None, Some(tau(0.9, true, false))] {
+            let s = at(tv, 0.9, true, verify);
+            v.push(spec(
+                format!("{}, no lookahead", staged_label(&s)),
+                mbsd_with(&|m| m.lookahead = false, Decide::Staged(s)),
+                false,
+            ));
+        }
+    }
     v.push(spec("mbsd, oracle revision", mbsd, true));
     for tv in [0.5f32, 0.7, 0.8] {
         v.push(spec(
