@@ -101,13 +101,15 @@ impl Strategy {
     }
 }
 
-/// Staged decisions: the confidence at which a prediction becomes visible context.
-pub const DEFAULT_THETA_VISIBLE: f32 = 0.9;
+/// Staged decisions: the confidence at which a prediction becomes visible (tentative) context.
+/// Chosen on the tuning set (see the README): the fastest configuration within one point of
+/// vanilla among those that verify every tentative token.
+pub const DEFAULT_THETA_VISIBLE: f32 = 0.8;
 /// Staged decisions: the confidence at which a token becomes final.
 pub const DEFAULT_THETA_STABLE: f32 = 0.9;
 /// Verification: a tentative token whose shadow row gives it less than this probability goes
 /// back to the mask.
-pub const DEFAULT_TAU_BACK: f32 = 0.5;
+pub const DEFAULT_TAU_BACK: f32 = 0.9;
 /// Staged decisions: keep decisions below the stable threshold apart (never two adjacent in one
 /// step).
 pub const DEFAULT_NO_ADJACENT: bool = true;
@@ -214,7 +216,7 @@ impl Default for Verify {
             tau_back: DEFAULT_TAU_BACK,
             max_remasks: DEFAULT_MAX_REMASKS,
             suspect_dependents: false,
-            hold_on_remask: false,
+            hold_on_remask: true,
             allowance: DEFAULT_SHADOW_ALLOWANCE,
         }
     }
@@ -225,7 +227,9 @@ impl Default for Verify {
 pub struct MbsdParams {
     /// Slide the window along the commit frontier into future blocks.
     pub sliding: bool,
-    /// Extend the window late in a block while the latency table says it is nearly free.
+    /// Extend the window late in a block while the latency table says it is nearly free (off by
+    /// default: with the LM head's logits priced on the phone's CPU, the drafts' logits rows cost
+    /// more than they save on the tuning set; see the README).
     pub lookahead: bool,
     /// Fit the window to the latency table's bucket: on a table in tile buckets (step
     /// interpolation), a window a few positions wider than a bucket edge is cut back to the edge
@@ -247,7 +251,7 @@ impl Default for MbsdParams {
     fn default() -> Self {
         Self {
             sliding: true,
-            lookahead: true,
+            lookahead: false,
             fit_bucket: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,

@@ -146,6 +146,13 @@ impl TransformerConfig {
 
     /// Check internal consistency; `field` names are the architecture's config keys.
     pub fn validate(&self, names: &ConfigNames) -> Result<()> {
+        self.validate_shape(names)?;
+        self.validate_sizes(names)?;
+        self.validate_numbers_and_ids()
+    }
+
+    /// Sizes are positive and the heads split the hidden size (RoPE needs an even head size).
+    fn validate_shape(&self, names: &ConfigNames) -> Result<()> {
         let pos = |v: usize, f: &str| {
             if v == 0 {
                 Err(Error::invalid(f, "must be positive"))
@@ -184,6 +191,11 @@ impl TransformerConfig {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The context is within the supported length and no parameter count overflows.
+    fn validate_sizes(&self, names: &ConfigNames) -> Result<()> {
         if self.max_seq_len > crate::limits::MAX_SEQ_LEN {
             return Err(Error::invalid(
                 names.max_len,
@@ -216,6 +228,11 @@ impl TransformerConfig {
         if self.param_count().is_none() {
             return too_many(names.layers);
         }
+        Ok(())
+    }
+
+    /// The norm's epsilon, RoPE's theta and the special ids.
+    fn validate_numbers_and_ids(&self) -> Result<()> {
         if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps < 1.0) {
             return Err(Error::invalid(
                 "rms_norm_eps",

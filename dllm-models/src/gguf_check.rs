@@ -265,74 +265,131 @@ pub fn walk<R: Read + Seek>(mut r: R) -> Res<Header> {
         wide: true,
         values: 0,
     };
-    let magic = w.bytes::<4>("the magic")?;
-    if &magic != b"GGUF" {
-        return Err(format!("not a GGUF file (magic {magic:02x?})"));
-    }
-    let version = w.u32("the version")?;
-    w.wide = match version {
-        1 => false,
-        2 | 3 => true,
-        v => return Err(format!("unsupported GGUF version {v} (expected 1, 2 or 3)")),
-    };
-    let n_tensors = w.len_prefix("the tensor count")?;
-    let n_kv = w.len_prefix("the metadata count")?;
-    let prefix = if w.wide { 8 } else { 4 };
-    let need = n_kv
-        .saturating_mul(prefix + 4 + 1)
-        .saturating_add(n_tensors.saturating_mul(prefix + 4 + 4 + 8));
-    if need > w.left() {
-        return Err(format!(
-            "the header declares {n_tensors} tensors and {n_kv} metadata entries, which need at least {need} bytes; the file has {} left",
-            w.left()
-        ));
-    }
-    let mut keys = std::collections::HashSet::new();
-    let mut alignment = None;
-    for _ in 0..n_kv {
-        let key = w.string("a metadata key")?;
-        let t = w.u32(&format!("the type of metadata `{key}`"))?;
-        let v = w.value(&key, t, 0)?;
-        if key == "general.alignment" {
-            alignment = Some(match v {
-                Some((4, a)) => a,
-                _ => {
-                    return Err(format!(
-                    "metadata `general.alignment`: type {t} is not u32 (type 4), as GGUF requires"
-                ))
-                }
-            });
-        }
-        if !keys.insert(key.clone()) {
-            return Err(format!("metadata `{key}` appears twice"));
-        }
-    }
-    let alignment = alignment.unwrap_or(DEFAULT_ALIGNMENT);
-    if alignment == 0 || !alignment.is_power_of_two() {
-        return Err(format!(
-            "metadata `general.alignment`: {alignment} is not a power of two"
-        ));
-    }
-    let mut tensors = Vec::with_capacity(n_tensors.min(1 << 16) as usize);
+    let (n_tensors, n_kv) = w.preamble()?;
+    let alignment = w.metadata(n_kv)?;
+    let tensors = (0..n_tensors)
+        .map(|_| w.tensor_decl(alignment))
+        .collect::<Res<Vec<_>>>()?;
     let mut names = std::collections::HashSet::new();
-    for _ in 0..n_tensors {
-        let name = w.string("a tensor name")?;
+    if let Some(t) = tensors.iter().find(|t| !names.insert(t.name.as_str())) {
+        return Err(format!("tensor `{}` appears twice", t.name));
+    }
+    let data_offset = w
+        .pos
+        .checked_next_multiple_of(alignment)
+        .ok_or("the tensor data offset overflows")?;
+    check_ranges(&tensors, data_offset, len)?;
+    Ok(Header {
+        data_offset,
+        alignment,
+        tensors,
+    })
+}
+
+/// Every tensor's bytes lie inside the file and no two overlap.
+fn check_ranges(tensors: &[TensorDecl], data_offset: u64, len: u64) -> Res<()> {
+    let mut ranges: Vec<(u64, u64, &str)> = Vec::with_capacity(tensors.len());
+    for t in tensors {
+        let end = data_offset
+            .checked_add(t.offset)
+            .and_then(|s| s.checked_add(t.bytes))
+            .filter(|&e| e <= len)
+            .ok_or_else(|| {
+                format!(
+                    "truncated: tensor `{}` ({} bytes at data offset {}) ends past the file's {len} bytes",
+                    t.name, t.bytes, t.offset
+                )
+            })?;
+        ranges.push((data_offset + t.offset, end, &t.name));
+    }
+    ranges.sort();
+    for pair in ranges.windows(2) {
+        let ((_, end_a, a), (start_b, _, b)) = (pair[0], pair[1]);
+        if start_b < end_a {
+            return Err(format!("tensor `{b}` overlaps tensor `{a}`"));
+        }
+    }
+    Ok(())
+}
+
+impl<R: Read> Walker<R> {
+    /// The magic, the version and the two counts, checked against the bytes left.
+    fn preamble(&mut self) -> Res<(u64, u64)> {
+        let magic = self.bytes::<4>("the magic")?;
+        if &magic != b"GGUF" {
+            return Err(format!("not a GGUF file (magic {magic:02x?})"));
+        }
+        let version = self.u32("the version")?;
+        self.wide = match version {
+            1 => false,
+            2 | 3 => true,
+            v => return Err(format!("unsupported GGUF version {v} (expected 1, 2 or 3)")),
+        };
+        let n_tensors = self.len_prefix("the tensor count")?;
+        let n_kv = self.len_prefix("the metadata count")?;
+        let prefix = if self.wide { 8 } else { 4 };
+        let need = n_kv
+            .saturating_mul(prefix + 4 + 1)
+            .saturating_add(n_tensors.saturating_mul(prefix + 4 + 4 + 8));
+        if need > self.left() {
+            return Err(format!(
+                "the header declares {n_tensors} tensors and {n_kv} metadata entries, which need at least {need} bytes; the file has {} left",
+                self.left()
+            ));
+        }
+        Ok((n_tensors, n_kv))
+    }
+
+    /// Every metadata entry (unique keys); returns the alignment, a power of two.
+    fn metadata(&mut self, n_kv: u64) -> Res<u64> {
+        let mut keys = std::collections::HashSet::new();
+        let mut alignment = None;
+        for _ in 0..n_kv {
+            let key = self.string("a metadata key")?;
+            let t = self.u32(&format!("the type of metadata `{key}`"))?;
+            let v = self.value(&key, t, 0)?;
+            if key == "general.alignment" {
+                alignment = Some(match v {
+                    Some((4, a)) => a,
+                    _ => {
+                        return Err(format!(
+                        "metadata `general.alignment`: type {t} is not u32 (type 4), as GGUF requires"
+                    ))
+                    }
+                });
+            }
+            if !keys.insert(key.clone()) {
+                return Err(format!("metadata `{key}` appears twice"));
+            }
+        }
+        let alignment = alignment.unwrap_or(DEFAULT_ALIGNMENT);
+        if alignment == 0 || !alignment.is_power_of_two() {
+            return Err(format!(
+                "metadata `general.alignment`: {alignment} is not a power of two"
+            ));
+        }
+        Ok(alignment)
+    }
+
+    /// One tensor declaration: its dimensions, type, size and aligned offset.
+    fn tensor_decl(&mut self, alignment: u64) -> Res<TensorDecl> {
+        let name = self.string("a tensor name")?;
         let what = format!("tensor `{name}`");
-        let n_dims = w.u32(&what)?;
+        let n_dims = self.u32(&what)?;
         if n_dims == 0 || n_dims > 4 {
             return Err(format!("{what}: {n_dims} dimensions (1 to 4 are valid)"));
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for _ in 0..n_dims {
-            dims.push(if w.wide {
-                w.u64(&what)?
+            dims.push(if self.wide {
+                self.u64(&what)?
             } else {
-                w.u32(&what)? as u64
+                self.u32(&what)? as u64
             });
         }
-        let t = w.u32(&what)?;
+        let t = self.u32(&what)?;
         let dtype = ggml_type(t).ok_or_else(|| format!("{what}: unknown GGML type {t}"))?;
-        let offset = w.u64(&what)?;
+        let offset = self.u64(&what)?;
         let elems = dims
             .iter()
             .try_fold(1u64, |a, &d| a.checked_mul(d))
@@ -353,45 +410,12 @@ pub fn walk<R: Read + Seek>(mut r: R) -> Res<Header> {
                 "{what}: offset {offset} is not a multiple of the alignment {alignment}"
             ));
         }
-        if !names.insert(name.clone()) {
-            return Err(format!("{what} appears twice"));
-        }
-        tensors.push(TensorDecl {
+        Ok(TensorDecl {
             name,
             dims,
             dtype,
             offset,
             bytes,
-        });
+        })
     }
-    let data_offset = w
-        .pos
-        .checked_next_multiple_of(alignment)
-        .ok_or("the tensor data offset overflows")?;
-    let mut ranges: Vec<(u64, u64, &str)> = Vec::with_capacity(tensors.len());
-    for t in &tensors {
-        let end = data_offset
-            .checked_add(t.offset)
-            .and_then(|s| s.checked_add(t.bytes))
-            .filter(|&e| e <= len)
-            .ok_or_else(|| {
-                format!(
-                    "truncated: tensor `{}` ({} bytes at data offset {}) ends past the file's {len} bytes",
-                    t.name, t.bytes, t.offset
-                )
-            })?;
-        ranges.push((data_offset + t.offset, end, &t.name));
-    }
-    ranges.sort();
-    for pair in ranges.windows(2) {
-        let ((_, end_a, a), (start_b, _, b)) = (pair[0], pair[1]);
-        if start_b < end_a {
-            return Err(format!("tensor `{b}` overlaps tensor `{a}`"));
-        }
-    }
-    Ok(Header {
-        data_offset,
-        alignment,
-        tensors,
-    })
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use dllm_decode::{generate, Control, DecodeParams, StepEvent};
+use dllm_decode::{generate, Control, DecodeParams, Outcome, StepEvent};
 use dllm_models::DiffusionLm;
 use serde::Serialize;
 use tokenizers::Tokenizer;
@@ -290,6 +290,69 @@ impl std::str::FromStr for QuestionSet {
     }
 }
 
+/// A generation's tentative tokens checked against the question's reference answer: the
+/// reference response tokenized as `dllm_tasks::encode_response` does, padded with EOS to the
+/// generated length, compared position by position — the counts [`answer`]
+/// reports (`remasks_wrong`, `drafts_wrong`), computed the same way by both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReferenceCounts {
+    /// Tentative tokens verification sent back to the mask.
+    pub remasks: usize,
+    /// Of them, tokens that were wrong against the reference (the remasks that helped).
+    pub remasks_wrong: usize,
+    /// Verification (shadow) rows computed.
+    pub verified: usize,
+    /// Lookahead drafts accepted.
+    pub drafts_taken: usize,
+    /// Of them, drafts wrong against the reference.
+    pub drafts_wrong: usize,
+}
+
+impl std::ops::AddAssign for ReferenceCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.remasks += o.remasks;
+        self.remasks_wrong += o.remasks_wrong;
+        self.verified += o.verified;
+        self.drafts_taken += o.drafts_taken;
+        self.drafts_wrong += o.drafts_wrong;
+    }
+}
+
+impl ReferenceCounts {
+    /// Revision precision: remasks whose token was wrong, over remasks (`None` without remasks).
+    pub fn revision_precision(&self) -> Option<f64> {
+        (self.remasks > 0).then(|| self.remasks_wrong as f64 / self.remasks as f64)
+    }
+}
+
+/// The reference answer's ids for `gen_length` generated positions, as [`answer`] builds them:
+/// the response tokenized, padded with EOS to at least `gen_length`.
+pub fn reference_ids(tok: &Tokenizer, ex: &Example, gen_length: usize) -> Result<Vec<u32>> {
+    let mut reference = crate::tokenizer::encode_response(tok, &ex.response)?;
+    reference.resize(gen_length.max(reference.len()), crate::tokenizer::EOS_ID);
+    Ok(reference)
+}
+
+/// `g`'s remasks and accepted drafts checked against `reference` ([`reference_ids`]).
+pub fn against_reference(g: &Outcome, reference: &[u32]) -> ReferenceCounts {
+    let wrong = |list: &[(usize, u32)]| {
+        list.iter()
+            .filter(|&&(pos, tok)| {
+                pos.checked_sub(g.prompt_len)
+                    .and_then(|i| reference.get(i))
+                    .is_some_and(|&r| r != tok)
+            })
+            .count()
+    };
+    ReferenceCounts {
+        remasks: g.remasks(),
+        remasks_wrong: wrong(&g.remasked),
+        verified: g.verified,
+        drafts_taken: g.drafts_taken.len(),
+        drafts_wrong: wrong(&g.drafts_taken),
+    }
+}
+
 /// Answer one question.
 pub fn answer(
     model: &mut dyn DiffusionLm,
@@ -331,21 +394,8 @@ pub fn answer(
     let response = decode_response(tok, g.generated())?;
     let v = check(ex, &response);
     let steps = check_steps(ex, &response);
-    let mut reference = crate::tokenizer::encode_response(tok, &ex.response)?;
-    reference.resize(
-        params.gen_length.max(reference.len()),
-        crate::tokenizer::EOS_ID,
-    );
-    let wrong = |list: &[(usize, u32)]| {
-        list.iter()
-            .filter(|&&(pos, tok)| {
-                pos.checked_sub(g.prompt_len)
-                    .and_then(|i| reference.get(i))
-                    .is_some_and(|&r| r != tok)
-            })
-            .count()
-    };
-    let (remasks_wrong, drafts_wrong) = (wrong(&g.remasked), wrong(&g.drafts_taken));
+    let reference = reference_ids(tok, ex, params.gen_length)?;
+    let counts = against_reference(&g, &reference);
     let token_right: Vec<bool> = g
         .generated()
         .iter()
@@ -365,11 +415,11 @@ pub fn answer(
         commit_step,
         commit_confidence,
         token_right,
-        remasks: g.remasks(),
-        remasks_wrong,
-        verified: g.verified,
-        drafts_taken: g.drafts_taken.len(),
-        drafts_wrong,
+        remasks: counts.remasks,
+        remasks_wrong: counts.remasks_wrong,
+        verified: counts.verified,
+        drafts_taken: counts.drafts_taken,
+        drafts_wrong: counts.drafts_wrong,
         log,
     })
 }

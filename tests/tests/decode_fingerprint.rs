@@ -104,6 +104,14 @@ fn long(strategy: Strategy) -> DecodeParams {
     }
 }
 
+/// mbsd's switches as they were when the table was recorded (lookahead on).
+fn legacy() -> MbsdParams {
+    MbsdParams {
+        lookahead: true,
+        ..MbsdParams::default()
+    }
+}
+
 /// Multi-block speculative decoding with staged decisions at `visible` / `stable` and no
 /// verification (the decoder before verification existed).
 fn mbsd(p: fn(Strategy) -> DecodeParams, visible: f32, stable: f32) -> DecodeParams {
@@ -114,7 +122,7 @@ fn mbsd(p: fn(Strategy) -> DecodeParams, visible: f32, stable: f32) -> DecodePar
             no_adjacent: false,
             verify: None,
         }),
-        ..p(Strategy::Mbsd(MbsdParams::default()))
+        ..p(Strategy::Mbsd(legacy()))
     }
 }
 
@@ -123,7 +131,7 @@ fn mbsd_with(
     decide: Decide,
     f: impl Fn(&mut MbsdParams),
 ) -> DecodeParams {
-    let mut m = MbsdParams::default();
+    let mut m = legacy();
     f(&mut m);
     DecodeParams {
         decide,

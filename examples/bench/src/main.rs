@@ -162,8 +162,13 @@ fn ablation(base: &DecodeParams, thetas: (f32, f32), oracle: bool) -> Vec<RowSpe
     base.sls = false;
     let base = &base;
     let with = |strategy: Strategy| DecodeParams { strategy, ..*base };
+    // The paper's MBSD, lookahead included (the decoder's default leaves it off: see the README).
+    let paper_mbsd = MbsdParams {
+        lookahead: true,
+        ..MbsdParams::default()
+    };
     let mbsd = |sts: bool, sls: bool, verify: bool| {
-        let mut p = with(Strategy::Mbsd(MbsdParams::default()));
+        let mut p = with(Strategy::Mbsd(paper_mbsd));
         if sts {
             p.decide = staged(thetas, verify);
         }
@@ -239,6 +244,7 @@ fn sweeps(base: &DecodeParams, thetas: (f32, f32), quick: bool) -> (Vec<RowSpec>
                 thetas,
                 MbsdParams {
                     trigger: t,
+                    lookahead: true,
                     ..Default::default()
                 },
             );

@@ -100,73 +100,7 @@ pub struct AnswerRecord {
     pub reference: ReferenceCounts,
 }
 
-/// A generation's tentative tokens checked against the question's reference answer: the
-/// reference response tokenized as `dllm_tasks::encode_response` does, padded with EOS to the
-/// generated length, compared position by position — the counts `dllm_tasks::eval::answer`
-/// reports (`remasks_wrong`, `drafts_wrong`), computed the same way (the test
-/// `reference_counts_equal_eval_answers` holds the two together).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReferenceCounts {
-    /// Tentative tokens verification sent back to the mask.
-    pub remasks: usize,
-    /// Of them, tokens that were wrong against the reference (the remasks that helped).
-    pub remasks_wrong: usize,
-    /// Verification (shadow) rows computed.
-    pub verified: usize,
-    /// Lookahead drafts accepted.
-    pub drafts_taken: usize,
-    /// Of them, drafts wrong against the reference.
-    pub drafts_wrong: usize,
-}
-
-impl std::ops::AddAssign for ReferenceCounts {
-    fn add_assign(&mut self, o: Self) {
-        self.remasks += o.remasks;
-        self.remasks_wrong += o.remasks_wrong;
-        self.verified += o.verified;
-        self.drafts_taken += o.drafts_taken;
-        self.drafts_wrong += o.drafts_wrong;
-    }
-}
-
-impl ReferenceCounts {
-    /// Revision precision: remasks whose token was wrong, over remasks (`None` without remasks).
-    pub fn revision_precision(&self) -> Option<f64> {
-        (self.remasks > 0).then(|| self.remasks_wrong as f64 / self.remasks as f64)
-    }
-}
-
-/// The reference answer's ids for `gen_length` generated positions, as `dllm_tasks::eval::answer`
-/// builds them: the response tokenized, padded with EOS to at least `gen_length`.
-pub fn reference_ids(
-    tok: &tokenizers::Tokenizer,
-    ex: &Example,
-    gen_length: usize,
-) -> Result<Vec<u32>> {
-    let mut reference = dllm_tasks::encode_response(tok, &ex.response)?;
-    reference.resize(gen_length.max(reference.len()), dllm_tasks::EOS_ID);
-    Ok(reference)
-}
-
-/// `g`'s remasks and accepted drafts checked against `reference` ([`reference_ids`]).
-pub fn against_reference(g: &Outcome, reference: &[u32]) -> ReferenceCounts {
-    let wrong = |list: &[(usize, u32)]| {
-        list.iter()
-            .filter(|&&(pos, tok)| {
-                pos.checked_sub(g.prompt_len)
-                    .and_then(|i| reference.get(i))
-                    .is_some_and(|&r| r != tok)
-            })
-            .count()
-    };
-    ReferenceCounts {
-        remasks: g.remasks(),
-        remasks_wrong: wrong(&g.remasked),
-        verified: g.verified,
-        drafts_taken: g.drafts_taken.len(),
-        drafts_wrong: wrong(&g.drafts_taken),
-    }
-}
+pub use dllm_tasks::eval::{against_reference, reference_ids, ReferenceCounts};
 
 /// One row's results over all prompts.
 #[derive(Debug, Clone)]
@@ -421,7 +355,10 @@ mod tests {
             ..Default::default()
         };
         let params = DecodeParams {
-            strategy: Strategy::Mbsd(MbsdParams::default()),
+            strategy: Strategy::Mbsd(MbsdParams {
+                lookahead: true,
+                ..MbsdParams::default()
+            }),
             decide: Decide::Staged(Staged {
                 visible: 0.5,
                 stable: 0.9,

@@ -83,7 +83,11 @@ pub struct DecodeArgs {
     /// mbsd: keep the window on the current block (no sliding into future blocks).
     #[arg(long)]
     pub no_sliding: bool,
-    /// mbsd: never extend the window late in a block.
+    /// mbsd: extend the window into the next block late in a block while the latency table says
+    /// it is nearly free (off by default: see the README's speed/quality picture).
+    #[arg(long, conflicts_with = "no_lookahead")]
+    pub lookahead: bool,
+    /// mbsd: never extend the window late in a block (the default; kept for scripts).
     #[arg(long)]
     pub no_lookahead: bool,
     /// mbsd: never cut the window back to the latency table's bucket edge.
@@ -279,7 +283,7 @@ impl DecodeArgs {
     fn strategy(&self) -> std::result::Result<Strategy, dllm_decode::DecodeError> {
         let m = MbsdParams {
             sliding: !self.no_sliding,
-            lookahead: !self.no_lookahead,
+            lookahead: self.lookahead,
             fit_bucket: !self.no_bucket_fit,
             trigger: self.lookahead_trigger,
             allowance: self.lookahead_allowance,
@@ -293,7 +297,8 @@ impl DecodeArgs {
         let d = MbsdParams::default();
         let given = [
             ("--no-sliding", m.sliding != d.sliding),
-            ("--no-lookahead", m.lookahead != d.lookahead),
+            ("--lookahead", self.lookahead),
+            ("--no-lookahead", self.no_lookahead),
             ("--no-bucket-fit", m.fit_bucket != d.fit_bucket),
             ("--lookahead-trigger", m.trigger != d.trigger),
             ("--lookahead-allowance", m.allowance != d.allowance),
@@ -694,7 +699,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("mbsd.budget_mib", "--lookahead-budget"),
     ("mbsd.allowance", "--lookahead-allowance"),
     ("mbsd.trigger", "--lookahead-trigger"),
-    ("mbsd.lookahead", "--no-lookahead"),
+    ("mbsd.lookahead", "--lookahead"),
     ("mbsd.fit_bucket", "--no-bucket-fit"),
     ("mbsd.sliding", "--no-sliding"),
     ("dream.alg_temp", "--alg-temp"),

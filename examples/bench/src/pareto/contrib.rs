@@ -43,6 +43,13 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             "no lookahead".into(),
             with_m(&|m| m.lookahead = false),
         ));
+    } else {
+        // Off in the headline: its contribution is what switching it on does.
+        v.push((
+            "lookahead (switched on)",
+            "with lookahead (--lookahead)".into(),
+            with_m(&|m| m.lookahead = true),
+        ));
     }
     if m.sliding {
         v.push((
@@ -258,7 +265,7 @@ mod tests {
         assert_eq!(
             names,
             [
-                "lookahead",
+                "lookahead (switched on)",
                 "sliding",
                 "bucket fit",
                 "adjacency rule",
@@ -270,9 +277,9 @@ mod tests {
         for (name, _, q) in &off {
             assert_ne!(*q, p, "{name}");
             // Exactly one thing differs.
-            let m = q.strategy.mbsd().unwrap();
+            let (m, pm) = (q.strategy.mbsd().unwrap(), p.strategy.mbsd().unwrap());
             let diffs = [
-                !m.lookahead,
+                m.lookahead != pm.lookahead,
                 !m.sliding,
                 !m.fit_bucket,
                 q.decide.staged().is_some_and(|s| !s.no_adjacent),

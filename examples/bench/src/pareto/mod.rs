@@ -296,13 +296,13 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         v.push(point(at(tv, 0.95, true, Some(tau(0.95, true, false)))));
         v.push(point(at(tv, 0.95, false, None)));
     }
-    // Without lookahead (its drafts cost logits rows on the CPU).
+    // With lookahead (off by default: its drafts cost logits rows on the CPU).
     for tv in [0.8f32, 0.85, 0.9] {
         for verify in [None, Some(tau(0.9, true, false))] {
             let s = at(tv, 0.9, true, verify);
             v.push(spec(
-                format!("{}, no lookahead", staged_label(&s)),
-                mbsd_with(&|m| m.lookahead = false, Decide::Staged(s)),
+                format!("{}, with lookahead", staged_label(&s)),
+                mbsd_with(&|m| m.lookahead = true, Decide::Staged(s)),
                 false,
             ));
         }
@@ -520,12 +520,12 @@ mod tests {
         }
         // A label says what runs.
         let find = |l: &str| &s.rows[labels.iter().position(|x| *x == l).unwrap()];
-        let st = find("mbsd, theta 0.8 / 0.9, verify tau 0.9, hold, adjacent apart")
+        let st = find("mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, adjacent apart")
             .params
             .decide
             .staged()
             .unwrap();
-        assert_eq!((st.visible, st.stable, st.no_adjacent), (0.8, 0.9, true));
+        assert_eq!((st.visible, st.stable, st.no_adjacent), (0.7, 0.9, true));
         let v = st.verify.unwrap();
         assert!(v.tau_back == 0.9 && v.hold_on_remask && !v.suspect_dependents);
         let plain = find("mbsd, theta 0.7 / 0.9, no verification");
