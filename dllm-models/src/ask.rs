@@ -80,7 +80,7 @@ impl Ask {
 
     /// Checks that need no model: the verification positions are unique and inside the canvas,
     /// and a forward from an empty cache starts at 0.
-    pub(crate) fn check(&self, shifted: bool) -> Result<()> {
+    pub(crate) fn check(&self, shift: crate::shift::Shift) -> Result<()> {
         let len = self.len();
         let mut seen = self.verify.clone();
         seen.sort_unstable();
@@ -90,7 +90,7 @@ impl Ask {
         if let Some(&p) = self
             .verify
             .iter()
-            .find(|&&p| p >= len || (shifted && p == 0))
+            .find(|&&p| p >= len || !shift.scorable(p))
         {
             return Err(AskDefect::VerifyOutside {
                 position: p,

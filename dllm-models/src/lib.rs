@@ -36,6 +36,7 @@ mod npu_seq_off;
 pub mod recorder;
 mod role;
 pub mod safetensors_header;
+mod shift;
 pub mod source;
 mod special;
 pub mod synthetic;

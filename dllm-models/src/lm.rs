@@ -453,7 +453,7 @@ pub fn answer_with<M: DiffusionLm + ?Sized>(
     ask: &crate::Ask,
 ) -> Result<crate::Answer> {
     let info = model.info().clone();
-    ask.check(info.shift_logits)?;
+    ask.check(crate::shift::Shift::new(info.shift_logits))?;
     let canvas = ask.canvas_tensor(model.device())?;
     if ask.clear_cache {
         model.clear_cache()?;

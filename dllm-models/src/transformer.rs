@@ -495,7 +495,7 @@ impl DiffusionTransformer {
     ) -> Result<(Tensor, Option<Refresh>)> {
         let b = self.check_window(canvas, &window)?;
         // Room for the window's K/V after the cache (a shifted model forwards one more row).
-        let n = window.len() + usize::from(self.weights.cfg.shift_logits);
+        let n = self.weights.shift().window_rows(window.len());
         let len = self.len();
         if let (Some(hex), SeqKv::Device(kv)) = (self.weights.hex.clone(), &mut self.kv) {
             let (window_start, window_end) = (window.start, window.end);
@@ -507,11 +507,7 @@ impl DiffusionTransformer {
             if let Some(t) = r.1.as_ref().and_then(|r| r.timing) {
                 self.last_dual = Some(t);
             }
-            let start = if self.weights.cfg.shift_logits {
-                window_start.saturating_sub(1)
-            } else {
-                window_start
-            };
+            let start = self.weights.shift().window_start(window_start);
             self.pending = Some(Pending {
                 start,
                 end: window_end,

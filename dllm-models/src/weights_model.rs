@@ -373,13 +373,14 @@ impl TransformerWeights {
         out
     }
 
+    /// The model's logit shift (the one rule for planning rows).
+    pub(crate) fn shift(&self) -> crate::shift::Shift {
+        crate::shift::Shift::new(self.cfg.shift_logits)
+    }
+
     /// The raw-output row that predicts position `p`.
     pub(crate) fn source_row(&self, p: usize) -> usize {
-        if self.cfg.shift_logits {
-            p.saturating_sub(1)
-        } else {
-            p
-        }
+        self.shift().source(p)
     }
 
     fn idx(&self, v: impl IntoIterator<Item = usize>) -> Result<Tensor> {
@@ -439,11 +440,7 @@ impl TransformerWeights {
     /// one position left of each requested position, so its window starts one row earlier.
     pub(crate) fn window_rows(&self, rows: Rows<'_>, window: Range<usize>) -> Result<WindowRows> {
         let requested = self.requested(rows, window.clone())?;
-        let ws = if self.cfg.shift_logits {
-            window.start.saturating_sub(1)
-        } else {
-            window.start
-        };
+        let ws = self.shift().window_start(window.start);
         let n = window.end - ws;
         let hidden: Vec<usize> = requested.iter().map(|&p| self.source_row(p) - ws).collect();
         let identity = hidden.len() == n && hidden.iter().enumerate().all(|(i, &r)| i == r);
@@ -480,7 +477,7 @@ impl TransformerWeights {
             let (cos, sin) = self.rope.range(0, l)?;
             let mut src = stack::FreshOnly { w: self, kv: None };
             let mut x = self.stack(x, (&cos, &sin), None, &mut src)?;
-            if self.cfg.shift_logits {
+            if self.shift().on() {
                 let rows = self.idx((0..l).map(|p| self.source_row(p)))?;
                 x = x.index_select(&rows, 1)?;
             }
@@ -513,13 +510,13 @@ impl TransformerWeights {
             at: len,
             batch: b,
         };
-        let shifted = self.cfg.shift_logits;
+        let shift = self.shift();
         let part = Part {
             b,
             len,
             cached,
             main: Main::Window { ws, n, free },
-            groups: verify.iter().map(|&p| Group::of(p, shifted)).collect(),
+            groups: verify.iter().map(|&p| Group::of(p, shift)).collect(),
             main_out: hidden_rows.unwrap_or_else(|| (0..n).collect()),
             canvas,
         };
@@ -602,7 +599,7 @@ impl TransformerWeights {
         if let Some(&bad) = want.iter().find(|p| pos.binary_search(p).is_err()) {
             return Err(PositionDefect::NotRefreshed { position: bad }.into());
         }
-        if self.cfg.shift_logits {
+        if self.shift().on() {
             pos.extend(want.iter().map(|&p| self.source_row(p)));
             pos.sort_unstable();
             pos.dedup();
@@ -666,10 +663,10 @@ impl TransformerWeights {
             }
             .into());
         }
-        let shift = self.cfg.shift_logits;
+        let shift = self.shift();
         if let Some(&bad) = positions
             .iter()
-            .find(|&&p| p >= len || p >= l || (shift && p == 0))
+            .find(|&&p| p >= len || p >= l || !shift.scorable(p))
         {
             return Err(PositionDefect::NotRescorable {
                 position: bad,

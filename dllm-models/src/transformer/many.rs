@@ -89,8 +89,8 @@ impl DiffusionTransformer {
     /// Check an ask against this sequence, empty the cache when asked and make room for the
     /// window's K/V; returns the cache's dtype.
     fn prepare(&mut self, ask: &Ask) -> Result<DType> {
-        let shifted = self.weights.cfg.shift_logits;
-        ask.check(shifted)?;
+        let shift = self.weights.shift();
+        ask.check(shift)?;
         if ask.clear_cache {
             self.truncate_cache(0)?;
         }
@@ -109,7 +109,7 @@ impl DiffusionTransformer {
             }
             .into());
         }
-        let n = ask.window.len() + usize::from(shifted);
+        let n = shift.window_rows(ask.window.len());
         let SeqKv::Host(cache) = &mut self.kv else {
             return Err(Error::Internal {
                 what: "a CPU forward of a sequence whose cache is on the device",

@@ -51,13 +51,9 @@ pub(crate) struct Group {
 
 impl Group {
     /// The group that verifies or re-scores `p` (see the module docs).
-    pub(crate) fn of(p: usize, shifted: bool) -> Self {
+    pub(crate) fn of(p: usize, shift: crate::shift::Shift) -> Self {
         Group {
-            rows: if shifted {
-                vec![(p - 1, false), (p, true)]
-            } else {
-                vec![(p, true)]
-            },
+            rows: shift.group(p),
         }
     }
 }
