@@ -1,9 +1,12 @@
 //! The shipped models exported to GGUF carry their tokenizer: the one `dllm_models` rebuilds from
 //! the file's `tokenizer.ggml.*` metadata is the model's `tokenizer.json` token for token — on
 //! every suite prompt and response of the held-out sets and a train-stream sample, with and
-//! without special tokens, on special-token text, and back through decoding.
+//! without special tokens, on special-token text, and back through decoding. The same holds after
+//! llama.cpp's own tooling (gguf-py, `dllm-models/tests/gguf_py/write_gguf.py`) has read and
+//! rewritten the files.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use candle_core::quantized::GgmlDType;
 use dllm_models::gguf_tokenizer::read_tokenizer;
@@ -25,9 +28,10 @@ fn model_dir(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A fresh directory holding the model exported to `model.gguf`, and nothing else.
-fn export(name: &str) -> PathBuf {
-    let out = std::env::temp_dir().join(format!("gguf-tok-{}-{name}", std::process::id()));
+/// A fresh directory holding the model exported to `model.gguf`, and nothing else (one per
+/// test: `tag`, as tests run in parallel).
+fn export(tag: &str, name: &str) -> PathBuf {
+    let out = std::env::temp_dir().join(format!("gguf-tok-{}-{tag}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
     let gguf = out.join("model.gguf");
@@ -133,7 +137,7 @@ fn assert_identical(name: &str, hf: &TextTokenizer, gg: &TextTokenizer, texts: &
 #[test]
 fn shipped_models_exported_to_gguf_carry_their_tokenizer_token_for_token() {
     for (name, suite) in SHIPPED {
-        let gguf = export(name);
+        let gguf = export("identity", name);
         let gg = read_tokenizer(&gguf)
             .unwrap()
             .unwrap_or_else(|| panic!("{name}: the export carries no tokenizer"));
@@ -151,7 +155,7 @@ fn shipped_models_exported_to_gguf_carry_their_tokenizer_token_for_token() {
 #[test]
 fn a_gguf_alone_loads_with_its_own_tokenizer() {
     let name = "tiny-dream-long";
-    let gguf = export(name);
+    let gguf = export("alone", name);
     let loaded = load(
         &ModelSource::parse(gguf.to_str().unwrap()).unwrap(),
         &LoadOptions::default(),
@@ -187,4 +191,62 @@ fn a_gguf_alone_loads_with_its_own_tokenizer() {
     .unwrap();
     assert_eq!(explicit.tokenizer.unwrap().vocab_size(), hf.vocab_size());
     let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+}
+
+/// Whether `python3` can import llama.cpp's `gguf`; without it: skipped locally, a failure under
+/// `CI=true` (`.ci/install-test-deps` installs it).
+fn have_gguf_py() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import gguf"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        let install = "python3 -m pip install -r dllm-models/tests/gguf_py/requirements.txt";
+        if std::env::var("CI").is_ok_and(|v| v == "true" || v == "1") {
+            panic!("python3 cannot import gguf and CI=true: run .ci/install-test-deps ({install})");
+        }
+        eprintln!(
+            "SKIPPED: python3 cannot import gguf ({install}; .ci/install-test-deps installs it)"
+        );
+    }
+    ok
+}
+
+#[test]
+fn the_exports_rewritten_by_gguf_py_keep_their_tokenizer_and_load() {
+    if !have_gguf_py() {
+        return;
+    }
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../dllm-models/tests/gguf_py/write_gguf.py");
+    for (name, suite) in SHIPPED {
+        let gguf = export("gguf-py", name);
+        let rewritten = gguf.with_file_name("rewritten.gguf");
+        let out = Command::new("python3")
+            .arg(&script)
+            .args([
+                "rewrite",
+                gguf.to_str().unwrap(),
+                rewritten.to_str().unwrap(),
+            ])
+            .output()
+            .expect("run python3");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let gg = read_tokenizer(&rewritten).unwrap().expect("a tokenizer");
+        let hf = TextTokenizer::from_file(&model_dir(name).join("tokenizer.json")).unwrap();
+        assert_identical(name, &hf, &gg, &corpus(suite));
+        std::fs::remove_file(&gguf).unwrap();
+        let loaded = load(
+            &ModelSource::parse(rewritten.to_str().unwrap()).unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        assert!(loaded.tokenizer.is_some(), "{name}");
+        let _ = std::fs::remove_dir_all(gguf.parent().unwrap());
+    }
 }
