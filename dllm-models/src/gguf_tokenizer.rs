@@ -10,8 +10,7 @@
 //!   added tokens matched in the raw text, `UNUSED` (5, the converter's `[PAD{id}]` fillers) no
 //!   token at all (they decode to nothing, as ids outside a `tokenizer.json` do); the others are
 //!   ordinary vocabulary;
-//! * `tokenizer.ggml.pre`: the splitting rules ([`crate::gguf_pretok`]); an unknown name is an
-//!   error;
+//! * `tokenizer.ggml.pre`: the splitting rules ([`crate::gguf_pretok`]);
 //! * `tokenizer.ggml.add_bos_token`, `add_sep_token`, `add_eos_token`: the post-processor
 //!   (`encode(text, add_special = true)` gives `[bos] text [sep] [eos]`); a pair of texts is
 //!   framed the same way, each on its own (GGUF has no pair template);
@@ -25,7 +24,12 @@
 //! Every key is checked, and a malformed one is an error naming it: wrong types, lengths that
 //! disagree, empty or repeated tokens, merges that are not two tokens or whose parts or result
 //! are not tokens, special ids (`tokenizer.ggml.*_token_id`) outside the vocabulary, an
-//! `add_*_token` without its id.
+//! `add_*_token` without its id. Well-formed metadata this module cannot build — another
+//! `tokenizer.ggml.model` (SentencePiece `llama`, ...), an unknown or missing
+//! `tokenizer.ggml.pre` — is [`Error::UnsupportedTokenizer`], naming the key: never a guess that
+//! would tokenise some text differently from the model's training. The loader then loads the
+//! model without a tokenizer and says why in `LoadedModel::warnings` (a prompt given as ids
+//! still runs).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -341,6 +345,10 @@ impl GgufVocab {
         if model.is_none() && !metadata.contains_key(KEY_TOKENS) {
             return Ok(None);
         }
+        let unsupported = |field: &str, what: String| Error::UnsupportedTokenizer {
+            field: field.into(),
+            reason: format!("{what}; pass the model's tokenizer.json instead (--tokenizer)"),
+        };
         match model {
             None => {
                 return Err(Error::MissingField {
@@ -349,24 +357,26 @@ impl GgufVocab {
             }
             Some("gpt2") => {}
             Some(other) => {
-                return Err(Error::invalid(
+                return Err(unsupported(
                     KEY_MODEL,
                     format!(
-                        "`{other}` is not supported: only `gpt2` (byte-level BPE, as LLaDA's and \
-                         Dream's GGUF files carry); pass the model's tokenizer.json instead"
+                        "`{other}` is not supported, only `gpt2` (byte-level BPE, as LLaDA's and \
+                         Dream's GGUF files carry)"
                     ),
                 ))
             }
         }
-        let pre = md.string(KEY_PRE)?.ok_or_else(|| Error::MissingField {
-            field: KEY_PRE.into(),
+        let pre = md.string(KEY_PRE)?.ok_or_else(|| {
+            unsupported(
+                KEY_PRE,
+                "missing: the file does not say how its text is split".into(),
+            )
         })?;
         let family = PreTokenizer::by_name(pre).ok_or_else(|| {
-            Error::invalid(
+            unsupported(
                 KEY_PRE,
                 format!(
-                    "`{pre}` is not a pre-tokenizer this loader knows ({}); pass the model's \
-                     tokenizer.json instead",
+                    "`{pre}` is not a pre-tokenizer this loader knows ({})",
                     KNOWN.join(", ")
                 ),
             )
@@ -591,9 +601,32 @@ pub fn read_tokenizer(path: &Path) -> Result<Option<TextTokenizer>> {
 /// A metadata error, naming the file it came from.
 pub(crate) fn in_file(path: &Path, e: Error) -> Error {
     match e {
-        e @ (Error::MissingField { .. } | Error::InvalidField { .. } | Error::Tokenizer(_)) => {
-            Error::file(path, e)
-        }
+        e @ (Error::MissingField { .. }
+        | Error::InvalidField { .. }
+        | Error::UnsupportedTokenizer { .. }
+        | Error::Tokenizer(_)) => Error::file(path, e),
         e => e,
+    }
+}
+
+/// The tokenizer of a GGUF file's metadata for the loader: `Ok(None)` with a warning when the
+/// metadata is well formed but unsupported ([`Error::UnsupportedTokenizer`]: the model still
+/// loads, and a prompt given as ids still runs); malformed metadata is an error naming the file
+/// and the key.
+pub(crate) fn for_loader(
+    path: &Path,
+    metadata: &HashMap<String, Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<TextTokenizer>> {
+    match tokenizer_from_metadata(metadata) {
+        Ok(t) => Ok(t),
+        Err(e @ Error::UnsupportedTokenizer { .. }) => {
+            warnings.push(format!(
+                "{}: its tokenizer metadata is not used ({e}), so the model has no tokenizer",
+                path.display()
+            ));
+            Ok(None)
+        }
+        Err(e) => Err(in_file(path, e)),
     }
 }

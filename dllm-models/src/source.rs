@@ -615,7 +615,8 @@ pub fn load_from_memory(
 
 /// Load a GGUF file. Its tokenizer: `LoadOptions::tokenizer` when given, else `tokenizer.json` in
 /// the same directory, else the file's own `tokenizer.ggml.*` metadata
-/// ([`crate::gguf_tokenizer`]; malformed metadata is an error naming the key), else none.
+/// ([`crate::gguf_tokenizer`]; malformed metadata is an error naming the key, metadata this crate
+/// cannot build a tokenizer from a warning), else none.
 pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let (cfg, weights) = GgufWeights::open(path, opts.dtype, &opts.device)?;
     let beside = path
@@ -623,15 +624,17 @@ pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
         .unwrap_or(Path::new("."))
         .join("tokenizer.json");
     // Read before the weights are packed: a malformed vocabulary fails the load at once.
+    let mut warnings = Vec::new();
     let tokenizer = match load_tokenizer(&opts.tokenizer, &beside)? {
         Some(t) => Some(t),
-        None => crate::gguf_tokenizer::tokenizer_from_metadata(weights.metadata())
-            .map_err(|e| crate::gguf_tokenizer::in_file(path, e))?
+        None => crate::gguf_tokenizer::for_loader(path, weights.metadata(), &mut warnings)?
             .map(|t| (t, format!("{} (GGUF metadata)", path.display()))),
     };
     let weights = weights.keep_half_matrices(opts.keep_half());
     let model = opts.build(cfg, &weights)?;
-    finish(model, tokenizer, None, path.display().to_string())
+    let mut loaded = finish(model, tokenizer, None, path.display().to_string())?;
+    loaded.warnings.extend(warnings);
+    Ok(loaded)
 }
 
 /// Resolve a hub repo's files (cache first) and load them.

@@ -501,14 +501,27 @@ fn malformed_tokenizer_metadata_is_an_error_naming_the_key() {
             "tokenizer.chat_template",
         ),
     ];
+    // Well-formed metadata this crate cannot build a tokenizer from is told apart from malformed.
+    let unsupported = [
+        "an unknown pre-tokenizer",
+        "no pre-tokenizer",
+        "a SentencePiece vocabulary",
+    ];
     for (what, edit, key) in cases {
         let e = error_after(edit);
         let msg = e.to_string();
         assert!(msg.contains(key), "{what}: `{msg}` does not name {key}");
-        assert!(
-            matches!(e, Error::InvalidField { .. } | Error::MissingField { .. }),
-            "{what}: {e:?}"
-        );
+        if unsupported.contains(&what) {
+            assert!(
+                matches!(e, Error::UnsupportedTokenizer { .. }),
+                "{what}: {e:?}"
+            );
+        } else {
+            assert!(
+                matches!(e, Error::InvalidField { .. } | Error::MissingField { .. }),
+                "{what}: {e:?}"
+            );
+        }
     }
     // Without any tokenizer key there is no tokenizer, and no error.
     let mut md = valid();
@@ -574,6 +587,28 @@ fn the_loader_takes_the_tokenizer_from_the_gguf_and_names_bad_metadata() {
         e.contains("tokenizer.ggml.merges") && e.contains(bad.to_str().unwrap()),
         "{e}"
     );
+    // Unsupported (well-formed) metadata: the model loads without a tokenizer, and says why.
+    let tekken = gguf_with("tekken", &tok, f, |md| {
+        for (k, v) in md.iter_mut() {
+            if k == "tokenizer.ggml.pre" {
+                *v = Value::String("tekken".into());
+            }
+        }
+    });
+    let loaded = load(
+        &ModelSource::parse(tekken.to_str().unwrap()).unwrap(),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    assert!(loaded.tokenizer.is_none());
+    assert!(
+        loaded
+            .warnings
+            .iter()
+            .any(|w| w.contains("tokenizer.ggml.pre") && w.contains("tekken")),
+        "{:?}",
+        loaded.warnings
+    );
     // An explicit tokenizer is used instead, and the bad metadata is not read.
     let json = bad.with_file_name("explicit.json");
     tok.save(&json, false).unwrap();
@@ -586,7 +621,7 @@ fn the_loader_takes_the_tokenizer_from_the_gguf_and_names_bad_metadata() {
     )
     .unwrap();
     assert!(loaded.tokenizer.is_some());
-    for p in [path, bad] {
+    for p in [path, bad, tekken] {
         let _ = std::fs::remove_dir_all(p.parent().unwrap());
     }
 }
