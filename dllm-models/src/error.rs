@@ -125,6 +125,16 @@ pub enum Error {
     /// Tokenizer or chat-template failure.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// Well-formed GGUF tokenizer metadata this crate cannot turn into a tokenizer (a vocabulary
+    /// other than byte-level BPE, a pre-tokenizer it does not know). The loader then loads the
+    /// model without a tokenizer and says why in `LoadedModel::warnings`.
+    #[error("`{field}`: {reason}")]
+    UnsupportedTokenizer {
+        /// The metadata key.
+        field: String,
+        /// What is not supported, and what to do instead.
+        reason: String,
+    },
     /// A canvas the model cannot run (see [`CanvasDefect`]); nothing was computed.
     #[error("invalid canvas: {0}")]
     InvalidCanvas(CanvasDefect),

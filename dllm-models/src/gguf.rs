@@ -111,26 +111,7 @@ impl GgufWeights {
     /// Open `path`, validate its header ([`crate::gguf_check`]), read its metadata into a config,
     /// and keep the file for tensor reads.
     pub fn open(path: &Path, dtype: DType, device: &Device) -> Result<(TransformerConfig, Self)> {
-        let (file, _) = crate::files::open_regular(path, "GGUF")?;
-        // Every size in the header is checked (and the tensor ranges against the file) before
-        // candle's reader parses it.
-        let header = crate::gguf_check::walk(&file)
-            .map_err(|e| Error::file(path, format!("not a valid GGUF file: {e}")))?;
-        let mut reader = BufReader::new(file);
-        reader
-            .seek(std::io::SeekFrom::Start(0))
-            .map_err(|e| Error::file(path, e))?;
-        let content = Content::read(&mut reader)
-            .map_err(|e| Error::file(path, format!("not a readable GGUF file: {e}")))?;
-        if content.tensor_data_offset != header.data_offset {
-            return Err(Error::file(
-                path,
-                format!(
-                    "the tensor data starts at byte {} by the GGUF rules, the reader found {}",
-                    header.data_offset, content.tensor_data_offset
-                ),
-            ));
-        }
+        let (reader, content) = read_content(path)?;
         let cfg = config_from_metadata(&content).map_err(|e| match e {
             e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::file(path, e),
             e => e,
@@ -156,6 +137,12 @@ impl GgufWeights {
         self
     }
 
+    /// The file's metadata (key-value pairs), e.g. for
+    /// [`crate::gguf_tokenizer::tokenizer_from_metadata`].
+    pub fn metadata(&self) -> &HashMap<String, Value> {
+        &self.content.metadata
+    }
+
     fn read(&self, name: &str) -> Result<QTensor> {
         let mut r = self
             .reader
@@ -165,6 +152,31 @@ impl GgufWeights {
             .tensor(&mut *r, name, &Device::Cpu)
             .map_err(|e| Error::file(&self.path, format!("tensor `{name}`: {e}")))
     }
+}
+
+/// Open `path` as a GGUF file: a regular file whose header [`crate::gguf_check`] validates
+/// (every size checked before candle's reader parses it, and the tensor ranges against the
+/// file), then its metadata and tensor table as candle reads them, and the reader.
+pub(crate) fn read_content(path: &Path) -> Result<(BufReader<File>, Content)> {
+    let (file, _) = crate::files::open_regular(path, "GGUF")?;
+    let header = crate::gguf_check::walk(&file)
+        .map_err(|e| Error::file(path, format!("not a valid GGUF file: {e}")))?;
+    let mut reader = BufReader::new(file);
+    reader
+        .seek(std::io::SeekFrom::Start(0))
+        .map_err(|e| Error::file(path, e))?;
+    let content = Content::read(&mut reader)
+        .map_err(|e| Error::file(path, format!("not a readable GGUF file: {e}")))?;
+    if content.tensor_data_offset != header.data_offset {
+        return Err(Error::file(
+            path,
+            format!(
+                "the tensor data starts at byte {} by the GGUF rules, the reader found {}",
+                header.data_offset, content.tensor_data_offset
+            ),
+        ));
+    }
+    Ok((reader, content))
 }
 
 /// Build a config from GGUF metadata (`{arch}.*` keys as written by llama.cpp's converter).

@@ -13,6 +13,8 @@ mod error;
 pub mod files;
 pub mod gguf;
 pub mod gguf_check;
+pub mod gguf_pretok;
+pub mod gguf_tokenizer;
 pub mod gguf_write;
 #[cfg(not(feature = "hexagon"))]
 pub mod hexagon_off;

@@ -613,17 +613,28 @@ pub fn load_from_memory(
     finish(model, Some(tokenizer), gen.as_ref(), name.to_string())
 }
 
-/// Load a GGUF file (tokenizer: `--tokenizer`, or `tokenizer.json` in the same directory).
+/// Load a GGUF file. Its tokenizer: `LoadOptions::tokenizer` when given, else `tokenizer.json` in
+/// the same directory, else the file's own `tokenizer.ggml.*` metadata
+/// ([`crate::gguf_tokenizer`]; malformed metadata is an error naming the key, metadata this crate
+/// cannot build a tokenizer from a warning), else none.
 pub fn load_gguf(path: &Path, opts: &LoadOptions) -> Result<LoadedModel> {
     let (cfg, weights) = GgufWeights::open(path, opts.dtype, &opts.device)?;
-    let weights = weights.keep_half_matrices(opts.keep_half());
-    let model = opts.build(cfg, &weights)?;
     let beside = path
         .parent()
         .unwrap_or(Path::new("."))
         .join("tokenizer.json");
-    let tokenizer = load_tokenizer(&opts.tokenizer, &beside)?;
-    finish(model, tokenizer, None, path.display().to_string())
+    // Read before the weights are packed: a malformed vocabulary fails the load at once.
+    let mut warnings = Vec::new();
+    let tokenizer = match load_tokenizer(&opts.tokenizer, &beside)? {
+        Some(t) => Some(t),
+        None => crate::gguf_tokenizer::for_loader(path, weights.metadata(), &mut warnings)?
+            .map(|t| (t, format!("{} (GGUF metadata)", path.display()))),
+    };
+    let weights = weights.keep_half_matrices(opts.keep_half());
+    let model = opts.build(cfg, &weights)?;
+    let mut loaded = finish(model, tokenizer, None, path.display().to_string())?;
+    loaded.warnings.extend(warnings);
+    Ok(loaded)
 }
 
 /// Resolve a hub repo's files (cache first) and load them.

@@ -52,6 +52,8 @@ pub struct TextTokenizer {
     template: ChatTemplate,
     /// `inner` with special tokens encoded as text (built on first use).
     as_text: std::sync::OnceLock<tokenizers::Tokenizer>,
+    /// The chat template text the tokenizer came with (a GGUF's `tokenizer.chat_template`).
+    template_source: Option<String>,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -101,10 +103,23 @@ impl TextTokenizer {
             inner,
             template,
             as_text: std::sync::OnceLock::new(),
+            template_source: None,
         }
     }
 
-    /// The detected chat template.
+    /// Keep the chat template text the tokenizer came with (a GGUF's `tokenizer.chat_template`).
+    pub fn with_chat_template_source(mut self, source: Option<String>) -> Self {
+        self.template_source = source;
+        self
+    }
+
+    /// The chat template text the tokenizer came with, as written (a GGUF's
+    /// `tokenizer.chat_template`; `None` for a `tokenizer.json`). It is not executed: prompts are
+    /// framed by the template found in the vocabulary ([`Self::template`]).
+    pub fn chat_template_source(&self) -> Option<&str> {
+        self.template_source.as_deref()
+    }
+
     /// Whether the vocabulary carries a chat template's special tokens (LLaDA's or Qwen2's);
     /// without one, `encode_prompt(.., chat = true)` encodes the prompt as written.
     pub fn has_chat_template(&self) -> bool {
@@ -270,7 +285,7 @@ impl TextTokenizer {
 /// Run a `tokenizers` call, turning a panic inside it into an error: that crate panics on some
 /// malformed `tokenizer.json` files (e.g. inconsistent merges or normalizer data) instead of
 /// returning its error, and a bad file must not abort the program.
-fn guarded<T>(
+pub(crate) fn guarded<T>(
     f: impl FnOnce() -> std::result::Result<T, String>,
 ) -> std::result::Result<T, String> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {

@@ -4,11 +4,15 @@
 //! rows permuted for its interleaved RoPE, norms in F32, matrices in the chosen type); the
 //! suite's byte-level BPE tokenizer becomes `tokenizer.ggml.*` metadata with pre-tokeniser
 //! `starcoder` ([`GGUF_PRE_TOKENIZER`]), whose rules (each digit alone, then GPT-2's split) are
-//! the suite tokenizer's. GGUF cannot carry the tokenizer's normaliser and post-processor, so
-//! the file carries a chat template ([`GGUF_CHAT_TEMPLATE`]) that does their work on a prompt:
-//! it prepends the one space the normaliser adds and appends `<sep>` (llama.cpp adds `<bos>`),
-//! so `llama-diffusion-cli -p "QUESTION"` sees exactly the prompt block `<bos> QUESTION <sep>`
-//! the model was trained on.
+//! the suite tokenizer's. The normaliser and post-processor are written as
+//! `tokenizer.ggml.add_space_prefix`, `add_sep_token` (and, for the long suite,
+//! `tokenizer.llada_rs.space_after_newline`), from which `dllm_models::gguf_tokenizer` rebuilds
+//! the `tokenizer.json` token for token, so the `.gguf` alone is a complete model for this
+//! project's loader. llama.cpp's BPE tokeniser applies neither key to a prompt, so the file also
+//! carries a chat template ([`GGUF_CHAT_TEMPLATE`]) that does their work: it prepends the one
+//! space the normaliser adds and appends `<sep>` (llama.cpp adds `<bos>`), so
+//! `llama-diffusion-cli -p "QUESTION"` sees exactly the prompt block `<bos> QUESTION <sep>` the
+//! model was trained on.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -47,10 +51,25 @@ pub fn parse_gguf_type(name: &str) -> Result<GgmlDType> {
 /// The suite tokenizer's `tokenizer.ggml.*` metadata: vocabulary, merges, token types, the
 /// `starcoder` pre-tokeniser, BOS added by the tokenizer, the `<sep>` / `<unk>` ids (the
 /// weight writer adds BOS, EOS, PAD and MASK from the model config) and the prompt-block chat
-/// template.
+/// template; and what makes the file's tokenizer the `tokenizer.json`'s token for token
+/// (`dllm_models::gguf_tokenizer`): `add_sep_token` (the post-processor's `<sep>` after the
+/// text), `add_space_prefix` (the normaliser's leading space, which the decoder strips) and,
+/// for the long suite, `tokenizer.llada_rs.space_after_newline` (its `\n` -> `\n `
+/// normaliser). llama.cpp reads `add_space_prefix` of a BPE vocabulary only when detokenising
+/// (it strips the leading space, as the suite's decoder does) and `add_sep_token` only for
+/// embedding and reranking inputs, so its prompts still come from the chat template.
 pub fn suite_tokenizer_metadata(tok: &Tokenizer) -> Result<Vec<(String, Value)>> {
     check_special_tokens(tok)?;
+    let newline = suite_normalizer(tok)?;
     let mut md = tokenizer_metadata(tok, GGUF_PRE_TOKENIZER, true)?;
+    md.push(("tokenizer.ggml.add_sep_token".into(), Value::Bool(true)));
+    md.push(("tokenizer.ggml.add_space_prefix".into(), Value::Bool(true)));
+    if newline {
+        md.push((
+            "tokenizer.llada_rs.space_after_newline".into(),
+            Value::Bool(true),
+        ));
+    }
     md.push((
         "tokenizer.ggml.seperator_token_id".into(),
         Value::U32(SEP_ID),
@@ -61,6 +80,27 @@ pub fn suite_tokenizer_metadata(tok: &Tokenizer) -> Result<Vec<(String, Value)>>
         Value::String(GGUF_CHAT_TEMPLATE.into()),
     ));
     Ok(md)
+}
+
+/// Which of the suite's two normalisers `tok` has: `false` for the short suite's (one space
+/// before the text), `true` for the long suite's (also a space after every `\n`); anything else
+/// has no GGUF spelling and is an error.
+fn suite_normalizer(tok: &Tokenizer) -> Result<bool> {
+    let normalized = |text: &str| -> Result<String> {
+        let mut s = tokenizers::NormalizedString::from(text);
+        if let Some(n) = tok.get_normalizer() {
+            tokenizers::Normalizer::normalize(n, &mut s)?;
+        }
+        Ok(s.get().to_string())
+    };
+    match normalized("a\nb")?.as_str() {
+        " a\nb" => Ok(false),
+        " a\n b" => Ok(true),
+        other => Err(Error::InvalidArgument(format!(
+            "the tokenizer's normaliser turns \"a\\nb\" into {other:?}: neither suite's, and \
+             GGUF metadata cannot carry it"
+        ))),
+    }
 }
 
 /// Writes the suite model in the HF directory `model_dir` (config.json, safetensors,

@@ -32,7 +32,8 @@ struct Args {
     /// [default: the embedded tiny LLaDA trained on the task suite].
     #[arg(long, visible_alias = "model-id")]
     model: Option<String>,
-    /// A tokenizer.json to use instead of the one next to the weights.
+    /// A tokenizer.json to use instead of the model's own (the tokenizer.json next to the
+    /// weights, else a GGUF file's tokenizer metadata).
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// Prompt text.
@@ -147,7 +148,11 @@ fn run(a: Args) -> Result<()> {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
             let tok = loaded.tokenizer.as_ref().ok_or_else(|| {
-                anyhow!("{} has no tokenizer.json: pass --tokenizer <file> or give the prompt as --prompt-ids", loaded.source)
+                anyhow!(
+                    "{} has no tokenizer (no tokenizer.json beside it, and no tokenizer metadata \
+                     in a GGUF): pass --tokenizer <file> or give the prompt as --prompt-ids",
+                    loaded.source
+                )
             })?;
             if a.chat && !tok.has_chat_template() {
                 bail!(
