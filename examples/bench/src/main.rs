@@ -129,7 +129,13 @@ struct Loaded {
     hex: Option<HexagonDevice>,
 }
 
-fn load_for(source: &ModelSource, dev: Dev, workers: usize, window: Option<u64>) -> Result<Loaded> {
+fn load_for(
+    source: &ModelSource,
+    dev: Dev,
+    workers: usize,
+    window: Option<u64>,
+    threads: Option<usize>,
+) -> Result<Loaded> {
     let (backend, hex) = match dev {
         Dev::Cpu => (Backend::Cpu, None),
         Dev::Npu(policy) => {
@@ -149,6 +155,7 @@ fn load_for(source: &ModelSource, dev: Dev, workers: usize, window: Option<u64>)
         dtype: DType::F32,
         device: Device::Cpu,
         backend,
+        threads,
         ..Default::default()
     };
     let model = load(source, &opts).with_context(|| format!("loading {source}"))?;
@@ -344,7 +351,13 @@ impl Runner<'_> {
             Some(i) => i,
             None => {
                 let w = window.or(self.args.hexagon_window);
-                let l = load_for(&self.source, spec.dev, self.args.hexagon_workers, w)?;
+                let l = load_for(
+                    &self.source,
+                    spec.dev,
+                    self.args.hexagon_workers,
+                    w,
+                    self.args.threads,
+                )?;
                 self.loaded.push((spec.dev, window, l));
                 self.loaded.len() - 1
             }
@@ -446,7 +459,8 @@ fn failed_rows<'a>(rows: impl IntoIterator<Item = &'a RowResult>) -> Result<()> 
 fn run(a: Args) -> Result<()> {
     check_args(&a)?;
     if let Some(t) = a.threads {
-        dllm_models::threads::configure(t).context("--threads")?;
+        // Every row's model gets its own pool of this size (LoadOptions::threads).
+        dllm_models::threads::pool(t).context("--threads")?;
     }
     let source = match &a.model {
         Some(s) => ModelSource::parse(s)?,
@@ -463,7 +477,7 @@ fn run(a: Args) -> Result<()> {
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("--out {}", a.out.display()))?;
     let t_all = Instant::now();
-    let cpu = load_for(&source, Dev::Cpu, a.hexagon_workers, None)?;
+    let cpu = load_for(&source, Dev::Cpu, a.hexagon_workers, None, a.threads)?;
     let text_tok = cpu
         .model
         .tokenizer

@@ -173,9 +173,9 @@ fn main() {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        // Rayon's global pool, where the model's CPU kernels run (kernels-cpu's GEMMs and
-        // attention, candle's gemm): sized before any tensor work, when it starts.
-        dllm_models::threads::configure(t).context("--threads")?;
+        // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
+        // before anything is loaded.
+        dllm_models::threads::pool(t).context("--threads")?;
     }
     let asked_suite: Option<Suite> = a
         .suite
@@ -221,6 +221,7 @@ fn run(a: Args) -> Result<()> {
     }
     let opts = LoadOptions {
         tokenizer: a.tokenizer.clone(),
+        threads: a.threads,
         ..Default::default()
     };
     let source = ModelSource::parse(&a.model)?;

@@ -79,9 +79,9 @@ fn parse_dtype(flag: &str, s: &str) -> Result<DType> {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        // Rayon's global pool, where the model's CPU kernels run (kernels-cpu's GEMMs and
-        // attention, candle's gemm): sized before any tensor work, when it starts.
-        dllm_models::threads::configure(t).context("--threads")?;
+        // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
+        // before anything is loaded.
+        dllm_models::threads::pool(t).context("--threads")?;
     }
     // Every flag is checked before anything is opened or loaded.
     let dtype = parse_dtype("--dtype", &a.dtype)?;
@@ -117,6 +117,7 @@ fn run(a: Args) -> Result<()> {
         device: Device::Cpu,
         tokenizer: a.tokenizer.clone(),
         backend: backend.clone(),
+        threads: a.threads,
         ..Default::default()
     };
     let t_load = Instant::now();

@@ -111,6 +111,7 @@ fn model(a: &Args, backend: &Backend) -> Result<(DiffusionTransformer, String)> 
     if let Some(spec) = &a.model {
         let opts = LoadOptions {
             backend: backend.clone(),
+            threads: a.threads,
             ..Default::default()
         };
         let source = ModelSource::parse(spec)?;
@@ -124,7 +125,11 @@ fn model(a: &Args, backend: &Backend) -> Result<(DiffusionTransformer, String)> 
         s => bail!("--synthetic: `{s}` (expected tiny or 100m)"),
     };
     let w = HfWeights::from_tensors(random_weights(&cfg, 0)?, cfg.arch, DType::F32, &Device::Cpu);
-    let m = DiffusionTransformer::new_on(cfg, &w, OpMode::Fused, backend)?;
+    let cpu = dllm_models::CpuOptions {
+        threads: a.threads,
+        ..Default::default()
+    };
+    let m = DiffusionTransformer::new_with(cfg, &w, OpMode::Fused, backend, cpu)?;
     Ok((m, format!("synthetic {} (random weights)", a.synthetic)))
 }
 
@@ -187,9 +192,8 @@ fn run(a: Args) -> Result<()> {
     }
     let rows_spec = parse_rows(&a.rows)?;
     if let Some(t) = a.threads {
-        // Rayon's global pool, where the model's CPU kernels run (kernels-cpu's GEMMs and
-        // attention, candle's gemm): sized before any tensor work, when it starts.
-        dllm_models::threads::configure(t).context("--threads")?;
+        // The model's own pool (its CPU kernels run there): checked before anything is built.
+        dllm_models::threads::pool(t).context("--threads")?;
     }
     let backend = backend(&a)?;
     let (mut m, source) = model(&a, &backend)?;
