@@ -137,10 +137,10 @@ pub struct DecodeArgs {
     /// looked at is tentative too.
     #[arg(long)]
     pub suspect_dependents: bool,
-    /// mbsd verification: a step that sends a token back decides only its most confident
-    /// candidate.
+    /// mbsd verification: a step that sends a token back still takes all its other decisions
+    /// (by default it takes only its most confident candidate: the others saw the rejected token).
     #[arg(long)]
-    pub hold_on_remask: bool,
+    pub no_hold: bool,
     /// mbsd staged decisions: allow two adjacent positions to be decided in one step below
     /// --theta-stable (by default they are kept apart).
     #[arg(long)]
@@ -321,7 +321,7 @@ impl DecodeArgs {
             tau_back: self.tau_back,
             max_remasks: self.max_remasks,
             suspect_dependents: self.suspect_dependents,
-            hold_on_remask: self.hold_on_remask,
+            hold_on_remask: !self.no_hold,
             allowance: self.verify_allowance,
         };
         if strategy.is_mbsd() && !self.no_sts {
@@ -340,7 +340,7 @@ impl DecodeArgs {
             ("--tau-back", verify.tau_back != d.tau_back),
             ("--max-remasks", verify.max_remasks != d.max_remasks),
             ("--suspect-dependents", self.suspect_dependents),
-            ("--hold-on-remask", self.hold_on_remask),
+            ("--no-hold", self.no_hold),
             ("--allow-adjacent", self.allow_adjacent),
             ("--verify-allowance", verify.allowance != d.allowance),
         ];
