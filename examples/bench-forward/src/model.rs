@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use dllm_models::synthetic::{bench_llada_100m, bench_llada_8b_shaped, random_weights};
@@ -130,41 +129,15 @@ pub fn write_gguf(path: &Path, dtype: GgmlDType) -> Result<()> {
 /// Write `model` as a GGUF with 2-D weights in `dtype` (the project's writer).
 pub fn write_model_gguf(model: BenchModel, path: &Path, dtype: GgmlDType) -> Result<()> {
     let (cfg, w) = model.weights()?;
-    dllm_models::gguf_write::write_gguf(path, &cfg, &w, dtype, &placeholder_vocab(cfg.vocab_size))
-        .with_context(|| format!("writing {}", path.display()))?;
+    dllm_models::gguf_write::write_gguf(
+        path,
+        &cfg,
+        &w,
+        dtype,
+        &dllm_models::gguf_write::placeholder_vocab(cfg.vocab_size),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
-}
-
-/// A SentencePiece-style placeholder vocabulary so llama.cpp can load a checkpoint that has none.
-fn placeholder_vocab(n: usize) -> Vec<(String, Value)> {
-    let tokens = (0..n)
-        .map(|i| {
-            Value::String(match i {
-                0 => "<unk>".into(),
-                1 => "<s>".into(),
-                2 => "</s>".into(),
-                _ => format!("tok{i}"),
-            })
-        })
-        .collect();
-    let types = (0..n)
-        .map(|i| {
-            Value::I32(match i {
-                0 => 2,
-                1 | 2 => 3,
-                _ => 1,
-            })
-        })
-        .collect();
-    vec![
-        ("tokenizer.ggml.model".into(), Value::String("llama".into())),
-        ("tokenizer.ggml.tokens".into(), Value::Array(tokens)),
-        (
-            "tokenizer.ggml.scores".into(),
-            Value::Array((0..n).map(|_| Value::F32(0.0)).collect()),
-        ),
-        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
-    ]
 }
 
 /// A deterministic `(1, len)` canvas of ids below `vocab - 3`.
