@@ -102,6 +102,11 @@ fn json_output_matches_the_library() {
             assert!(v.get(key).is_some(), "missing `{key}` in {v}");
         }
         assert_eq!(v["prompt_ids"], serde_json::json!([5, 6, 7, 8]));
+        // The process's peak RSS: at least the weights it loaded, far below the machine.
+        let rss = v["peak_rss_bytes"]
+            .as_u64()
+            .expect("peak_rss_bytes on Linux");
+        assert!(rss > 1 << 20 && rss < 1 << 34, "peak_rss_bytes {rss}");
         let ids: Vec<u32> = serde_json::from_value(v["generated_ids"].clone()).unwrap();
         assert_eq!(ids.len(), 16);
 
