@@ -12,12 +12,14 @@ mod error;
 pub mod files;
 pub mod gguf;
 pub mod gguf_check;
+pub mod gguf_raw;
 pub mod gguf_write;
 #[cfg(not(feature = "hexagon"))]
 pub mod hexagon_off;
 #[cfg(feature = "hub")]
 pub mod hub;
 pub mod kv_cache;
+mod layer_params;
 pub mod layers;
 mod layout;
 pub mod limits;

@@ -284,9 +284,17 @@ fn pack_layer(
     host: &mut HostWeights,
     pinned: &mut Pinned,
 ) -> Result<PackedLayer> {
+    // Rows and packed format must be as declared (a dense part may come in another float type:
+    // every float type packs to the same fp16 tiles).
+    let packs = |s: &MatrixShape| -> Vec<_> {
+        s.parts
+            .iter()
+            .map(|(r, f)| (*r, packed::format_for(f).ok()))
+            .collect()
+    };
     for (m, d) in w.matrices.iter().zip(declared) {
         let got = matrix_shape(m)?;
-        if got.parts != d.parts {
+        if packs(&got) != packs(d) {
             return Err(invalid(format!(
                 "{what}: {} has parts {:?}, its shape declared {:?}",
                 m.name, got.parts, d.parts
