@@ -85,6 +85,11 @@ impl WeightFileBuilder {
             &mem.host_weight_bytes
         };
         gauge.fetch_add(bytes, Ordering::Relaxed);
+        // The packed bytes were written through the host view; from now on the NPU maps resident
+        // ranges itself, and the host reads only what the CPU refresh path and staging touch:
+        // dropping the view's pages keeps a resident weight from counting twice (host view and
+        // window) in the resident set. Nothing references the file during `seal`.
+        self.shm.drop_host_view_pages();
         let file = Arc::new(WeightFile {
             shm: self.shm,
             mem: mem.clone(),

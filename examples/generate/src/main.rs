@@ -257,6 +257,9 @@ fn run(a: Args) -> Result<()> {
         );
         if let Some(dev) = backend.hexagon() {
             eprintln!("\n{}", dev.routing_report());
+            if let Some(plan) = dev.last_memory_plan() {
+                eprintln!("\n{plan}");
+            }
             let cpu = loaded.model.weights().cpu_linear_bytes();
             eprintln!(
                 "CPU linear layers (refresh path, fallbacks): {:.2} MiB of their own weights, \
