@@ -320,9 +320,20 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             pad: m.token("tokenizer.ggml.padding_token_id")?,
         },
     };
-    // Both models rotate the whole head (NeoX RoPE over head_dim): a partial rotary dimension
-    // or a scaled RoPE would be computed differently, so they are errors, as `rope_scaling` is
-    // in config.json.
+    check_rope(&m, content, &k, &cfg)?;
+    cfg.validate(&config_names(arch))?;
+    Ok(cfg)
+}
+
+/// Both models rotate the whole head (NeoX RoPE over head_dim): a partial rotary dimension or a
+/// scaled RoPE would be computed differently, so they are errors, as `rope_scaling` is in
+/// config.json.
+fn check_rope(
+    m: &Meta<'_>,
+    content: &Content,
+    k: &dyn Fn(&str) -> String,
+    cfg: &TransformerConfig,
+) -> Result<()> {
     if let Some(d) = m.int(&k("rope.dimension_count"))? {
         // A zero head count is reported by `validate` below; the head dimension needs one.
         let head_dim = cfg.hidden_size.checked_div(cfg.num_heads).unwrap_or(0) as u64;
@@ -345,7 +356,12 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             ))
         }
     }
-    let names = match arch {
+    Ok(())
+}
+
+/// The GGUF keys a config's fields come from, for error messages.
+fn config_names(arch: Arch) -> ConfigNames {
+    match arch {
         Arch::Llada => ConfigNames {
             hidden: "llada.embedding_length",
             layers: "llada.block_count",
@@ -364,9 +380,7 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             vocab: "dream.vocab_size",
             max_len: "dream.context_length",
         },
-    };
-    cfg.validate(&names)?;
-    Ok(cfg)
+    }
 }
 
 /// Undo llama.cpp's LLaDA q/k permutation on whole rows of a `(rows, cols)` tensor of any GGML type:

@@ -322,68 +322,7 @@ impl Somr {
             }
         }
         order.extend((0..n).filter(|&w| stage_of[w].is_none()));
-        // In place: mappings of runs of residents adjacent in the weight file (the file is in
-        // load order, which is consumption order), nothing copied. Otherwise: residents copied
-        // back to back in consumption order into mappings of their own.
-        let in_place = in_place(rt);
-        let page = rt.dev.mem().window.page();
-        let plan = |ws: &[usize], limit: u64| {
-            if in_place {
-                file_runs(rt, ws, page, limit)
-            } else {
-                let items: Vec<(usize, u64)> = ws
-                    .iter()
-                    .map(|&w| (w, rt.weights[w].bytes.len() as u64))
-                    .collect();
-                pack_in_order(&items, limit, TENSOR_ALIGN as u64)
-            }
-        };
-        let mut resident = vec![None; n];
-        let mut mappings = Vec::new();
-        let mut pending = plan(&order, MAX_MAPPING_BYTES);
-        pending.reverse();
-        while let Some(m) = pending.pop() {
-            let mapped = if in_place {
-                // A run's first member is at offset 0 of the run.
-                let first = &rt.weights[m.members[0].0].bytes;
-                rt.dev
-                    .mem()
-                    .map_weights(first.file(), first.file_offset(), m.bytes as usize)
-            } else {
-                rt.dev.map_buffer(m.bytes as usize)
-            };
-            let mut buf = match mapped {
-                Ok(b) => b,
-                // A fragmented window: the same tensors in smaller mappings.
-                Err(Error::VaBudget { have, .. }) if m.members.len() > 1 && have > 0 => {
-                    let sub: Vec<usize> = m.members.iter().map(|&(w, _)| w).collect();
-                    let mut parts = plan(&sub, have.min(m.bytes / 2).max(1));
-                    parts.reverse();
-                    pending.extend(parts);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for &(w, off) in &m.members {
-                if !in_place {
-                    buf.write(off as usize, &rt.weights[w].bytes)?;
-                }
-                resident[w] = Some(Loc {
-                    buffer: buf.id(),
-                    offset: off as usize,
-                });
-            }
-            let bytes = m
-                .members
-                .iter()
-                .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
-                .sum();
-            rt.dev.mem().count_weights(bytes);
-            if !in_place {
-                buf.hold_weight_copy(bytes);
-            }
-            mappings.push(buf);
-        }
+        let (resident, mappings) = map_residents(rt, &order)?;
         let mut slots = Vec::new();
         if placement.slot_bytes > 0 {
             for _ in 0..2 {
@@ -583,6 +522,74 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
     rt.stats()
         .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
     Ok(())
+}
+
+/// Map the resident weights `order` (consumption order): where each weight is, and the mappings.
+fn map_residents(rt: &Runtime, order: &[usize]) -> Result<(Vec<Option<Loc>>, Vec<DeviceBuffer>)> {
+    let n = rt.weights.len();
+    // In place: mappings of runs of residents adjacent in the weight file (the file is in
+    // load order, which is consumption order), nothing copied. Otherwise: residents copied
+    // back to back in consumption order into mappings of their own.
+    let in_place = in_place(rt);
+    let page = rt.dev.mem().window.page();
+    let plan = |ws: &[usize], limit: u64| {
+        if in_place {
+            file_runs(rt, ws, page, limit)
+        } else {
+            let items: Vec<(usize, u64)> = ws
+                .iter()
+                .map(|&w| (w, rt.weights[w].bytes.len() as u64))
+                .collect();
+            pack_in_order(&items, limit, TENSOR_ALIGN as u64)
+        }
+    };
+    let mut resident = vec![None; n];
+    let mut mappings = Vec::new();
+    let mut pending = plan(&order, MAX_MAPPING_BYTES);
+    pending.reverse();
+    while let Some(m) = pending.pop() {
+        let mapped = if in_place {
+            // A run's first member is at offset 0 of the run.
+            let first = &rt.weights[m.members[0].0].bytes;
+            rt.dev
+                .mem()
+                .map_weights(first.file(), first.file_offset(), m.bytes as usize)
+        } else {
+            rt.dev.map_buffer(m.bytes as usize)
+        };
+        let mut buf = match mapped {
+            Ok(b) => b,
+            // A fragmented window: the same tensors in smaller mappings.
+            Err(Error::VaBudget { have, .. }) if m.members.len() > 1 && have > 0 => {
+                let sub: Vec<usize> = m.members.iter().map(|&(w, _)| w).collect();
+                let mut parts = plan(&sub, have.min(m.bytes / 2).max(1));
+                parts.reverse();
+                pending.extend(parts);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for &(w, off) in &m.members {
+            if !in_place {
+                buf.write(off as usize, &rt.weights[w].bytes)?;
+            }
+            resident[w] = Some(Loc {
+                buffer: buf.id(),
+                offset: off as usize,
+            });
+        }
+        let bytes = m
+            .members
+            .iter()
+            .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
+            .sum();
+        rt.dev.mem().count_weights(bytes);
+        if !in_place {
+            buf.hold_weight_copy(bytes);
+        }
+        mappings.push(buf);
+    }
+    Ok((resident, mappings))
 }
 
 /// True when the module's resident weights are mapped from its weight file in place.
