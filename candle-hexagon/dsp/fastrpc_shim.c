@@ -8,7 +8,8 @@
  * - rpcmem: rpcmem_alloc returns a MAP_SHARED mapping of a fresh memfd (the dma-buf stand-in);
  *   rpcmem_to_fd returns that fd. Heap ids other than SYSTEM (25) are refused.
  * - the DSP process address space: a PROT_NONE reservation of KDSP_SHIM_VA_BYTES (default
- *   3000 MiB, like a v73 session). fastrpc_mmap(FASTRPC_MAP_FD) maps the fd a second time, at a
+ *   3000 MiB, like a v73 session). fastrpc_mmap(FASTRPC_MAP_FD) maps a page-aligned range of the
+ *   fd (offset, length; several disjoint ranges of one fd may be mapped) a second time, at a
  *   first-fit address inside it, so the DSP side reaches the pages only through the fd;
  *   exhaustion returns AEE_ENOMEMORY.
  * - FastRPC copy semantics: input buffers are copied into DSP-side (aligned) buffers before the
@@ -53,8 +54,9 @@ typedef struct {
 
 typedef struct {
     int fd;
-    uint8_t *host;
-    uint64_t off; /* offset in the DSP window */
+    uint8_t *host;  /* host address of the range (the fd's mapping + foff) */
+    uint64_t foff;  /* offset of the range in the fd */
+    uint64_t off;   /* offset in the DSP window */
     uint64_t len;
 } shim_map;
 
@@ -189,12 +191,13 @@ API int fastrpc_mmap(int domain, int fd, void *addr, int offset, size_t length, 
         goto out;
     }
     rc = AEE_EBADPARM;
-    if (addr != m->ptr || (size_t)offset + length > m->len) {
-        goto out; /* addr must be the host mapping of the fd */
+    if (addr != m->ptr + offset || (size_t)offset + length > m->len) {
+        goto out; /* addr must be the host mapping of the fd's range */
     }
-    rc = AEE_EALREADY;
+    rc = AEE_EALREADY; /* a range of the fd overlapping one already mapped */
     for (size_t i = 0; i < g_nmap; i++) {
-        if (g_map[i].fd == fd) {
+        if (g_map[i].fd == fd && g_map[i].foff < (uint64_t)offset + length &&
+            (uint64_t)offset < g_map[i].foff + g_map[i].len) {
             goto out;
         }
     }
@@ -220,7 +223,7 @@ API int fastrpc_mmap(int domain, int fd, void *addr, int offset, size_t length, 
         goto out;
     }
     memmove(&g_map[slot + 1], &g_map[slot], (g_nmap - slot) * sizeof(shim_map));
-    g_map[slot] = (shim_map){fd, (uint8_t *)addr, at, length};
+    g_map[slot] = (shim_map){fd, (uint8_t *)addr, (uint64_t)offset, at, length};
     g_nmap++;
     g_stats_maps++;
     rc = AEE_SUCCESS;
@@ -236,10 +239,10 @@ API int fastrpc_munmap(int domain, int fd, void *addr, size_t length) {
     pthread_mutex_lock(&g_lock);
     int rc = AEE_EINVALIDFD;
     for (size_t i = 0; i < g_nmap; i++) {
-        if (g_map[i].fd != fd) {
+        if (g_map[i].fd != fd || g_map[i].host != addr) {
             continue;
         }
-        if (g_map[i].host != addr || g_map[i].len != length) {
+        if (g_map[i].len != length) {
             rc = AEE_EBADPARM;
             break;
         }
@@ -259,15 +262,17 @@ API int fastrpc_munmap(int domain, int fd, void *addr, size_t length) {
     return rc;
 }
 
-/* kdsp_skel.h platform layer: what HAP_mmap_get does on the DSP. */
-int kdsp_plat_fd_lookup(int fd, uint8_t **addr, uint64_t *len) {
+/* kdsp_skel.h platform layer: what HAP_mmap_get does on the DSP. The mapped range of `fd`
+ * holding bytes [offset, offset + size) of it: its DSP address for `offset`. */
+int kdsp_plat_fd_lookup(int fd, uint64_t offset, uint64_t size, uint8_t **addr) {
     int rc = -1;
     pthread_mutex_lock(&g_lock);
     for (size_t i = 0; i < g_nmap; i++) {
-        if (g_map[i].fd == fd) {
-            *addr = g_window + g_map[i].off;
-            *len = g_map[i].len;
+        const shim_map *m = &g_map[i];
+        if (m->fd == fd && offset >= m->foff && size <= m->len && offset - m->foff <= m->len - size) {
+            *addr = g_window + m->off + (offset - m->foff);
             rc = 0;
+            break;
         }
     }
     pthread_mutex_unlock(&g_lock);

@@ -105,16 +105,17 @@ static int kdsp_method_register(kdsp_skel_session *s, uint32_t sc, remote_arg *p
     }
     kdsp_rpc_register r;
     memcpy(&r, in, sizeof(r));
-    uint8_t *base = NULL;
-    uint64_t len = 0;
-    if (kdsp_plat_fd_lookup(r.fd, &base, &len) != 0) {
-        return AEE_ENOSUCHMAP; /* the fd was not fastrpc_mmap'ed into this process */
-    }
-    if (r._pad0 != 0 || (uint64_t)r.offset > len || r.size > len - r.offset) {
+    if (r._pad0 != 0) {
         kdsp_put_u32(out, KDSP_STATUS_INVALID_PARAMS);
         return AEE_SUCCESS;
     }
-    kdsp_put_u32(out, kdsp_buffer_register(s->ctx, r.id, base + r.offset, r.size));
+    /* The fd's bytes [offset, offset + size) must lie in one range fastrpc_mmap'ed into this
+     * process (a whole rpcmem buffer, or a range of a larger one: weights held once). */
+    uint8_t *base = NULL;
+    if (kdsp_plat_fd_lookup(r.fd, r.offset, r.size, &base) != 0) {
+        return AEE_ENOSUCHMAP;
+    }
+    kdsp_put_u32(out, kdsp_buffer_register(s->ctx, r.id, base, r.size));
     return AEE_SUCCESS;
 }
 

@@ -60,7 +60,7 @@ typedef union {
 #define AEE_EUNSIGNEDMOD 0x81
 
 /* Platform layer. */
-int kdsp_plat_fd_lookup(int fd, uint8_t **addr, uint64_t *len);
+int kdsp_plat_fd_lookup(int fd, uint64_t offset, uint64_t size, uint8_t **addr);
 void *kdsp_plat_alloc(size_t bytes, size_t align);
 void kdsp_plat_free(void *p);
 

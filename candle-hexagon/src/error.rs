@@ -69,6 +69,29 @@ pub enum Error {
         /// Bytes currently mapped.
         in_use: u64,
     },
+    /// A weight-owning module the memory policy cannot place in the NPU window, found from the
+    /// module's shape before any weight is read or mapped.
+    #[error(
+        "the `{policy}` memory policy cannot place this model in the NPU window: {what} need \
+         {need} bytes ({}), and {free} bytes ({}) of the {window}-byte ({}) window are free \
+         before activations and the KV cache; nothing was loaded (use the `somr` policy or a \
+         larger window)",
+        fmt_bytes(*.need),
+        fmt_bytes(*.free),
+        fmt_bytes(*.window)
+    )]
+    WontFit {
+        /// The policy (`naive`, `paging`, `somr`).
+        policy: String,
+        /// What must be mapped at once under that policy.
+        what: &'static str,
+        /// Bytes it needs (page-rounded mappings).
+        need: u64,
+        /// Bytes of the window free when the check ran.
+        free: u64,
+        /// Window size.
+        window: u64,
+    },
     /// Every mapper entry of the session is in use.
     #[error("NPU mapper entries exhausted: need 1 more mapping, have 0 of {limit} entries free")]
     MapperEntries {

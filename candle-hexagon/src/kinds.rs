@@ -167,11 +167,18 @@ pub struct SwapSnapshot {
     pub shape_plans: u64,
     /// Activation layouts evicted from a module's bounded cache.
     pub shape_plan_evictions: u64,
-    /// Forwards run op-group by op-group to profile them (`somr`).
-    pub profiled: u64,
     /// Weight mappings evicted to make room (`paging`, and `somr` demoting its residents).
     pub evictions: u64,
     /// Times staging waited for the batch still reading a slot before overwriting it (`somr`;
     /// counted before the wait begins).
     pub slot_waits: u64,
+}
+
+impl SwapSnapshot {
+    /// The share of staging time hidden behind DSP work: `overlapped / (overlapped + stall)`
+    /// (`None` when nothing was staged).
+    pub fn overlapped_fraction(&self) -> Option<f64> {
+        let total = self.overlapped_ns + self.stall_ns;
+        (total > 0).then(|| self.overlapped_ns as f64 / total as f64)
+    }
 }

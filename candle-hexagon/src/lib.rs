@@ -74,8 +74,9 @@ pub use kernels_dsp as abi;
 
 pub use block::KvStats;
 pub use block::{
-    Cols, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerConfig,
-    LayerWeights, Matrix, Node, PackedWeight, Part, Program, TransformerWeights, WeightRef,
+    Cols, DeviceKv, ForwardHandle, ForwardOutput, HexTransformer, HexTransformerBuilder,
+    HexTransformerConfig, LayerWeights, Matrix, MatrixShape, Node, PackedWeight, Part, Program,
+    StackShape, TransformerWeights, WeightRef,
 };
 pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
 pub use error::{fmt_bytes, Error, Result};

@@ -479,13 +479,13 @@ impl fmt::Display for RoutingReport {
             write!(
                 f,
                 "\nmemory runtime ({policy}): {} forwards; {} streamed; stall {:.1} ms, overlapped \
-                 {:.1} ms; {} plans, {} profiling forwards, {} evictions",
+                 {:.1} ms ({:.0}% of staging overlapped); {} plans, {} evictions",
                 s.forwards,
                 fmt_bytes(s.bytes_streamed),
                 s.stall_ns as f64 / 1e6,
                 s.overlapped_ns as f64 / 1e6,
+                100.0 * s.overlapped_fraction().unwrap_or(0.0),
                 s.plans,
-                s.profiled,
                 s.evictions
             )?;
         }

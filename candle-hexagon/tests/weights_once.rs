@@ -7,7 +7,9 @@
 mod common;
 
 use candle_core::{DType, Tensor};
-use candle_hexagon::{HexTransformer, HexagonConfig, HexagonDevice, MemoryPolicy, Placed};
+use candle_hexagon::{
+    HexTransformer, HexagonConfig, HexagonDevice, MemoryPolicy, Placed, TransportConfig,
+};
 use common::block_ref::{Model, Spec};
 use common::*;
 
@@ -65,10 +67,19 @@ fn other_views(all: &[Map], b: &[u8]) -> Vec<usize> {
 }
 
 fn run(policy: MemoryPolicy, window: u64) -> (HexagonDevice, HexTransformer) {
+    run_on(policy, window, TransportConfig::Emulated)
+}
+
+fn run_on(
+    policy: MemoryPolicy,
+    window: u64,
+    transport: TransportConfig,
+) -> (HexagonDevice, HexTransformer) {
     let m = Model::random(&Spec::three_blocks(), 3);
     let dev = HexagonDevice::open(HexagonConfig {
         va_window_bytes: window,
         memory_policy: policy,
+        transport,
         ..Default::default()
     })
     .unwrap();
@@ -84,6 +95,14 @@ fn run(policy: MemoryPolicy, window: u64) -> (HexagonDevice, HexTransformer) {
     (dev, t)
 }
 
+fn policy_of(label: &str) -> MemoryPolicy {
+    match label.split(' ').next() {
+        Some("naive") => MemoryPolicy::Naive,
+        Some("paging") => MemoryPolicy::Paging,
+        _ => MemoryPolicy::Somr,
+    }
+}
+
 /// Every packed weight of `t`: the blocks' four groups and the head.
 fn weights(t: &HexTransformer) -> Vec<candle_hexagon::PackedWeight> {
     let mut out = Vec::new();
@@ -96,8 +115,22 @@ fn weights(t: &HexTransformer) -> Vec<candle_hexagon::PackedWeight> {
 
 #[test]
 fn resident_weights_are_mapped_from_the_host_bytes_not_copied() {
-    for policy in [MemoryPolicy::Somr, MemoryPolicy::Naive] {
-        let (dev, t) = run(policy, 256 * MIB);
+    // paging too: its on-demand mappings are the weight file's ranges, not copies. And on the
+    // phone's path: the FastRPC transport (through the host shim, whose fastrpc_mmap maps the
+    // rpcmem fd's range into its DSP window) maps each resident range by fd and offset.
+    let shim = || TransportConfig::FastRpc {
+        library: candle_hexagon::shim_library_path().expect("this build has the FastRPC shim"),
+    };
+    for (policy, transport) in [
+        (MemoryPolicy::Somr, TransportConfig::Emulated),
+        (MemoryPolicy::Naive, TransportConfig::Emulated),
+        (MemoryPolicy::Paging, TransportConfig::Emulated),
+        (MemoryPolicy::Somr, shim()),
+        (MemoryPolicy::Naive, shim()),
+        (MemoryPolicy::Paging, shim()),
+    ] {
+        let policy = format!("{policy} on {transport:?}");
+        let (dev, t) = run_on(policy_of(&policy), 256 * MIB, transport);
         let all = maps();
         let ws = weights(&t);
         let total: usize = ws.iter().map(|w| w.bytes.len()).sum();
@@ -127,15 +160,6 @@ fn resident_weights_are_mapped_from_the_host_bytes_not_copied() {
 
 #[test]
 fn a_copy_is_counted_where_weights_are_still_copied() {
-    // paging copies on every miss by design: its mappings are counted as NPU-side copies.
-    let (dev, t) = run(MemoryPolicy::Paging, 256 * MIB);
-    let ws = weights(&t);
-    let total: u64 = ws.iter().map(|w| w.bytes.len() as u64).sum();
-    let c = dev.counters();
-    assert_eq!((c.shared_weight_bytes, c.npu_weight_bytes), (total, total));
-    let all = maps();
-    assert!(ws.iter().all(|w| other_views(&all, &w.bytes).is_empty()));
-
     // somr in a window too small for every weight: the residents are mapped in place, the
     // streamed ones go through the two staging slots (copies, counted at the slots' capacity).
     let (dev, t) = run(MemoryPolicy::Somr, 2 * MIB);

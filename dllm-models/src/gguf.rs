@@ -19,8 +19,10 @@ use std::sync::{Arc, Mutex};
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
+use memmap2::Mmap;
 
 use crate::config::{ConfigNames, TransformerConfig};
+use crate::gguf_raw::RawMatrix;
 use crate::layers::{CpuLinear, Param};
 use crate::lm::{Arch, SpecialTokens};
 use crate::role::Role;
@@ -41,6 +43,8 @@ pub struct GgufWeights {
     path: PathBuf,
     content: Content,
     reader: Mutex<BufReader<File>>,
+    /// The file mapped read-only: quantized matrices are packed from it in place.
+    map: Mmap,
     arch: Arch,
     num_heads: usize,
     num_kv_heads: usize,
@@ -116,7 +120,9 @@ impl GgufWeights {
             e @ (Error::MissingField { .. } | Error::InvalidField { .. }) => Error::file(path, e),
             e => e,
         })?;
+        let map = crate::gguf_raw::map_file(reader.get_ref(), path)?;
         let w = Self {
+            map,
             path: path.to_path_buf(),
             arch: cfg.arch,
             num_heads: cfg.num_heads,
@@ -141,6 +147,52 @@ impl GgufWeights {
     /// [`crate::gguf_tokenizer::tokenizer_from_metadata`].
     pub fn metadata(&self) -> &HashMap<String, Value> {
         &self.content.metadata
+    }
+
+    /// The matrix of `role` in place (see [`crate::gguf_raw`]), checked against `shape`, with
+    /// LLaDA's q/k rows put back in order.
+    fn raw(&self, role: Role, shape: &[usize]) -> Result<RawMatrix<'_>> {
+        let name = role.gguf_name();
+        let info = self
+            .content
+            .tensor_infos
+            .get(&name)
+            .ok_or_else(|| Error::MissingTensor {
+                name: name.clone(),
+                source_desc: self.path.display().to_string(),
+            })?;
+        if info.shape.dims() != shape || shape.len() != 2 {
+            return Err(Error::TensorShape {
+                name,
+                expected: shape.to_vec(),
+                got: info.shape.dims().to_vec(),
+            });
+        }
+        let dt = info.ggml_dtype;
+        let len = shape[0] * shape[1] / dt.block_size() * dt.type_size();
+        // In range: `gguf_check::walk` checked every tensor's range against the file at open.
+        let at = self.content.tensor_data_offset as usize + info.offset as usize;
+        let heads = match (self.arch, role) {
+            (Arch::Llada, Role::Q(_)) => Some(self.num_heads),
+            (Arch::Llada, Role::K(_)) => Some(self.num_kv_heads),
+            _ => None,
+        };
+        let hd = heads.map(|h| check_head_split(shape[0], h)).transpose()?;
+        let order = hd.map(|hd| move |r: usize| gguf_row_of(r, hd));
+        let m = RawMatrix::new(
+            &self.map,
+            at..at + len,
+            dt,
+            (shape[0], shape[1]),
+            order.as_ref().map(|f| f as &dyn Fn(usize) -> usize),
+        );
+        if let Some(bad) = m.non_finite() {
+            return Err(Error::NonFinite {
+                what: format!("tensor `{name}` of {}", self.path.display()),
+                detail: bad,
+            });
+        }
+        Ok(m)
     }
 
     fn read(&self, name: &str) -> Result<QTensor> {
@@ -280,9 +332,20 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             pad: m.token("tokenizer.ggml.padding_token_id")?,
         },
     };
-    // Both models rotate the whole head (NeoX RoPE over head_dim): a partial rotary dimension
-    // or a scaled RoPE would be computed differently, so they are errors, as `rope_scaling` is
-    // in config.json.
+    check_rope(&m, content, &k, &cfg)?;
+    cfg.validate(&config_names(arch))?;
+    Ok(cfg)
+}
+
+/// Both models rotate the whole head (NeoX RoPE over head_dim): a partial rotary dimension or a
+/// scaled RoPE would be computed differently, so they are errors, as `rope_scaling` is in
+/// config.json.
+fn check_rope(
+    m: &Meta<'_>,
+    content: &Content,
+    k: &dyn Fn(&str) -> String,
+    cfg: &TransformerConfig,
+) -> Result<()> {
     if let Some(d) = m.int(&k("rope.dimension_count"))? {
         // A zero head count is reported by `validate` below; the head dimension needs one.
         let head_dim = cfg.hidden_size.checked_div(cfg.num_heads).unwrap_or(0) as u64;
@@ -305,7 +368,12 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             ))
         }
     }
-    let names = match arch {
+    Ok(())
+}
+
+/// The GGUF keys a config's fields come from, for error messages.
+fn config_names(arch: Arch) -> ConfigNames {
+    match arch {
         Arch::Llada => ConfigNames {
             hidden: "llada.embedding_length",
             layers: "llada.block_count",
@@ -324,9 +392,7 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             vocab: "dream.vocab_size",
             max_len: "dream.context_length",
         },
-    };
-    cfg.validate(&names)?;
-    Ok(cfg)
+    }
 }
 
 /// Undo llama.cpp's LLaDA q/k permutation on whole rows of a `(rows, cols)` tensor of any GGML type:
@@ -347,6 +413,14 @@ pub fn permute_rows(q: &QTensor, heads: usize) -> Result<QTensor> {
 fn hf_row(gguf_row: usize, hd: usize) -> usize {
     let (h, r) = (gguf_row / hd, gguf_row % hd);
     h * hd + (r % 2) * (hd / 2) + r / 2
+}
+
+/// The GGUF row holding original (Hugging Face) row `hf_row` of a q/k weight permuted by
+/// llama.cpp's LLaDA converter (the inverse of [`hf_row`]).
+fn gguf_row_of(hf_row: usize, hd: usize) -> usize {
+    let (h, r) = (hf_row / hd, hf_row % hd);
+    let (t, j) = (r / (hd / 2), r % (hd / 2));
+    h * hd + 2 * j + t
 }
 
 /// Whether `rows` split into `heads` heads of an even size (what the permutation needs).
@@ -447,6 +521,11 @@ impl WeightSource for GgufWeights {
             GgmlDType::F32 if self.dtype == DType::F32 => (DenseType::F32, DType::F32),
             GgmlDType::F16 if self.keep_half => (DenseType::F16, DType::F16),
             GgmlDType::BF16 if self.keep_half => (DenseType::BF16, DType::BF16),
+            // Quantized matrices are packed from the mapped file in place.
+            dt if dt.block_size() > 1 && role.is_matrix() && shape.len() == 2 => {
+                let raw = self.raw(role, shape)?;
+                return CpuLinear::from_ggml_blocks(dt, shape[0], shape[1], &raw.bytes);
+            }
             _ => return Ok(None),
         };
         if !role.is_matrix() || shape.len() != 2 {
@@ -514,6 +593,31 @@ impl WeightSource for GgufWeights {
         &self.device
     }
 
+    fn matrix_type(&self, role: Role) -> Result<Option<GgmlDType>> {
+        let name = role.gguf_name();
+        let info = self
+            .content
+            .tensor_infos
+            .get(&name)
+            .ok_or_else(|| Error::MissingTensor {
+                name,
+                source_desc: self.path.display().to_string(),
+            })?;
+        // What `get` hands over: F32 (and half, unless kept) converted to the compute dtype.
+        Ok(match info.ggml_dtype {
+            GgmlDType::F32 => None,
+            GgmlDType::F16 | GgmlDType::BF16 if !self.keep_half => None,
+            dt => Some(dt),
+        })
+    }
+
+    fn raw_matrix(&self, role: Role, shape: &[usize]) -> Result<Option<RawMatrix<'_>>> {
+        match self.matrix_type(role)? {
+            Some(dt) if dt.block_size() > 1 && role.is_matrix() => self.raw(role, shape).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     fn check_layout(&self, cfg: &TransformerConfig) -> Result<()> {
         let shapes: HashMap<String, Vec<usize>> = self
             .content
@@ -557,51 +661,8 @@ impl WeightSource for GgufWeights {
     }
 }
 
-/// Where the block scales of a quantized type sit: block size in bytes and the byte offsets of
-/// its f16 scale fields (`d`, and `m`/`dmin` where the type has one). Types without an f16 scale
-/// (Q8_K's is f32) are left to the logits check.
-fn scale_fields(dt: GgmlDType) -> Option<&'static [usize]> {
-    Some(match dt {
-        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => &[0],
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q8_1 => &[0, 2],
-        GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
-        GgmlDType::Q2K => &[80, 82],
-        GgmlDType::Q3K => &[108],
-        GgmlDType::Q6K => &[208],
-        _ => return None,
-    })
-}
-
 /// The first non-finite value of a GGUF tensor (plain floats, or a quantized type's f16 block
 /// scales), described; `None` when all are finite.
 fn non_finite(q: &QTensor) -> Result<Option<String>> {
-    let dt = q.dtype();
-    let data = q.data()?;
-    let plain = match dt {
-        GgmlDType::F32 => Some(DType::F32),
-        GgmlDType::F16 => Some(DType::F16),
-        GgmlDType::BF16 => Some(DType::BF16),
-        _ => None,
-    };
-    if let Some(p) = plain {
-        return Ok(
-            (!crate::limits::raw_is_finite(&data, p)).then(|| "a NaN or infinite value".into())
-        );
-    }
-    let Some(fields) = scale_fields(dt) else {
-        return Ok(None);
-    };
-    let block = dt.type_size();
-    for (b, chunk) in data.chunks_exact(block).enumerate() {
-        for &f in fields {
-            let bits = u16::from_le_bytes([chunk[f], chunk[f + 1]]);
-            if bits & 0x7C00 == 0x7C00 {
-                return Ok(Some(format!(
-                    "block {b} has a NaN or infinite scale ({})",
-                    half::f16::from_bits(bits)
-                )));
-            }
-        }
-    }
-    Ok(None)
+    Ok(crate::gguf_raw::non_finite_blocks(q.dtype(), &q.data()?))
 }

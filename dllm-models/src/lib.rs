@@ -14,6 +14,7 @@ pub mod files;
 pub mod gguf;
 pub mod gguf_check;
 pub mod gguf_pretok;
+pub mod gguf_raw;
 pub mod gguf_tokenizer;
 pub mod gguf_write;
 #[cfg(not(feature = "hexagon"))]
@@ -21,6 +22,7 @@ pub mod hexagon_off;
 #[cfg(feature = "hub")]
 pub mod hub;
 pub mod kv_cache;
+mod layer_params;
 pub mod layers;
 mod layout;
 pub mod limits;

@@ -173,6 +173,22 @@ impl CpuLinear {
         Ok(Some(Self::with(w, bias, n, k)?))
     }
 
+    /// Pack a quantized matrix from its ggml blocks in the caller's memory (`n` rows of `k`
+    /// values of `dt`; a mapped file: no copy of the blocks on the way); `None` for a type
+    /// kernels-cpu has no quantized kernel for.
+    pub fn from_ggml_blocks(
+        dt: GgmlDType,
+        n: usize,
+        k: usize,
+        blocks: &[u8],
+    ) -> Result<Option<Self>> {
+        let Some(ty) = kernel_type(dt).filter(|t| DenseType::of(*t).is_none()) else {
+            return Ok(None);
+        };
+        let w = Packed::Quant(QuantMatrix::from_ggml(ty, n, k, blocks)?);
+        Ok(Some(Self::with(w, None, n, k)?))
+    }
+
     /// Read `n x k` tiles packed by another owner in place (no copy): the NPU module's host
     /// bytes, so that a CPU path beside the NPU runs on the same weights. The length is checked.
     pub fn from_shared_tiles(

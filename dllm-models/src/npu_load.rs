@@ -1,19 +1,26 @@
-//! Placing a model on the NPU's block-level module: the whole stack packed into device memory at
-//! load ([`place_blocks`]: the block definition recorded as the module's program), and the CPU layers the sparse refresh runs over the module's own packed
-//! bytes ([`shared_block`], [`shared_head`]; no second copy of the matrices). The sequence paths
-//! over the placed module are in `npu_seq.rs`.
+//! Placing a model on the NPU's block-level module: the block definition recorded as the module's
+//! program, the stack declared to the device from the checkpoint's shapes and types before any
+//! tensor is read ([`begin`]: a placement the memory policy cannot make is refused then), each
+//! layer read once and packed ([`NpuStack::push_layer`]) before the next is read, and the CPU
+//! layers the sparse refresh runs over the module's own packed bytes ([`shared_block`], and the
+//! head [`NpuStack::finish`] returns; no second copy of the matrices). The sequence paths over the
+//! placed module are in `npu_seq.rs`.
 
+use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use candle_hexagon::{
-    Cols, HexTransformer, HexTransformerConfig, HexagonDevice, LayerWeights, Matrix, Node,
-    PackedFormat, PackedWeight, Part, Placed, Program, WeightRef,
+    Cols, HexTransformer, HexTransformerBuilder, HexTransformerConfig, HexagonDevice, LayerWeights,
+    Matrix, MatrixShape, Node, PackedFormat, PackedWeight, Part, Placed, Program, StackShape,
+    WeightFormat, WeightRef,
 };
 
 use crate::block::{GateUp, Qkv};
 use crate::block_def::{self, BlockOps, HeadOps, Norm, Proj};
 use crate::config::{MatrixDims, TransformerConfig};
+use crate::gguf_raw::RawMatrix;
+use crate::layer_params::LayerParams;
 use crate::layers::{CpuLinear, Linear, Param, Rope};
-use crate::linear::{dense, TileFormat};
+use crate::linear::{CpuLinears, TileFormat};
 use crate::role::Role;
 use crate::weights::WeightSource;
 use crate::{Error, Result};
@@ -279,156 +286,304 @@ fn record(cfg: &TransformerConfig) -> Result<Recorded> {
     })
 }
 
-/// Pack the whole stack into the NPU's block-level module when the device takes it (`None` keeps
-/// the per-op path; the decision and its reason are counted by the device).
-pub(crate) fn place_blocks(
+/// The checkpoint roles program matrix `p` of layer `i` stacks, in output order: `(role, rows,
+/// bias)`, the bias an index into [`LayerParams::bias`] (q 0, k 1, v 2). The one table of which
+/// tensors make which NPU matrix: the shape declared before reading and the weights pushed later
+/// both come from it.
+fn parts_of(cfg: &TransformerConfig, p: Proj, i: usize) -> Vec<(Role, usize, Option<usize>)> {
+    let h = cfg.hidden_size;
+    let MatrixDims { nq, nkv, ff, vocab } = cfg.matrix_dims();
+    match p {
+        Proj::Qkv => vec![
+            (Role::Q(i), nq, Some(0)),
+            (Role::K(i), nkv, Some(1)),
+            (Role::V(i), nkv, Some(2)),
+        ],
+        Proj::O => vec![(Role::O(i), h, None)],
+        Proj::GateUp => vec![(Role::Gate(i), ff, None), (Role::Up(i), ff, None)],
+        Proj::Down => vec![(Role::Down(i), h, None)],
+        Proj::Head => {
+            let role = if cfg.tie_word_embeddings {
+                Role::Embed
+            } else {
+                Role::Head
+            };
+            vec![(role, vocab, None)]
+        }
+    }
+}
+
+/// Input features of a checkpoint matrix.
+fn cols_of(cfg: &TransformerConfig, role: Role) -> usize {
+    let m = cfg.matrix_dims();
+    match role {
+        Role::O(_) => m.nq,
+        Role::Down(_) => m.ff,
+        _ => cfg.hidden_size,
+    }
+}
+
+/// A program matrix's name in the NPU module's reports and errors.
+fn matrix_name(p: Proj, i: usize) -> String {
+    match p {
+        Proj::Qkv => format!("block {i} q/k/v"),
+        Proj::O => format!("block {i} o"),
+        Proj::GateUp => format!("block {i} gate/up"),
+        Proj::Down => format!("block {i} down"),
+        Proj::Head => "lm head".into(),
+    }
+}
+
+/// Program matrix `p` of layer `i` as declared before reading: its parts' rows and the formats
+/// the source says they will have.
+fn declared(
+    cfg: &TransformerConfig,
+    w: &dyn WeightSource,
+    p: Proj,
+    i: usize,
+) -> Result<MatrixShape> {
+    let parts = parts_of(cfg, p, i)
+        .into_iter()
+        .map(|(role, rows, _)| {
+            let f = match w.matrix_type(role)? {
+                None => WeightFormat::Dense(w.dtype()),
+                Some(GgmlDType::Q4_0) => WeightFormat::Q4_0,
+                Some(dt) => WeightFormat::OtherQuant(format!("{dt:?}").to_lowercase()),
+            };
+            Ok((rows, f))
+        })
+        .collect::<Result<_>>()?;
+    Ok(MatrixShape {
+        name: matrix_name(p, i),
+        parts,
+    })
+}
+
+/// A checkpoint matrix read for the NPU: in place from a mapped file, or through `get`.
+enum Read<'a> {
+    Raw(RawMatrix<'a>),
+    Param(Param),
+}
+
+impl Read<'_> {
+    fn of<'a>(
+        w: &'a dyn WeightSource,
+        cfg: &TransformerConfig,
+        role: Role,
+        rows: usize,
+    ) -> Result<Read<'a>> {
+        let shape = [rows, cols_of(cfg, role)];
+        Ok(match w.raw_matrix(role, &shape)? {
+            Some(r) => Read::Raw(r),
+            None => Read::Param(w.get(role, &shape)?),
+        })
+    }
+
+    fn weight(&self) -> WeightRef<'_> {
+        match self {
+            Read::Raw(r) => WeightRef::Ggml {
+                dtype: r.dtype,
+                n: r.rows,
+                k: r.cols,
+                bytes: &r.bytes,
+            },
+            Read::Param(Param::Dense(t)) => WeightRef::Dense(t),
+            Read::Param(Param::Quant(q)) => WeightRef::Quant(q),
+        }
+    }
+}
+
+/// The NPU's block-level module being packed, a layer at a time: the loader reads a layer's
+/// tensors once, pushes them, and drops them before the next layer.
+pub(crate) struct NpuStack {
+    b: HexTransformerBuilder,
+    rec: Recorded,
+}
+
+/// Declare the whole stack to the device before anything is read: `None` when the device does
+/// not take it (the decision and its reason are counted by the device; the per-op path is kept),
+/// an error when the memory policy cannot place it (with the numbers).
+pub(crate) fn begin(
     dev: &HexagonDevice,
     cfg: &TransformerConfig,
     w: &dyn WeightSource,
-) -> Result<Option<HexTransformer>> {
-    let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-    let MatrixDims {
-        nq,
-        nkv,
-        ff,
-        vocab: v,
-    } = cfg.matrix_dims();
+) -> Result<Option<NpuStack>> {
     let rec = record(cfg)?;
-    let norm = |role: Role| -> Result<Tensor> { dense(w.get(role, &[h])?, role) };
-    let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
-        if cfg.qkv_bias {
-            Ok(Some(dense(w.get(role, &[n])?, role)?))
-        } else {
-            Ok(None)
-        }
-    };
-    // The checkpoint tensors each role names, read once; `(name, param, bias)` per part.
-    type Owned = Vec<(String, Param, Option<Tensor>)>;
-    let part = |role: Role,
-                dims: [usize; 2],
-                b: Option<Tensor>|
-     -> Result<(String, Param, Option<Tensor>)> {
-        Ok((label(role), w.get(role, &dims)?, b))
-    };
-    let matrix = |p: Proj, i: usize| -> Result<(String, Owned)> {
-        Ok(match p {
-            Proj::Qkv => (
-                format!("block {i} q/k/v"),
-                vec![
-                    part(Role::Q(i), [nq, h], bias(Role::QBias(i), nq)?)?,
-                    part(Role::K(i), [nkv, h], bias(Role::KBias(i), nkv)?)?,
-                    part(Role::V(i), [nkv, h], bias(Role::VBias(i), nkv)?)?,
-                ],
-            ),
-            Proj::O => (
-                format!("block {i} o"),
-                vec![part(Role::O(i), [h, nq], None)?],
-            ),
-            Proj::GateUp => (
-                format!("block {i} gate/up"),
-                vec![
-                    part(Role::Gate(i), [ff, h], None)?,
-                    part(Role::Up(i), [ff, h], None)?,
-                ],
-            ),
-            Proj::Down => (
-                format!("block {i} down"),
-                vec![part(Role::Down(i), [h, ff], None)?],
-            ),
-            Proj::Head => {
-                let role = if cfg.tie_word_embeddings {
-                    Role::Embed
-                } else {
-                    Role::Head
-                };
-                ("lm head".into(), vec![part(role, [v, h], None)?])
-            }
-        })
-    };
-    let vector = |n: Norm, i: usize| -> Result<(String, Tensor)> {
-        let role = match n {
-            Norm::Attn => Role::AttnNorm(i),
-            Norm::Ffn => Role::FfnNorm(i),
-            Norm::Final => Role::FinalNorm,
-        };
-        Ok((label(role), norm(role)?))
-    };
-    struct OwnedLayer {
-        vectors: Vec<(String, Tensor)>,
-        matrices: Vec<(String, Owned)>,
-    }
-    let owned = |roles: &(Vec<Norm>, Vec<Proj>), i: usize| -> Result<OwnedLayer> {
-        Ok(OwnedLayer {
-            vectors: roles
-                .0
-                .iter()
-                .map(|&n| vector(n, i))
-                .collect::<Result<_>>()?,
-            matrices: roles
+    let layers = (0..cfg.num_layers)
+        .map(|i| {
+            rec.layer
                 .1
                 .iter()
-                .map(|&p| matrix(p, i))
-                .collect::<Result<_>>()?,
+                .map(|&p| declared(cfg, w, p, i))
+                .collect()
         })
-    };
-    let layers = (0..cfg.num_layers)
-        .map(|i| owned(&rec.layer, i))
-        .collect::<Result<Vec<_>>>()?;
-    let tail = owned(&rec.tail, cfg.num_layers)?;
-    fn r(p: &Param) -> WeightRef<'_> {
-        match p {
-            Param::Dense(t) => WeightRef::Dense(t),
-            Param::Quant(q) => WeightRef::Quant(q),
-        }
-    }
-    fn borrowed(l: &OwnedLayer) -> LayerWeights<'_> {
-        LayerWeights {
-            vectors: l.vectors.iter().map(|(n, t)| (n.clone(), t)).collect(),
-            matrices: l
-                .matrices
-                .iter()
-                .map(|(name, parts)| Matrix {
-                    name: name.clone(),
-                    parts: parts
-                        .iter()
-                        .map(|(n, p, b)| {
-                            (
-                                n.clone(),
-                                Part {
-                                    weight: r(p),
-                                    bias: b.as_ref(),
-                                },
-                            )
-                        })
-                        .collect(),
-                })
-                .collect(),
-        }
-    }
-    let (cos, sin) = Rope::build(
-        cfg.rope_theta,
-        hd,
-        cfg.max_seq_len,
-        DType::F32,
-        &Device::Cpu,
-    )?;
+        .collect::<Result<Vec<Vec<_>>>>()?;
+    let tail = rec
+        .tail
+        .1
+        .iter()
+        .map(|&p| declared(cfg, w, p, cfg.num_layers))
+        .collect::<Result<_>>()?;
     let hcfg = HexTransformerConfig {
-        program: rec.program,
+        program: rec.program.clone(),
         heads: cfg.num_heads,
         kv_heads: cfg.num_kv_heads,
-        head_dim: hd,
+        head_dim: cfg.head_dim(),
         max_positions: cfg.max_seq_len,
     };
-    let weights = candle_hexagon::TransformerWeights {
-        layers: layers.iter().map(borrowed).collect(),
-        tail: borrowed(&tail),
-        rope_cos: &cos,
-        rope_sin: &sin,
+    Ok(
+        match HexTransformer::builder(dev, &hcfg, &StackShape { layers, tail })? {
+            Placed::Npu(b) => Some(NpuStack { b, rec }),
+            Placed::Cpu(_) => None,
+        },
+    )
+}
+
+/// The weights of one run of the program (a layer, or the tail) for the builder.
+fn run_weights<'a>(
+    cfg: &TransformerConfig,
+    roles: &(Vec<Norm>, Vec<Proj>),
+    i: usize,
+    vectors: &[&'a Tensor],
+    reads: &'a [Vec<(Role, Read<'a>)>],
+    biases: Option<&'a LayerParams>,
+) -> LayerWeights<'a> {
+    LayerWeights {
+        vectors: roles
+            .0
+            .iter()
+            .zip(vectors)
+            .map(|(&n, &t)| (label(norm_role(n, i)), t))
+            .collect(),
+        matrices: roles
+            .1
+            .iter()
+            .zip(reads)
+            .map(|(&p, rs)| Matrix {
+                name: matrix_name(p, i),
+                parts: rs
+                    .iter()
+                    .zip(parts_of(cfg, p, i))
+                    .map(|((role, r), (_, _, b))| {
+                        let bias = b.and_then(|j| biases.and_then(|l| l.bias(j)));
+                        (
+                            label(*role),
+                            Part {
+                                weight: r.weight(),
+                                bias,
+                            },
+                        )
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// The checkpoint role of a norm of layer `i`.
+fn norm_role(n: Norm, i: usize) -> Role {
+    match n {
+        Norm::Attn => Role::AttnNorm(i),
+        Norm::Ffn => Role::FfnNorm(i),
+        Norm::Final => Role::FinalNorm,
+    }
+}
+
+/// Read the matrices of one run of the program.
+fn read_run<'a>(
+    cfg: &TransformerConfig,
+    w: &'a dyn WeightSource,
+    projs: &[Proj],
+    i: usize,
+) -> Result<Vec<Vec<(Role, Read<'a>)>>> {
+    projs
+        .iter()
+        .map(|&p| {
+            parts_of(cfg, p, i)
+                .into_iter()
+                .map(|(role, rows, _)| Ok((role, Read::of(w, cfg, role, rows)?)))
+                .collect()
+        })
+        .collect()
+}
+
+impl NpuStack {
+    /// Read layer `i`'s matrices and pack them, with its norms and biases (`params`, read once
+    /// by the loader); the matrices are dropped when this returns.
+    pub(crate) fn push_layer(
+        &mut self,
+        cfg: &TransformerConfig,
+        w: &dyn WeightSource,
+        i: usize,
+        params: &LayerParams,
+    ) -> Result<()> {
+        let vectors: Vec<&Tensor> = self
+            .rec
+            .layer
+            .0
+            .iter()
+            .map(|n| match n {
+                Norm::Attn => Ok(&params.attn_norm),
+                Norm::Ffn => Ok(&params.ffn_norm),
+                Norm::Final => Err(defect("a layer reads the final norm")),
+            })
+            .collect::<Result<_>>()?;
+        let reads = read_run(cfg, w, &self.rec.layer.1, i)?;
+        let lw = run_weights(cfg, &self.rec.layer, i, &vectors, &reads, Some(params));
+        Ok(self.b.push_layer(&lw)?)
+    }
+
+    /// Pack the tail (the final norm, and the LM head when the device takes it) and finish the
+    /// module. Returns it with the head's CPU layer: the NPU's packed head read in place, or
+    /// (a head the device does not take) packed for the CPU from the same read; `None` for a
+    /// tied head left on the CPU (the caller's embedding table is the head).
+    pub(crate) fn finish(
+        self,
+        cfg: &TransformerConfig,
+        w: &dyn WeightSource,
+        final_norm: &Tensor,
+        which: CpuLinears,
+    ) -> Result<(HexTransformer, Option<Linear>)> {
+        let reads = read_run(cfg, w, &self.rec.tail.1, cfg.num_layers)?;
+        let vectors = vec![final_norm; self.rec.tail.0.len()];
+        let tw = run_weights(cfg, &self.rec.tail, cfg.num_layers, &vectors, &reads, None);
+        let (cos, sin) = Rope::build(
+            cfg.rope_theta,
+            cfg.head_dim(),
+            cfg.max_seq_len,
+            DType::F32,
+            &Device::Cpu,
+        )?;
+        let hex = self.b.finish(&tw, &cos, &sin)?;
+        let head = match shared_head_of(&hex, &self.rec)? {
+            Some(h) => Some(h),
+            None if cfg.tie_word_embeddings => None,
+            None => match reads.into_iter().flatten().next() {
+                Some((role, read)) => Some(cpu_head(w, cfg, role, read, which)?),
+                None => None,
+            },
+        };
+        Ok((hex, head))
+    }
+}
+
+/// The LM head for the CPU from the read the NPU did not take.
+fn cpu_head(
+    w: &dyn WeightSource,
+    cfg: &TransformerConfig,
+    role: Role,
+    read: Read<'_>,
+    which: CpuLinears,
+) -> Result<Linear> {
+    let shape = [cfg.vocab_size, cfg.hidden_size];
+    let param = match read {
+        Read::Raw(r) => match CpuLinear::from_ggml_blocks(r.dtype, r.rows, r.cols, &r.bytes)? {
+            Some(c) => return Ok(Linear::Cpu(c)),
+            None => w.get(role, &shape)?,
+        },
+        Read::Param(p) => p,
     };
-    Ok(match HexTransformer::new(dev, &hcfg, &weights)? {
-        Placed::Npu(t) => Some(t),
-        Placed::Cpu(_) => None,
-    })
+    Linear::on_backend(param, None, &crate::layers::Backend::Cpu, which)?.for_inference(which)
 }
 
 /// A CPU layer over the NPU module's packed bytes (read in place by kernels-cpu).
@@ -511,8 +666,8 @@ pub(crate) fn shared_block(
 }
 
 /// The LM head over the NPU module's packed head, when the head is on the NPU.
-pub(crate) fn shared_head(hex: &HexTransformer, cfg: &TransformerConfig) -> Result<Option<Linear>> {
-    packed(hex, &record(cfg)?, None, Proj::Head)?
+fn shared_head_of(hex: &HexTransformer, rec: &Recorded) -> Result<Option<Linear>> {
+    packed(hex, rec, None, Proj::Head)?
         .map(|p| shared(p, None))
         .transpose()
 }

@@ -99,6 +99,43 @@ pub fn bench_llada_8b_shaped() -> TransformerConfig {
     }
 }
 
+/// LLaDA-8B at full depth: [`bench_llada_8b_shaped`] with all 32 layers (8.0B parameters;
+/// 4.5 GB as Q4_0). Written by [`crate::gguf_write::write_random_gguf`] tensor by tensor.
+pub fn llada_8b() -> TransformerConfig {
+    TransformerConfig {
+        num_layers: 32,
+        ..bench_llada_8b_shaped()
+    }
+}
+
+/// Dream-v0-7B's shapes (Qwen2.5-7B's): d 3584, 28 layers, 28 query heads over 4 K/V heads of
+/// 128, MLP 18944, vocabulary 152064, q/k/v biases, shifted logits, rotary base 10^6, Dream's
+/// mask id 151666 (7.6B parameters; 4.3 GB as Q4_0).
+pub fn dream_7b() -> TransformerConfig {
+    TransformerConfig {
+        arch: Arch::Dream,
+        hidden_size: 3584,
+        num_layers: 28,
+        num_heads: 28,
+        num_kv_heads: 4,
+        intermediate_size: 18944,
+        vocab_size: 152064,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        qkv_bias: true,
+        tie_word_embeddings: false,
+        shift_logits: true,
+        max_seq_len: 4096,
+        special: SpecialTokens {
+            mask: 151666,
+            eos: 151643,
+            eot: None,
+            bos: Some(151643),
+            pad: Some(151643),
+        },
+    }
+}
+
 struct SplitMix(u64);
 
 impl SplitMix {
@@ -115,13 +152,20 @@ impl SplitMix {
     }
 }
 
-/// Every parameter of `cfg` under its HF name, with deterministic random values: matrices uniform
-/// with std `1/sqrt(fan_in)`, the embedding with std 1, norms around 1, biases small.
-pub fn random_weights(cfg: &TransformerConfig, seed: u64) -> Result<HashMap<String, Tensor>> {
-    let mut rng = SplitMix(seed);
-    let mut out = HashMap::new();
-    for (role, shape) in cfg.param_shapes() {
-        let n: usize = shape.iter().product();
+/// The random values of a checkpoint, tensor after tensor in [`TransformerConfig::param_shapes`]
+/// order, from one SplitMix64 stream: what [`random_weights`] holds at once, produced a slice at
+/// a time (the streaming GGUF writer quantizes rows as they come, so no whole tensor is held).
+pub struct RandomValues(SplitMix);
+
+impl RandomValues {
+    /// The stream of `seed`.
+    pub fn new(seed: u64) -> Self {
+        RandomValues(SplitMix(seed))
+    }
+
+    /// The next `out.len()` values of a tensor of `role` and `shape`: matrices uniform with std
+    /// `1/sqrt(fan_in)`, the embedding with std 1, norms around 1, biases small.
+    pub fn fill(&mut self, role: Role, shape: &[usize], out: &mut [f32]) {
         // uniform [-a, a) has std a / sqrt(3)
         let (center, amp) = match role {
             Role::Embed => (0.0, 3f32.sqrt()),
@@ -129,7 +173,21 @@ pub fn random_weights(cfg: &TransformerConfig, seed: u64) -> Result<HashMap<Stri
             Role::QBias(_) | Role::KBias(_) | Role::VBias(_) => (0.0, 0.1),
             _ => (0.0, (3.0 / shape[1] as f32).sqrt()),
         };
-        let data: Vec<f32> = (0..n).map(|_| center + amp * rng.unit()).collect();
+        for x in out.iter_mut() {
+            *x = center + amp * self.0.unit();
+        }
+    }
+}
+
+/// Every parameter of `cfg` under its HF name, with deterministic random values: matrices uniform
+/// with std `1/sqrt(fan_in)`, the embedding with std 1, norms around 1, biases small.
+pub fn random_weights(cfg: &TransformerConfig, seed: u64) -> Result<HashMap<String, Tensor>> {
+    let mut rng = RandomValues::new(seed);
+    let mut out = HashMap::new();
+    for (role, shape) in cfg.param_shapes() {
+        let n: usize = shape.iter().product();
+        let mut data = vec![0f32; n];
+        rng.fill(role, &shape, &mut data);
         out.insert(
             role.hf_name(cfg.arch),
             Tensor::from_vec(data, shape, &Device::Cpu)?,

@@ -30,6 +30,26 @@ pub trait WeightSource {
         Ok(None)
     }
 
+    /// The ggml type the matrix of `role` keeps once read ([`WeightSource::get`] hands it over as
+    /// `Param::Quant`), known without reading it; `None` when it comes out dense (compute dtype
+    /// or half). The NPU's placement is decided from this before anything is read. Default: dense.
+    fn matrix_type(&self, role: Role) -> Result<Option<candle_core::quantized::GgmlDType>> {
+        let _ = role;
+        Ok(None)
+    }
+
+    /// The quantized matrix of `role` as ggml blocks in place (a mapped file), checked against
+    /// `shape`; `None` when the source has no such path for this tensor (the caller reads it with
+    /// [`WeightSource::get`]). Default: `None`.
+    fn raw_matrix(
+        &self,
+        role: Role,
+        shape: &[usize],
+    ) -> Result<Option<crate::gguf_raw::RawMatrix<'_>>> {
+        let _ = (role, shape);
+        Ok(None)
+    }
+
     /// Compute dtype of dense parameters.
     fn dtype(&self) -> DType;
 

@@ -10,25 +10,21 @@ use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::block::{Block, GateUp, Qkv};
-use crate::config::{MatrixDims, TransformerConfig};
+use crate::block::Block;
+use crate::config::TransformerConfig;
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::HexTransformer;
 use crate::kv_cache::{CachedRows, FreeRows, KvElem, Pending};
 use crate::layers::{Backend, Embedding, Linear, OpMode, RmsNorm, Rope};
-use crate::linear::{dense, CpuLinear, CpuLinears, CpuOptions};
+use crate::linear::CpuOptions;
 use crate::lm::{ModelId, ModelInfo, Refresh, Rows, SequenceToken};
-#[cfg(feature = "hexagon")]
-use crate::npu_load::{place_blocks, shared_block, shared_head};
-#[cfg(not(feature = "hexagon"))]
-use crate::npu_load_off::{place_blocks, shared_block, shared_head};
 
 mod cpu_ops;
+mod load;
 pub(crate) mod parts;
 mod segment;
 mod stack;
 use crate::block_def;
-use crate::role::Role;
 use crate::weights::WeightSource;
 use crate::{Error, PositionDefect, Result, WindowDefect};
 #[cfg(feature = "hexagon")]
@@ -73,19 +69,6 @@ pub struct TransformerWeights {
     rope: Rope,
 }
 
-/// Give the pages of the load's freed transient copies back to the system. Each tensor is read
-/// and packed through a few buffers of its size; glibc keeps freed blocks of that size in its
-/// heap, where later packed matrices and reads interleave with them, so without this the resident
-/// size after loading grew by about a third of the weights (F32 GGUF of 97.5M parameters: 488 MiB
-/// resident for 372 MiB of weights; glibc's `malloc_trim` hands the free pages inside the heap
-/// back). Other allocators return large blocks themselves.
-fn release_freed_pages() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `malloc_trim` only releases free memory of glibc's allocator; it takes no pointers.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
 
 impl TransformerWeights {
     /// Build on `backend`: with [`Backend::Hexagon`] the linear layers' weights are packed into
@@ -98,228 +81,6 @@ impl TransformerWeights {
         backend: &Backend,
     ) -> Result<Self> {
         Self::new_with(cfg, w, mode, backend, CpuOptions::default())
-    }
-
-    /// [`new`](Self::new) with explicit [`CpuOptions`]: what runs the linear layers, and the
-    /// model's own pool of `threads` threads (an error naming the count outside
-    /// `1..=MAX_THREADS`). The options belong to this model only.
-    pub fn new_with(
-        cfg: TransformerConfig,
-        w: &dyn WeightSource,
-        mode: OpMode,
-        backend: &Backend,
-        cpu: CpuOptions,
-    ) -> Result<Self> {
-        let pool = cpu.threads.map(crate::threads::pool).transpose()?;
-        match cpu.kv_dtype {
-            None | Some(DType::F32 | DType::F16 | DType::BF16) => {}
-            Some(dtype) => {
-                return Err(Error::UnsupportedDtype {
-                    what: "the KV cache",
-                    dtype,
-                })
-            }
-        }
-        let which = cpu.linears;
-        if backend.hexagon().is_some() && mode != OpMode::Fused {
-            return Err(Error::HexagonNeedsFused {
-                mode: format!("{mode:?}"),
-            });
-        }
-        // Everything the config implies is checked against the checkpoint's tensor list (names,
-        // shapes, layer count) and the machine's memory before anything is read or allocated.
-        w.check_layout(&cfg)?;
-        crate::limits::check_memory("the model's parameters", w.resident_bytes(&cfg))?;
-        // The block-level module first: when the device takes the whole stack, the layers built
-        // below (refresh path) run kernels-cpu over the module's packed host bytes.
-        let hex = match backend.hexagon() {
-            Some(dev) if mode == OpMode::Fused => place_blocks(dev, &cfg, w)?,
-            _ => None,
-        };
-        if let (Some(_), Some(dtype)) = (&hex, cpu.kv_dtype) {
-            if dtype != DType::F16 {
-                return Err(Error::UnsupportedDtype {
-                    what: "the K/V cache of a model on the NPU (it keeps its cache in fp16)",
-                    dtype,
-                });
-            }
-        }
-        let ops_backend = if hex.is_some() {
-            Backend::Cpu
-        } else {
-            backend.clone()
-        };
-        let user_backend = backend.clone();
-        let backend_for_layers = ops_backend.clone();
-        let backend = &backend_for_layers;
-        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
-        let MatrixDims {
-            nq,
-            nkv,
-            ff,
-            vocab: v,
-        } = cfg.matrix_dims();
-        let dtype = w.dtype();
-        let device = w.device().clone();
-        let eps = cfg.rms_norm_eps as f32;
-        let norm = |role: Role| -> Result<RmsNorm> {
-            Ok(RmsNorm::on_backend(
-                dense(w.get(role, &[h])?, role)?,
-                eps,
-                backend,
-            ))
-        };
-        let bias = |role: Role, n: usize| -> Result<Option<Tensor>> {
-            if cfg.qkv_bias {
-                Ok(Some(dense(w.get(role, &[n])?, role)?))
-            } else {
-                Ok(None)
-            }
-        };
-        let prepare = |l: Linear| -> Result<Linear> {
-            match mode {
-                OpMode::Fused => l.for_inference(which),
-                OpMode::Differentiable => Ok(l),
-            }
-        };
-        // Inference on the CPU over packed GEMMs: a source that can stream a matrix from its
-        // file into the packed tiles does so (no whole copy of it in another layout on the way).
-        let stream =
-            matches!(backend, Backend::Cpu) && mode == OpMode::Fused && which == CpuLinears::Packed;
-        let packed = |role: Role, out: usize, inp: usize| -> Result<Option<CpuLinear>> {
-            if stream {
-                w.get_packed(role, &[out, inp])
-            } else {
-                Ok(None)
-            }
-        };
-        let lin = |role: Role, out: usize, inp: usize, b: Option<Tensor>| -> Result<Linear> {
-            if let Some(c) = packed(role, out, inp)? {
-                return Ok(Linear::Cpu(c.with_bias(b.as_ref())?));
-            }
-            prepare(Linear::on_backend(
-                w.get(role, &[out, inp])?,
-                b,
-                backend,
-                which,
-            )?)
-        };
-        // The embedding and the head first: they are the largest tensors, and the copies a read
-        // and a pack make of them (where the source cannot stream them into tiles) pass while
-        // little else is resident (peak memory of a load is the resident weights plus the
-        // transient copies of the tensor being read).
-        let npu_head = match &hex {
-            Some(hex) => shared_head(hex, &cfg)?,
-            None => None,
-        };
-        let (embed, head) = match packed(Role::Embed, v, h)? {
-            // A tied head and the embedding gather read the same tiles.
-            Some(table) => {
-                let head = match npu_head {
-                    Some(head) => head,
-                    None if cfg.tie_word_embeddings => Linear::Cpu(table.clone()),
-                    None => lin(Role::Head, v, h, None)?,
-                };
-                (Embedding::packed(table, dtype), head)
-            }
-            None => {
-                let embed_p = w.get(Role::Embed, &[v, h])?;
-                let head = match npu_head {
-                    Some(head) => head,
-                    None if cfg.tie_word_embeddings => {
-                        prepare(Linear::on_backend(embed_p.clone(), None, backend, which)?)?
-                    }
-                    None => lin(Role::Head, v, h, None)?,
-                };
-                (Embedding::new(embed_p, dtype), head)
-            }
-        };
-        release_freed_pages();
-        let mut blocks = Vec::with_capacity(cfg.num_layers);
-        for i in 0..cfg.num_layers {
-            let (attn_norm, ffn_norm) = (norm(Role::AttnNorm(i))?, norm(Role::FfnNorm(i))?);
-            let (qb, kb, vb) = (
-                bias(Role::QBias(i), nq)?,
-                bias(Role::KBias(i), nkv)?,
-                bias(Role::VBias(i), nkv)?,
-            );
-            blocks.push(match &hex {
-                // The NPU holds the stack: the CPU layers (the refresh path) read its packed
-                // bytes in place instead of packing a second copy.
-                Some(hex) => {
-                    let fused_bias = match (qb, kb, vb) {
-                        (Some(q), Some(k), Some(v)) => Some(Tensor::cat(&[q, k, v], 0)?),
-                        _ => None,
-                    };
-                    let (qkv, o, gate_up, down) = shared_block(hex, i, &cfg, fused_bias.as_ref())?;
-                    Block {
-                        attn_norm,
-                        qkv,
-                        o,
-                        ffn_norm,
-                        gate_up,
-                        down,
-                    }
-                }
-                None => Block {
-                    attn_norm,
-                    qkv: Qkv::Split {
-                        q: lin(Role::Q(i), nq, h, qb)?,
-                        k: lin(Role::K(i), nkv, h, kb)?,
-                        v: lin(Role::V(i), nkv, h, vb)?,
-                    },
-                    o: lin(Role::O(i), h, nq, None)?,
-                    ffn_norm,
-                    gate_up: GateUp::Split {
-                        gate: lin(Role::Gate(i), ff, h, None)?,
-                        up: lin(Role::Up(i), ff, h, None)?,
-                    },
-                    down: lin(Role::Down(i), h, ff, None)?,
-                },
-            });
-            release_freed_pages();
-        }
-        let norm_f = norm(Role::FinalNorm)?;
-        let rope = Rope::new(
-            cfg.rope_theta,
-            hd,
-            cfg.max_seq_len.min(4096),
-            dtype,
-            &device,
-        )?;
-        let num_params = cfg.param_count().unwrap_or(u64::MAX) as usize;
-        let info = ModelInfo {
-            arch: cfg.arch,
-            vocab_size: v,
-            hidden_size: h,
-            num_layers: cfg.num_layers,
-            num_heads: cfg.num_heads,
-            num_kv_heads: cfg.num_kv_heads,
-            head_dim: hd,
-            intermediate_size: ff,
-            max_seq_len: cfg.max_seq_len,
-            shift_logits: cfg.shift_logits,
-            special: cfg.special.clone(),
-            dtype,
-            num_params,
-        };
-        Ok(Self {
-            id: ModelId::fresh(),
-            cpu,
-            pool,
-            cfg,
-            info,
-            device,
-            mode,
-            backend: user_backend,
-            ops_backend,
-            hex,
-            embed,
-            blocks,
-            norm: norm_f,
-            head,
-            rope,
-        })
     }
 
     /// The normalised config.

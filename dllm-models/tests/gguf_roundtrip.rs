@@ -69,3 +69,73 @@ fn f32_round_trip_is_exact_and_q8_is_close() {
         }
     }
 }
+
+/// The streaming writer of full-size random checkpoints, at a small depth: byte for byte the file
+/// `write_gguf` writes from `random_weights` (same seed, same placeholder vocabulary), for LLaDA
+/// (permuted q/k rows) and Dream (biases, GQA), in chunks smaller than a matrix (so rows cross
+/// chunk boundaries), Q4_0 and Q8_0; the 8B-shaped and 7B-shaped configs at 2 layers write
+/// files of the size the tensor list implies, which load.
+#[test]
+fn the_streaming_random_writer_writes_what_write_gguf_writes() {
+    use dllm_models::gguf_write::{placeholder_vocab, write_random_gguf, RandomGguf};
+    let dir = std::env::temp_dir().join(format!("rand-gguf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (cfg, chunk) in [
+        (tiny_llada(), 100),
+        (tiny_dream(), 64 * 3),
+        (tiny_llada(), 1 << 22),
+    ] {
+        let w = random_weights(&cfg, 9).unwrap();
+        for dt in [GgmlDType::Q4_0, GgmlDType::Q8_0] {
+            let vocab = placeholder_vocab(cfg.vocab_size);
+            let want = dir.join(format!("want-{}-{dt:?}.gguf", cfg.arch));
+            write_gguf(&want, &cfg, &w, dt, &vocab).unwrap();
+            let got = dir.join(format!("got-{}-{dt:?}-{chunk}.gguf", cfg.arch));
+            let how = RandomGguf {
+                extra: vocab,
+                chunk_values: chunk,
+                ..RandomGguf::new(dt, 9)
+            };
+            let size = write_random_gguf(&got, &cfg, &how).unwrap();
+            let (a, b) = (std::fs::read(&want).unwrap(), std::fs::read(&got).unwrap());
+            assert_eq!(size, b.len() as u64);
+            assert_eq!(a.len(), b.len(), "{} {dt:?} chunk {chunk}", cfg.arch);
+            let first = a.iter().zip(&b).position(|(x, y)| x != y);
+            assert_eq!(first, None, "{} {dt:?} chunk {chunk}", cfg.arch);
+        }
+    }
+    for cfg in [
+        dllm_models::synthetic::llada_8b(),
+        dllm_models::synthetic::dream_7b(),
+    ] {
+        let cfg = dllm_models::TransformerConfig {
+            num_layers: 1,
+            vocab_size: 512,
+            special: dllm_models::synthetic::tiny_llada().special,
+            ..cfg
+        };
+        let path = dir.join(format!("shaped-{}.gguf", cfg.arch));
+        let size = write_random_gguf(&path, &cfg, &RandomGguf::new(GgmlDType::Q4_0, 1)).unwrap();
+        let params = cfg.param_count().unwrap();
+        // Q4_0: 18 bytes per 32 weights, plus f32 vectors and the header.
+        assert!(
+            size > params * 18 / 32 && size < params * 18 / 32 + (1 << 20),
+            "{size}"
+        );
+        let m = load(
+            &ModelSource::parse(path.to_str().unwrap()).unwrap(),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(m.model.config().num_layers, 1);
+    }
+    // A type the writer does not write is a named error.
+    let err = write_random_gguf(
+        &dir.join("bad.gguf"),
+        &tiny_llada(),
+        &RandomGguf::new(GgmlDType::Q6K, 0),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("Q6K"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

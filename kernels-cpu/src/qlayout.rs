@@ -120,11 +120,13 @@ pub fn pack_into(fmt: QFormat, dst: &mut [u8], src: &[u8], n: usize, k: usize) -
     check_len("packed weight buffer", dst.len(), packed_len(fmt, n, k)?)?;
     let (cb, sb) = (fmt.code_bytes(), fmt.scale_bytes());
     let (codes, scales) = dst.split_at_mut(nt_n * kb_n * cb);
-    for nt in 0..nt_n {
+    // Each 32-row tile owns a contiguous run of codes and of scales: the tiles are packed in
+    // parallel on the current rayon pool (a load packs gigabytes; every byte lands where the
+    // serial loop would put it).
+    let tile = |(nt, (codes, scales)): (usize, (&mut [u8], &mut [u8]))| {
         for kb in 0..kb_n {
-            let u = nt * kb_n + kb;
-            let c = &mut codes[u * cb..(u + 1) * cb];
-            let s = &mut scales[u * sb..(u + 1) * sb];
+            let c = &mut codes[kb * cb..(kb + 1) * cb];
+            let s = &mut scales[kb * sb..(kb + 1) * sb];
             for r in 0..TILE {
                 let row = nt * TILE + r;
                 let blk = (row < n).then(|| {
@@ -134,7 +136,14 @@ pub fn pack_into(fmt: QFormat, dst: &mut [u8], src: &[u8], n: usize, k: usize) -
                 pack_row(fmt, c, s, r, blk);
             }
         }
-    }
+    };
+    use rayon::prelude::*;
+    codes
+        .par_chunks_mut(kb_n * cb)
+        .zip(scales.par_chunks_mut(kb_n * sb))
+        .enumerate()
+        .with_min_len(8)
+        .for_each(tile);
     Ok(())
 }
 

@@ -1,11 +1,11 @@
 //! The NPU memory runtime end to end: a LLaDA whose fp16 weights (~4 MiB) do not fit a 3 MiB
 //! NPU window generates at temperature 0 under `somr` with the same tokens as the CPU and as the
 //! same model in a window that holds everything, while `naive` (every weight mapped when first
-//! used, kept mapped) fails with the window's own error.
+//! used, kept mapped) is refused at load, before any weight is read, with the numbers.
 
 use candle_core::{DType, Device};
 use candle_hexagon::{HexagonConfig, HexagonDevice, MemoryPolicy};
-use dllm_decode::{generate, DecodeError, DecodeParams, Strategy};
+use dllm_decode::{generate, DecodeParams, Strategy};
 use dllm_models::synthetic::{random_weights, tiny_llada};
 use dllm_models::weights::HfWeights;
 use dllm_models::{Backend, DiffusionTransformer, OpMode, TransformerConfig};
@@ -63,15 +63,27 @@ fn somr_generates_the_cpu_tokens_in_a_window_smaller_than_the_model() {
         let cpu = generate(&mut model(&cfg, &Backend::Cpu), &prompt, &p, &mut ()).unwrap();
 
         let dev = hexagon(MemoryPolicy::Naive, 3 * MIB);
-        let mut m = model(&cfg, &Backend::Hexagon(dev.clone()));
-        assert!(m.runs_blocks_on_npu());
-        match generate(&mut m, &prompt, &p, &mut ()) {
-            Err(DecodeError::Model(dllm_models::Error::Hexagon(e))) => {
-                assert!(e.is_resource_exhausted(), "{e}");
-                assert!(e.to_string().contains("NPU address space exhausted"), "{e}");
+        let w = random_weights(&cfg, 5).unwrap();
+        let naive = DiffusionTransformer::new_on(
+            cfg.clone(),
+            &HfWeights::from_tensors(w, cfg.arch, DType::F32, &Device::Cpu),
+            OpMode::Fused,
+            &Backend::Hexagon(dev.clone()),
+        );
+        match naive {
+            Err(dllm_models::Error::Hexagon(e @ candle_hexagon::Error::WontFit { .. })) => {
+                let candle_hexagon::Error::WontFit { need, window, .. } = &e else {
+                    unreachable!()
+                };
+                assert!(*need > 4 * MIB && *window == 3 * MIB, "{e}");
+                assert!(e.to_string().contains("`naive` memory policy"), "{e}");
             }
-            r => panic!("naive in a 3 MiB window: {:?}", r.map(|g| g.tokens_decoded)),
+            r => panic!(
+                "naive in a 3 MiB window: {:?}",
+                r.map(|m| m.runs_blocks_on_npu())
+            ),
         }
+        assert_eq!(dev.memory_stats().va.maps, 0, "nothing was mapped");
 
         let roomy = hexagon(MemoryPolicy::Somr, 256 * MIB);
         let all = generate(

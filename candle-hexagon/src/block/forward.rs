@@ -235,11 +235,10 @@ pub(crate) fn submit(
         .map_err(fallback)?;
         relocate(&mut batch, &locs)?;
         let batch = split_rows(&i.dev, batch)?;
-        let at = Instant::now();
         let fence = i.dev.submit(&batch)?;
         let done = fence.completion();
         if somr {
-            Somr::submitted(&mut st, j, &done, at);
+            Somr::submitted(&mut st, j, &done);
         } else {
             st.last = Some(done);
         }

@@ -36,6 +36,7 @@
 //! the reason, counted under [`OpKind::Block`], and the caller keeps its CPU path. A tail matrix
 //! the device does not take cuts the tail there: the caller runs the rest on the CPU.
 
+mod build;
 mod forward;
 mod handle;
 mod kv;
@@ -48,6 +49,7 @@ use std::sync::{Arc, Mutex};
 use candle_core::quantized::QTensor;
 use candle_core::Tensor;
 
+pub use build::{HexTransformerBuilder, MatrixShape, StackShape};
 pub use handle::{ForwardHandle, ForwardOutput};
 pub use kv::{DeviceKv, KvStats};
 use program::{Checked, Heads};
@@ -56,11 +58,11 @@ pub use program::{Cols, Node, Program};
 use crate::device::HexagonDevice;
 use crate::error::{Error, Result};
 use crate::memory::WeightSlot;
-use crate::ops::linear::{PackedFormat, Placed};
-use crate::routing::{Decision, OpDesc, OpKind, Reason, Support, Tier, WeightFormat};
-use crate::runtime::{HostWeights, MemoryPlan, Runtime};
+use crate::ops::linear::Placed;
+use crate::routing::{Decision, OpDesc, OpKind, Reason, Tier};
+use crate::runtime::{MemoryPlan, Runtime};
+use packed::PackedLinear;
 pub use packed::PackedWeight;
-use packed::{group_format, PackedLinear, Pinned};
 
 /// The stack's geometry and the program it runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +86,18 @@ pub enum WeightRef<'a> {
     Dense(&'a Tensor),
     /// ggml weights (Q4_0 is packed to Q4_0 tiles; other types are a routing decision).
     Quant(&'a QTensor),
+    /// ggml weights as raw row-major blocks in the caller's memory (e.g. a mapped GGUF file:
+    /// packed straight from it, no copy on the way): `n` rows of `k` values of `dtype`.
+    Ggml {
+        /// The ggml type of the blocks.
+        dtype: candle_core::quantized::GgmlDType,
+        /// Rows.
+        n: usize,
+        /// Values per row.
+        k: usize,
+        /// The blocks (`n * k / block_size * type_size` bytes).
+        bytes: &'a [u8],
+    },
 }
 
 /// One checkpoint matrix of a fused group, with its optional bias.
@@ -271,22 +285,6 @@ fn check_layer(
     Ok(())
 }
 
-fn refs<'a>(m: &'a Matrix<'a>) -> (Vec<WeightRef<'a>>, Vec<Option<&'a Tensor>>) {
-    m.parts.iter().map(|(_, p)| (p.weight, p.bias)).unzip()
-}
-
-/// Pack program matrix `m` (`k` input columns) in `format`.
-fn pack_matrix(
-    m: &Matrix<'_>,
-    format: PackedFormat,
-    k: usize,
-    host: &mut HostWeights,
-    pinned: &mut Pinned,
-) -> Result<PackedLinear> {
-    let (parts, biases) = refs(m);
-    PackedLinear::pack(m.name.clone(), &parts, &biases, format, k, host, pinned)
-}
-
 impl HexTransformerConfig {
     /// Bad values (zero sizes, a malformed program) are errors; shapes the kernels do not take
     /// are the routing entry point's business ([`HexagonDevice::supports`] on
@@ -322,11 +320,12 @@ impl HexTransformerConfig {
 }
 
 impl HexTransformer {
-    /// Pack `w` for `cfg` on `dev`. Malformed input (a program that does not check, weights
-    /// that contradict it) is an error; anything the device cannot run is `Placed::Cpu(reason)`,
-    /// counted as a placement of [`OpKind::Block`]. Tail matrices are placed like linear
-    /// layers: one the device does not take (e.g. Q6_K weights) stays on the CPU, the module
-    /// still runs and [`ForwardHandle::wait`] returns the input of the tail node that reads it.
+    /// Pack `w` for `cfg` on `dev` (the [`Self::builder`] of `w`'s shape, every layer pushed).
+    /// Malformed input (a program that does not check, weights that contradict it) is an error;
+    /// anything the device cannot run is `Placed::Cpu(reason)`, counted as a placement of
+    /// [`OpKind::Block`]. Tail matrices are placed like linear layers: one the device does not
+    /// take (e.g. Q6_K weights) stays on the CPU, the module still runs and
+    /// [`ForwardHandle::wait`] returns the input of the tail node that reads it.
     pub fn new(
         dev: &HexagonDevice,
         cfg: &HexTransformerConfig,
@@ -335,16 +334,6 @@ impl HexTransformer {
         let checked = cfg.check()?;
         if w.layers.is_empty() {
             return Err(invalid("no layers".into()));
-        }
-        let half = cfg.head_dim / 2;
-        for (what, t) in [("rotary cosines", w.rope_cos), ("rotary sines", w.rope_sin)] {
-            if t.rank() != 2 || t.dim(0)? < cfg.max_positions || t.dim(1)? != half {
-                return Err(invalid(format!(
-                    "{what} are {:?}, expected [at least {}, {half}]",
-                    t.dims(),
-                    cfg.max_positions
-                )));
-            }
         }
         for (i, l) in w.layers.iter().enumerate() {
             check_layer(
@@ -355,198 +344,25 @@ impl HexTransformer {
             )?;
         }
         check_layer("the tail", &w.tail, &checked.tail_vecs, &checked.tail_mats)?;
-        let stats = dev.stats();
-        let refuse = |r: Reason| {
-            stats.record_placement(OpKind::Block, Decision::Cpu(r.key()), 0);
-            Ok(Placed::Cpu(r))
+        let mut b = match Self::builder(dev, cfg, &StackShape::of(w)?)? {
+            Placed::Npu(b) => b,
+            Placed::Cpu(r) => return Ok(Placed::Cpu(r)),
         };
-        // Deny-list and shapes: the one routing entry point.
-        if let Support::No(r) = dev.supports(&cfg.desc()) {
-            return refuse(r);
-        }
-        let mut chosen = Vec::with_capacity(w.layers.len());
-        for l in &w.layers {
-            let mut formats = Vec::with_capacity(l.matrices.len());
-            for (m, &(_, k)) in l.matrices.iter().zip(&checked.layer_mats) {
-                match group_format(&m.name, &refs(m).0, k) {
-                    Ok(f) => formats.push(f),
-                    Err(r) => return refuse(r),
-                }
-            }
-            chosen.push(formats);
-        }
-        let tier = if chosen
+        let built = w
+            .layers
             .iter()
-            .flatten()
-            .all(|&f| f == PackedFormat::F16Tiles)
-        {
-            Tier::Hmx
-        } else {
-            Tier::Hvx
-        };
-        match Self::pack(dev, cfg, checked, w, &chosen, tier) {
-            Ok(t) => {
-                let bytes = t.packed_bytes();
-                stats.record_placement(OpKind::Block, Decision::Npu(tier), bytes as u64);
-                Ok(Placed::Npu(t))
-            }
+            .try_for_each(|l| b.push_layer(l))
+            .and_then(|()| b.finish(&w.tail, w.rope_cos, w.rope_sin));
+        match built {
+            Ok(t) => Ok(Placed::Npu(t)),
             Err(e) => match Reason::from_error(&e) {
-                Some(r) => refuse(r),
+                Some(r) => {
+                    dev.stats()
+                        .record_placement(OpKind::Block, Decision::Cpu(r.key()), 0);
+                    Ok(Placed::Cpu(r))
+                }
                 None => Err(e),
             },
-        }
-    }
-
-    fn pack(
-        dev: &HexagonDevice,
-        cfg: &HexTransformerConfig,
-        checked: Checked,
-        w: &TransformerWeights<'_>,
-        formats: &[Vec<PackedFormat>],
-        tier: Tier,
-    ) -> Result<Self> {
-        // The tail's matrices are routed like linear layers.
-        let mut tail_formats = Vec::with_capacity(w.tail.matrices.len());
-        for (m, &(n, k)) in w.tail.matrices.iter().zip(&checked.tail_mats) {
-            tail_formats.push(Self::route_tail(dev, m, n, k));
-        }
-        // The weight file's room: every layer's matrices and the tail's that go on the NPU.
-        let mut lens = Vec::new();
-        for (l, f) in w.layers.iter().zip(formats) {
-            for ((m, &(_, k)), &f) in l.matrices.iter().zip(&checked.layer_mats).zip(f) {
-                lens.push(packed::packed_len(f, &refs(m).0, k)?);
-            }
-        }
-        for ((m, &(_, k)), f) in w
-            .tail
-            .matrices
-            .iter()
-            .zip(&checked.tail_mats)
-            .zip(&tail_formats)
-        {
-            if let Ok(f) = f {
-                lens.push(packed::packed_len(*f, &refs(m).0, k)?);
-            }
-        }
-        let mut host = HostWeights::new(dev, lens)?;
-        let mut pinned = Pinned::default();
-        let mut layers = Vec::with_capacity(w.layers.len());
-        for (l, f) in w.layers.iter().zip(formats) {
-            let vectors = l
-                .vectors
-                .iter()
-                .map(|(_, t)| Ok(pinned.push(crate::ops::to_f32_vec(t)?)))
-                .collect::<Result<Vec<_>>>()?;
-            let mut matrices = Vec::with_capacity(l.matrices.len());
-            for ((m, &(_, k)), &f) in l.matrices.iter().zip(&checked.layer_mats).zip(f) {
-                matrices.push(Some(pack_matrix(m, f, k, &mut host, &mut pinned)?));
-            }
-            layers.push(PackedLayer { vectors, matrices });
-        }
-        let tail_vectors = w
-            .tail
-            .vectors
-            .iter()
-            .map(|(_, t)| Ok(pinned.push(crate::ops::to_f32_vec(t)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let table = |t: &Tensor| -> Result<Vec<f32>> {
-            crate::ops::to_f32_vec(&t.narrow(0, 0, cfg.max_positions)?.flatten_all()?)
-        };
-        let cos = pinned.push(table(w.rope_cos)?);
-        let sin = pinned.push(table(w.rope_sin)?);
-        let mut tail_matrices = Vec::with_capacity(w.tail.matrices.len());
-        let mut reasons = Vec::with_capacity(w.tail.matrices.len());
-        for ((m, &(_, k)), f) in w
-            .tail
-            .matrices
-            .iter()
-            .zip(&checked.tail_mats)
-            .zip(tail_formats)
-        {
-            match f {
-                Ok(f) => {
-                    tail_matrices.push(Some(pack_matrix(m, f, k, &mut host, &mut pinned)?));
-                    reasons.push(None);
-                }
-                Err(r) => {
-                    tail_matrices.push(None);
-                    reasons.push(Some(r));
-                }
-            }
-        }
-        let tail_cut = checked
-            .program
-            .tail
-            .iter()
-            .enumerate()
-            .find_map(|(j, node)| match node {
-                Node::MatMul { weight, .. } => reasons[*weight].clone().map(|r| (j, r)),
-                _ => None,
-            });
-        // Only the pinned vectors are mapped now; the runtime places the weights.
-        let pinned = pinned.map(dev)?;
-        Ok(HexTransformer {
-            inner: Arc::new(Inner {
-                dev: dev.clone(),
-                cfg: cfg.clone(),
-                program: checked,
-                layers,
-                tail: PackedLayer {
-                    vectors: tail_vectors,
-                    matrices: tail_matrices,
-                },
-                tail_cut,
-                cos,
-                sin,
-                pinned,
-                runtime: Runtime::new(dev, host.seal(dev)),
-                tier,
-                plans: Mutex::new(plan::PlanCache::default()),
-            }),
-        })
-    }
-
-    /// A tail matrix is routed like a linear layer (deny-list, dtype, alignment); the runtime
-    /// places its weights with the others, so the load-time window check does not apply. The
-    /// decision is counted.
-    fn route_tail(
-        dev: &HexagonDevice,
-        m: &Matrix<'_>,
-        n: usize,
-        k: usize,
-    ) -> std::result::Result<PackedFormat, Reason> {
-        let (parts, _) = refs(m);
-        let weights = match parts[0] {
-            WeightRef::Dense(t) => WeightFormat::Dense(t.dtype()),
-            WeightRef::Quant(q) => match q.dtype() {
-                candle_core::quantized::GgmlDType::Q4_0 => WeightFormat::Q4_0,
-                other => WeightFormat::OtherQuant(format!("{other:?}").to_lowercase()),
-            },
-        };
-        let desc = OpDesc::Linear {
-            weights,
-            n,
-            k,
-            rows: 1,
-            dtype: candle_core::DType::F32,
-        };
-        let kind = desc.kind();
-        let decision = match dev.supports(&desc) {
-            Support::Yes(tier) => group_format(&m.name, &parts, k).map(|f| (f, tier)),
-            Support::No(reason) => Err(reason),
-        };
-        match decision {
-            Ok((f, tier)) => {
-                let bytes = packed::packed_len(f, &parts, k).unwrap_or(0) as u64;
-                dev.stats()
-                    .record_placement(kind, Decision::Npu(tier), bytes);
-                Ok(f)
-            }
-            Err(reason) => {
-                dev.stats()
-                    .record_placement(kind, Decision::Cpu(reason.key()), 0);
-                Err(reason)
-            }
         }
     }
 

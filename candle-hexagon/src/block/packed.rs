@@ -4,7 +4,6 @@
 //! decides where the DSP reads them from), fused biases, and the pinned f32
 //! vectors (norm weights, biases, RoPE tables), mapped once into one buffer of their own.
 
-use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Tensor};
 use half::f16;
 use kernels_dsp::*;
@@ -16,35 +15,31 @@ use crate::layout;
 use crate::memory::{align_tensor, WeightSlot};
 use crate::ops::linear::PackedFormat;
 use crate::ops::{tiled, to_f32_vec};
-use crate::routing::Reason;
+use crate::routing::{Reason, WeightFormat};
 use crate::runtime::{virtual_id, HostWeight, HostWeights};
 
-/// The packed format a checkpoint weight gets, or why it cannot be packed.
-pub(crate) fn format_of(w: &WeightRef<'_>) -> std::result::Result<PackedFormat, Reason> {
-    match w {
-        WeightRef::Dense(t) => match t.dtype() {
-            DType::F32 | DType::F16 | DType::BF16 => Ok(PackedFormat::F16Tiles),
-            dt => Err(Reason::Dtype(format!(
-                "{dt:?} weights (dense weights must be float)"
-            ))),
-        },
-        WeightRef::Quant(q) => match q.dtype() {
-            GgmlDType::Q4_0 => Ok(PackedFormat::Q4_0Tiles),
-            dt => Err(Reason::Dtype(format!(
-                "{} weights (the NPU kernels take Q4_0 and dense weights)",
-                format!("{dt:?}").to_lowercase()
-            ))),
-        },
+/// The packed format a weight of routing format `f` gets, or why it cannot be packed.
+pub(crate) fn format_for(f: &WeightFormat) -> std::result::Result<PackedFormat, Reason> {
+    match f {
+        WeightFormat::Dense(DType::F32 | DType::F16 | DType::BF16) => Ok(PackedFormat::F16Tiles),
+        WeightFormat::Dense(dt) => Err(Reason::Dtype(format!(
+            "{dt:?} weights (dense weights must be float)"
+        ))),
+        WeightFormat::Q4_0 => Ok(PackedFormat::Q4_0Tiles),
+        WeightFormat::OtherQuant(name) => Err(Reason::Dtype(format!(
+            "{name} weights (the NPU kernels take Q4_0 and dense weights)"
+        ))),
     }
 }
 
-/// The one format of a fused group (`what` names it in the reason), checked for Q4_0 alignment.
+/// The one format of a fused group of `(rows, format)` parts (`what` names it in the reason),
+/// checked for Q4_0 alignment.
 pub(crate) fn group_format(
     what: &str,
-    parts: &[WeightRef<'_>],
+    parts: &[(usize, WeightFormat)],
     k: usize,
 ) -> std::result::Result<PackedFormat, Reason> {
-    let mut formats = parts.iter().map(format_of);
+    let mut formats = parts.iter().map(|p| format_for(&p.1));
     let first = formats.next().expect("a fused group has parts")?;
     for f in formats {
         if f? != first {
@@ -66,18 +61,7 @@ pub(crate) fn dims_of(w: &WeightRef<'_>) -> Result<(usize, usize)> {
     Ok(match w {
         WeightRef::Dense(t) => t.dims2()?,
         WeightRef::Quant(q) => q.shape().dims2()?,
-    })
-}
-
-/// Bytes of `parts` (each `(n_i, k)`) stacked and packed in `format`.
-pub(crate) fn packed_len(format: PackedFormat, parts: &[WeightRef<'_>], k: usize) -> Result<usize> {
-    let mut n = 0;
-    for p in parts {
-        n += dims_of(p)?.0;
-    }
-    Ok(match format {
-        PackedFormat::F16Tiles => layout::f16_tiles_len(n, k),
-        PackedFormat::Q4_0Tiles => layout::q4_0_tiles_len(n, k),
+        WeightRef::Ggml { n, k, .. } => (*n, *k),
     })
 }
 
@@ -112,7 +96,10 @@ impl PackedLinear {
             .collect::<Result<_>>()?;
         let n: usize = widths.iter().sum();
         // The packed tiles go straight into the (zero-filled) weight file.
-        let len = packed_len(format, parts, k)?;
+        let len = match format {
+            PackedFormat::F16Tiles => layout::f16_tiles_len(n, k),
+            PackedFormat::Q4_0Tiles => layout::q4_0_tiles_len(n, k),
+        };
         let w = match format {
             PackedFormat::F16Tiles => {
                 let mut w16: Vec<f16> = Vec::with_capacity(n * k);
@@ -128,15 +115,24 @@ impl PackedLinear {
             }
             PackedFormat::Q4_0Tiles => {
                 // ggml Q4_0 rows are independent blocks: stacking rows is concatenating bytes.
-                let mut blocks: Vec<u8> = Vec::with_capacity(n * k / 32 * 18);
-                for p in parts {
-                    let WeightRef::Quant(q) = p else {
-                        return Err(mixed());
-                    };
-                    blocks.extend_from_slice(&q.data()?);
-                }
+                let mut owned: Vec<u8> = Vec::new();
+                let blocks: &[u8] = match parts {
+                    // One part in the caller's bytes (a mapped file): packed from them in place.
+                    [WeightRef::Ggml { bytes, .. }] => bytes,
+                    _ => {
+                        owned.reserve(n * k / 32 * 18);
+                        for p in parts {
+                            match p {
+                                WeightRef::Quant(q) => owned.extend_from_slice(&q.data()?),
+                                WeightRef::Ggml { bytes, .. } => owned.extend_from_slice(bytes),
+                                WeightRef::Dense(_) => return Err(mixed()),
+                            }
+                        }
+                        &owned
+                    }
+                };
                 host.push(name, len, |dst| {
-                    layout::pack_q4_0_tiles_into(dst, &blocks, n, k)
+                    layout::pack_q4_0_tiles_into(dst, blocks, n, k)
                 })?
             }
         };

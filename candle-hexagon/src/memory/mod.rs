@@ -211,7 +211,8 @@ impl Memory {
         // leases of submitted batches (or refused: a weight-file range is read-only, and nothing
         // writes a sealed weight file); the backing and mapping live in it until Drop detaches
         // them.
-        if let Err(e) = unsafe { self.transport.attach(id, backing.shm(), &mapping) } {
+        let range = backing.range();
+        if let Err(e) = unsafe { self.transport.attach(id, backing.shm(), range, &mapping) } {
             let _ = self.window.unmap(mapping);
             self.ids.lock().expect("id lock").push(id);
             return Err(e);
@@ -248,6 +249,14 @@ impl Backing {
         match self {
             Backing::Owned(s) => s,
             Backing::Weights { file, .. } => file.shm(),
+        }
+    }
+
+    /// The bytes of [`Self::shm`] the buffer is (page-rounded).
+    fn range(&self) -> std::ops::Range<usize> {
+        match self {
+            Backing::Owned(s) => 0..s.len(),
+            Backing::Weights { offset, len, .. } => *offset..*offset + *len,
         }
     }
 }
@@ -515,10 +524,10 @@ impl Drop for DeviceBuffer {
         };
         // A failure here cannot be returned; it is counted, and the id / range stay unusable
         // rather than being handed out while the DSP may still reference them.
-        let detached = self
-            .mem
-            .transport
-            .detach(self.id, self.backing.shm(), &mapping);
+        let detached =
+            self.mem
+                .transport
+                .detach(self.id, self.backing.shm(), self.backing.range(), &mapping);
         if detached.is_err() {
             // Not unmapping keeps the range allocated in the window, so it is never reused.
             self.mem.release_failures.fetch_add(1, Ordering::Relaxed);

@@ -127,6 +127,21 @@ impl SharedMemory {
         }
     }
 
+    /// Drop the host view's page-table entries (`madvise(MADV_DONTNEED)`): the memory is a
+    /// shared mapping, so its contents stay (in the memfd, or the rpcmem buffer) and a later host
+    /// access faults the same bytes back in. What it saves is accounting and page tables: a page
+    /// the host wrote at load and the NPU window maps again would otherwise count twice in the
+    /// process's resident set. A mapping that does not support it is left as it is.
+    pub(crate) fn drop_host_view_pages(&self) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        // SAFETY: MADV_DONTNEED on a MAP_SHARED mapping discards no data (the pages belong to the
+        // shared object); the range is this mapping's own. Callers hold no references into it
+        // across the call.
+        unsafe {
+            libc::madvise(self.as_ptr().cast(), self.len(), libc::MADV_DONTNEED);
+        }
+    }
+
     /// Host address.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()

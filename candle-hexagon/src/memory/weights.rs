@@ -6,10 +6,11 @@
 //! refresh path of `dllm-models` runs on them in place). When the transport maps ranges of a
 //! shared allocation ([`crate::transport::Transport::maps_shared_ranges`]: the emulated DSP),
 //! making a weight resident maps its range of the same file into the NPU window, read-only
-//! ([`super::Memory::map_weights`]), as fastrpc maps an rpcmem buffer by fd: one copy of the
-//! weights, not a host copy plus a mapped copy. What still copies from these bytes: the `somr`
-//! staging slots (streamed weights), the `naive` / `paging` policies' on-demand mappings, and
-//! resident weights on a transport that cannot map ranges (FastRPC today).
+//! ([`super::Memory::map_weights`]; the emulated DSP maps it into its window, FastRPC with
+//! `fastrpc_mmap` of the rpcmem fd at the weight's offset): one copy of the weights, not a host
+//! copy plus a mapped copy. What still copies from these bytes: the `somr` staging slots
+//! (streamed weights), and everything on a transport that cannot map ranges of a file this size
+//! (FastRPC's offsets are 32-bit signed: a weight file over 2 GiB is copied).
 
 use std::ops::Deref;
 use std::sync::atomic::Ordering;
@@ -76,13 +77,19 @@ impl WeightFileBuilder {
     /// order.
     pub(crate) fn seal(self, mem: &Arc<Memory>) -> Vec<WeightBytes> {
         let bytes: u64 = self.ranges.iter().map(|r| r.1 as u64).sum();
-        let shared = mem.transport.maps_shared_ranges();
+        let shared = mem.transport.maps_shared_ranges()
+            && self.shm.len() <= mem.transport.max_shared_bytes();
         let gauge = if shared {
             &mem.shared_weight_bytes
         } else {
             &mem.host_weight_bytes
         };
         gauge.fetch_add(bytes, Ordering::Relaxed);
+        // The packed bytes were written through the host view; from now on the NPU maps resident
+        // ranges itself, and the host reads only what the CPU refresh path and staging touch:
+        // dropping the view's pages keeps a resident weight from counting twice (host view and
+        // window) in the resident set. Nothing references the file during `seal`.
+        self.shm.drop_host_view_pages();
         let file = Arc::new(WeightFile {
             shm: self.shm,
             mem: mem.clone(),

@@ -27,6 +27,8 @@
 //! (time the DSP had nothing to run because the host was still preparing weights) and
 //! overlapped staging time.
 
+pub(crate) mod cost;
+pub(crate) mod fit;
 pub mod graph;
 pub mod packing;
 pub(crate) mod pager;

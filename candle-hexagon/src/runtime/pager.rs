@@ -1,8 +1,9 @@
 //! The `naive` and `paging` policies: one mapping per weight, made when a batch first needs it.
-//! `naive` keeps every mapping, and maps the weight's range of the module's weight file in place
-//! (no copy) when the transport can; `paging` replaces the least recently used mapping not needed
-//! by the batch being prepared when the window or the mapper table is full, and every miss is a
-//! synchronous map + copy (the streaming baseline the `somr` policy is measured against).
+//! Both map the weight's range of the module's weight file in place (no copy, no second copy of
+//! the weights held) when the transport can, else map a buffer of its own and copy. `naive` keeps
+//! every mapping; `paging` replaces the least recently used mapping not needed by the batch being
+//! prepared when the window or the mapper table is full, and every miss is a synchronous map (the
+//! baseline the `somr` policy is measured against).
 //! Neither knows the graph: there is no plan and no prefetch.
 
 use std::collections::HashMap;
@@ -54,26 +55,20 @@ impl Pager {
             }
             let start = Instant::now();
             let bytes = &rt.weights[w].bytes;
-            if !p.replace && bytes.file().shared() {
-                // naive: the weight stays mapped for good, so map it in place.
-                let buf =
+            // The weight's range of the module's weight file, mapped in place when the transport
+            // can (no copy: the NPU reads the host's pages); else a mapping of its own + a copy.
+            let in_place = bytes.file().shared();
+            let map = || {
+                if in_place {
                     rt.dev
                         .mem()
-                        .map_weights(bytes.file(), bytes.file_offset(), bytes.len())?;
-                rt.stats()
-                    .staged(0, start, Instant::now(), st.last.as_ref());
-                out.push((
-                    w,
-                    Loc {
-                        buffer: buf.id(),
-                        offset: 0,
-                    },
-                ));
-                p.mapped.insert(w, (buf, p.tick));
-                continue;
-            }
+                        .map_weights(bytes.file(), bytes.file_offset(), bytes.len())
+                } else {
+                    rt.dev.map_buffer(bytes.len())
+                }
+            };
             let mut buf = loop {
-                match rt.dev.map_buffer(bytes.len()) {
+                match map() {
                     Ok(b) => break b,
                     Err(e) if e.is_resource_exhausted() && p.replace => {
                         if !p.evict_lru(rt, needed) {
@@ -83,11 +78,16 @@ impl Pager {
                     Err(e) => return Err(e),
                 }
             };
-            buf.write(0, bytes)?;
-            // The policy's mappings are copies (map + copy on every miss, by design).
-            buf.hold_weight_copy(bytes.len() as u64);
+            let copied = if in_place {
+                0
+            } else {
+                buf.write(0, bytes)?;
+                // A copy beside the host bytes (a transport that cannot map them in place).
+                buf.hold_weight_copy(bytes.len() as u64);
+                bytes.len() as u64
+            };
             rt.stats()
-                .staged(bytes.len() as u64, start, Instant::now(), st.last.as_ref());
+                .staged(copied, start, Instant::now(), st.last.as_ref());
             out.push((
                 w,
                 Loc {

@@ -1,5 +1,6 @@
 //! The printable plan of the `somr` policy: how the window is split, where each weight lives,
-//! how the forward is cut into stages and the stall the profile predicts.
+//! how the forward is cut into stages and the stall the planner predicts (from the latency
+//! estimates of `cost.rs`).
 
 use std::fmt;
 
@@ -50,21 +51,19 @@ pub struct MemoryPlan {
     pub blocks: usize,
     /// Stages (DSP batches) per forward.
     pub stages: usize,
-    /// Expected synchronous stall per forward, ns (from the profile).
+    /// Expected synchronous stall per forward, ns (from the latency estimates).
     pub expected_stall_ns: u64,
     /// Expected bytes streamed per forward.
     pub expected_streamed_bytes: u64,
-    /// True for the profiling plan (every segment its own batch, waited for).
-    pub profiling: bool,
     /// The weights, in consumption order.
     pub rows: Vec<PlanRow>,
-    /// The stages of a forward with their profiled NPU and staging times.
+    /// The stages of a forward with their estimated NPU and staging times.
     pub stage_plan: Vec<Stage>,
 }
 
 impl MemoryPlan {
-    /// The expected stall per forward if the NPU ran `speedup` times faster than profiled
-    /// (staging times unchanged): a projection from the profile, not a measurement.
+    /// The expected stall per forward if the NPU ran `speedup` times faster than estimated
+    /// (staging times unchanged): a projection, not a measurement.
     pub fn projected_stall_ns(&self, speedup: f64) -> u64 {
         let faster: Vec<Stage> = self
             .stage_plan
@@ -91,9 +90,8 @@ impl fmt::Display for MemoryPlan {
             .saturating_sub(self.kv_bytes + self.act_bytes + self.pinned_bytes);
         writeln!(
             f,
-            "memory plan (somr{}): window {} = KV {} + activations {} ({} unshared) + norms/tables {} + \
+            "memory plan (somr): window {} = KV {} + activations {} ({} unshared) + norms/tables {} + \
              other {} + plan {}",
-            if self.profiling { ", profiling forward" } else { "" },
             b(self.window_bytes),
             b(self.kv_bytes),
             b(self.act_bytes),

@@ -1,15 +1,16 @@
 //! The `somr` policy: plan, resident mappings and the two staging slots.
 //!
-//! The first forward that needs a plan makes one from the op stream it is about to submit:
-//! its batches (one per block, weights named by virtual ids) are cut into *segments* (the ops
-//! from one weight-consuming op to the next). When every weight fits the budget, all are made
-//! resident at once: mapped in place from the module's weight file (runs of weights adjacent in
-//! the file, which is in consumption order, one mapping each: no copy) when the transport can
-//! map ranges of shared memory, else copied in consumption order into a few large mappings.
-//! Otherwise that forward is a *profiling* forward: each segment runs as its own batch and is waited for, every
-//! weight that fits a slot is copied into one first, and the NPU time per segment and the copy
-//! time per weight are measured. The next forward places the weights from that profile
-//! ([`super::placement::place`]), maps the residents and the two slots, and runs pipelined:
+//! The first forward that needs a plan makes one, before any of its batches is submitted, from
+//! the op stream it is about to submit (graph-guided, paper §3.4): its batches (one per block,
+//! weights named by virtual ids) are cut into *segments* (the ops from one weight-consuming op to
+//! the next), each segment's NPU time and each weight's staging time estimated from the
+//! descriptors and sizes (`cost.rs`, the planner's latency table). When every weight fits the
+//! budget, all are made resident at once: mapped in place from the module's weight file (runs of
+//! weights adjacent in the file, which is in consumption order, one mapping each: no copy) when
+//! the transport can map ranges of shared memory, else copied in consumption order into a few
+//! large mappings. Otherwise the weights are placed from those estimates
+//! ([`super::placement::place`]), the residents and the two slots mapped, and every forward, the
+//! first included, runs pipelined (no forward streams a weight twice):
 //!
 //! - a stage's streamed weights are copied into its slot only after the stage that last read the
 //!   slot has completed (its `Completion`); the copy goes through the buffer's checked host
@@ -21,15 +22,15 @@
 //!
 //! When a later mapping (KV growth, a larger activation buffer) finds the window full, the
 //! residents and slots are released ([`Somr::demote`]) and the next forward re-plans with the
-//! space that is left, keeping the profile.
+//! space that is left.
 
 use std::ops::Range;
 use std::time::Instant;
 
 use super::packing::{pack_in_order, MappingPlan};
-use super::placement::{self, Placement, Segment, Stage, WeightInfo};
+use super::placement::{self, Placement, Segment, WeightInfo};
 use super::report::{MemoryPlan, PlanRow};
-use super::{op_weight, Loc, Policy, Runtime, State};
+use super::{cost, op_weight, Loc, Policy, Runtime, State};
 use crate::error::{fmt_bytes, Error, Result};
 use crate::memory::{align_tensor, round_up, DeviceBuffer, TENSOR_ALIGN};
 use crate::transport::{Batch, Completion};
@@ -75,7 +76,6 @@ impl MemoryPlan {
         ctx: Context,
         budget: u64,
         headroom: u64,
-        profiling: bool,
     ) -> Self {
         let va = rt.dev.memory_stats().va;
         let mine: u64 = mappings.iter().map(|m| m.len() as u64).sum::<u64>() + 2 * p.slot_bytes;
@@ -152,7 +152,6 @@ impl MemoryPlan {
             stages: p.stages.len(),
             expected_stall_ns: p.expected_stall_ns,
             expected_streamed_bytes: p.expected_streamed_bytes,
-            profiling,
             rows,
             stage_plan: p.stages.clone(),
         }
@@ -168,9 +167,7 @@ struct Slot {
 /// A plan in force: residents mapped, slots mapped.
 struct Active {
     epoch: u64,
-    profiling: bool,
     placement: Placement,
-    segments: Vec<Segment>,
     /// Per weight: its stage (None: never consumed by the planned forward; kept resident).
     stage_of: Vec<Option<usize>>,
     block_first: Vec<usize>,
@@ -179,24 +176,13 @@ struct Active {
     slots: Vec<Slot>,
     alternates: bool,
     report: MemoryPlan,
-    /// Profiling measurements: NPU ns per segment, copy ns per weight.
-    seg_ns: Vec<u64>,
-    copy_ns: Vec<u64>,
     /// Stages submitted in the current forward (stage index, slot used).
     submitted: Vec<(usize, Option<usize>)>,
-}
-
-/// A profile: the forward's segments with their NPU time and each weight's staging time.
-#[derive(Debug, Clone)]
-struct Profile {
-    segments: Vec<Segment>,
-    stage_ns: Vec<u64>,
 }
 
 /// The `somr` state of one module.
 #[derive(Default)]
 pub(crate) struct Somr {
-    profile: Option<Profile>,
     active: Option<Active>,
     epoch: u64,
 }
@@ -233,23 +219,13 @@ impl Somr {
                 .filter_map(op_weight)
                 .all(|w| a.stage_of[w].is_some() || a.resident[w].is_some())
         };
-        match &s.active {
-            Some(a) if !a.profiling && known(a) => return Ok(()),
-            Some(a) if a.profiling && s.profile.is_none() && known(a) => return Ok(()),
-            _ => {}
+        if s.active.as_ref().is_some_and(known) {
+            return Ok(());
         }
         // Release the old plan first: its space is part of the budget.
         s.active = None;
         s.epoch += 1;
-        // A profile that does not cover this forward's structure (a weight it never saw consumed)
-        // is taken again.
-        let segments = match Self::segments(blocks, s.profile.as_ref()) {
-            Some(seg) => seg,
-            None => {
-                s.profile = None;
-                Self::segments(blocks, None).expect("no profile to cover")
-            }
-        };
+        let segments = Self::segments(blocks);
         let w = &rt.weights;
         // Mapped in place, a resident weight takes whole pages of the window (its range of the
         // weight file); copied, it is packed at tensor alignment.
@@ -276,14 +252,11 @@ impl Somr {
         let infos: Vec<WeightInfo> = (0..w.len())
             .map(|i| WeightInfo {
                 bytes: size(i),
-                stage_ns: s.profile.as_ref().map_or(0, |p| p.stage_ns[i]),
+                stage_ns: cost::stage_ns(w[i].bytes.len() as u64),
             })
             .collect();
-        let profiling = !fits && s.profile.is_none();
         let placement = if fits {
             placement::all_resident(&infos, &segments, TENSOR_ALIGN as u64)
-        } else if profiling {
-            profiling_placement(&infos, &segments, slot_max)
         } else {
             placement::place(
                 &infos,
@@ -294,37 +267,25 @@ impl Somr {
                 TENSOR_ALIGN as u64,
             )
         };
-        rt.stats().count_plan(profiling);
-        let active = Self::map(
-            rt, s.epoch, profiling, placement, segments, ctx, total, headroom,
-        )?;
+        rt.stats().count_plan();
+        let active = Self::map(rt, s.epoch, placement, segments, ctx, total, headroom)?;
         somr(st).active = Some(active);
         Ok(())
     }
 
-    /// The planning segments: those of this forward's batches, with the profiled times (`None`
-    /// when the profile does not cover a segment of this forward).
-    fn segments(blocks: &[Batch], profile: Option<&Profile>) -> Option<Vec<Segment>> {
+    /// The planning segments of this forward's batches, with their estimated NPU times.
+    fn segments(blocks: &[Batch]) -> Vec<Segment> {
         let mut out = Vec::new();
         for (li, b) in blocks.iter().enumerate() {
-            for (w, _) in segments_of(b) {
+            for (w, ops) in segments_of(b) {
                 out.push(Segment {
                     block: li,
                     weight: w,
-                    compute_ns: 0,
+                    compute_ns: b.ops()[ops].iter().map(cost::op_ns).sum(),
                 });
             }
         }
-        if let Some(p) = profile {
-            for s in out.iter_mut() {
-                let q = p
-                    .segments
-                    .iter()
-                    .find(|q| (q.block, q.weight) == (s.block, s.weight))?;
-                s.compute_ns = q.compute_ns;
-            }
-        }
-        Some(out)
+        out
     }
 
     /// Map the residents and the slots of `placement`.
@@ -332,7 +293,6 @@ impl Somr {
     fn map(
         rt: &Runtime,
         epoch: u64,
-        profiling: bool,
         placement: Placement,
         segments: Vec<Segment>,
         ctx: Context,
@@ -362,68 +322,7 @@ impl Somr {
             }
         }
         order.extend((0..n).filter(|&w| stage_of[w].is_none()));
-        // In place: mappings of runs of residents adjacent in the weight file (the file is in
-        // load order, which is consumption order), nothing copied. Otherwise: residents copied
-        // back to back in consumption order into mappings of their own.
-        let in_place = in_place(rt);
-        let page = rt.dev.mem().window.page();
-        let plan = |ws: &[usize], limit: u64| {
-            if in_place {
-                file_runs(rt, ws, page, limit)
-            } else {
-                let items: Vec<(usize, u64)> = ws
-                    .iter()
-                    .map(|&w| (w, rt.weights[w].bytes.len() as u64))
-                    .collect();
-                pack_in_order(&items, limit, TENSOR_ALIGN as u64)
-            }
-        };
-        let mut resident = vec![None; n];
-        let mut mappings = Vec::new();
-        let mut pending = plan(&order, MAX_MAPPING_BYTES);
-        pending.reverse();
-        while let Some(m) = pending.pop() {
-            let mapped = if in_place {
-                // A run's first member is at offset 0 of the run.
-                let first = &rt.weights[m.members[0].0].bytes;
-                rt.dev
-                    .mem()
-                    .map_weights(first.file(), first.file_offset(), m.bytes as usize)
-            } else {
-                rt.dev.map_buffer(m.bytes as usize)
-            };
-            let mut buf = match mapped {
-                Ok(b) => b,
-                // A fragmented window: the same tensors in smaller mappings.
-                Err(Error::VaBudget { have, .. }) if m.members.len() > 1 && have > 0 => {
-                    let sub: Vec<usize> = m.members.iter().map(|&(w, _)| w).collect();
-                    let mut parts = plan(&sub, have.min(m.bytes / 2).max(1));
-                    parts.reverse();
-                    pending.extend(parts);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            for &(w, off) in &m.members {
-                if !in_place {
-                    buf.write(off as usize, &rt.weights[w].bytes)?;
-                }
-                resident[w] = Some(Loc {
-                    buffer: buf.id(),
-                    offset: off as usize,
-                });
-            }
-            let bytes = m
-                .members
-                .iter()
-                .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
-                .sum();
-            rt.dev.mem().count_weights(bytes);
-            if !in_place {
-                buf.hold_weight_copy(bytes);
-            }
-            mappings.push(buf);
-        }
+        let (resident, mappings) = map_residents(rt, &order)?;
         let mut slots = Vec::new();
         if placement.slot_bytes > 0 {
             for _ in 0..2 {
@@ -438,17 +337,13 @@ impl Somr {
             }
         }
         let report = MemoryPlan::new(
-            rt, &placement, &segments, &resident, &mappings, ctx, total, headroom, profiling,
+            rt, &placement, &segments, &resident, &mappings, ctx, total, headroom,
         );
         rt.dev.note_plan(&report);
         Ok(Active {
             epoch,
-            profiling,
-            alternates: placement::alternates(&placement.stages) && !profiling,
-            seg_ns: vec![0; segments.len()],
-            copy_ns: vec![0; n],
+            alternates: placement::alternates(&placement.stages),
             placement,
-            segments,
             stage_of,
             block_first,
             resident,
@@ -467,12 +362,10 @@ impl Somr {
         let a = s.active.as_ref().expect("begin() made a plan");
         let first = a.block_first.get(li).copied().unwrap_or(0);
         let mut out: Vec<(usize, Batch)> = Vec::new();
-        for (q, (w, range)) in segments_of(batch).into_iter().enumerate() {
-            let stage = match (a.profiling, w.and_then(|w| a.stage_of[w])) {
-                // Profiling: one stage per segment, in order.
-                (true, _) => first + q,
-                (false, Some(j)) => j,
-                (false, None) => out.last().map_or(first, |(j, _)| *j),
+        for (w, range) in segments_of(batch) {
+            let stage = match w.and_then(|w| a.stage_of[w]) {
+                Some(j) => j,
+                None => out.last().map_or(first, |(j, _)| *j),
             };
             if out.last().map(|(j, _)| *j) != Some(stage) {
                 out.push((stage, Batch::new()));
@@ -509,9 +402,7 @@ impl Somr {
                 }
                 let start = Instant::now();
                 for &(w, off) in &stage.streamed {
-                    let t = Instant::now();
                     s.buf.write(off as usize, &rt.weights[w].bytes)?;
-                    a.copy_ns[w] = t.elapsed().as_nanos() as u64;
                 }
                 s.tag = Some(j);
                 rt.stats()
@@ -544,8 +435,8 @@ impl Somr {
         Ok(locs)
     }
 
-    /// Stage `j` was submitted with `done`, at `at`.
-    pub(crate) fn submitted(st: &mut State, j: usize, done: &Completion, at: Instant) {
+    /// Stage `j` was submitted with `done`.
+    pub(crate) fn submitted(st: &mut State, j: usize, done: &Completion) {
         let forward = st.forwards;
         st.last = Some(done.clone());
         let a = somr(st).active.as_mut().expect("begin() made a plan");
@@ -556,14 +447,6 @@ impl Somr {
             a.slots[k].reader = Some(done.clone());
         }
         a.submitted.push((j, slot));
-        if a.profiling {
-            done.wait();
-            let ns = done
-                .done_at()
-                .map_or(0, |t| t.saturating_duration_since(at).as_nanos() as u64);
-            let seg = a.placement.stages[j].segments.start;
-            a.seg_ns[seg] += ns;
-        }
     }
 
     /// The forward's batches are all submitted; `st.forwards` is the next forward's number.
@@ -572,17 +455,6 @@ impl Somr {
         let s = somr(st);
         let a = s.active.as_mut()?;
         let submitted = std::mem::take(&mut a.submitted);
-        if a.profiling {
-            let mut segments = a.segments.clone();
-            for (seg, ns) in segments.iter_mut().zip(&a.seg_ns) {
-                seg.compute_ns = *ns;
-            }
-            s.profile = Some(Profile {
-                segments,
-                stage_ns: a.copy_ns.clone(),
-            });
-            return None;
-        }
         let j0 = a.placement.stages.iter().position(|s| s.slot.is_some())?;
         let k0 = placement::slot_of(a.placement.stages[j0].slot?, forward, a.alternates);
         let after = submitted
@@ -627,11 +499,7 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
     let Policy::Somr(s) = &mut st.policy else {
         return Ok(());
     };
-    let Some(a) = s
-        .active
-        .as_mut()
-        .filter(|a| a.epoch == p.epoch && !a.profiling)
-    else {
+    let Some(a) = s.active.as_mut().filter(|a| a.epoch == p.epoch) else {
         return Ok(());
     };
     let Some(j0) = a.placement.stages.iter().position(|s| s.slot.is_some()) else {
@@ -654,6 +522,74 @@ pub(crate) fn prefetch(rt: &Runtime, p: Prefetch) -> Result<()> {
     rt.stats()
         .staged(stage.streamed_bytes, start, Instant::now(), last.as_ref());
     Ok(())
+}
+
+/// Map the resident weights `order` (consumption order): where each weight is, and the mappings.
+fn map_residents(rt: &Runtime, order: &[usize]) -> Result<(Vec<Option<Loc>>, Vec<DeviceBuffer>)> {
+    let n = rt.weights.len();
+    // In place: mappings of runs of residents adjacent in the weight file (the file is in
+    // load order, which is consumption order), nothing copied. Otherwise: residents copied
+    // back to back in consumption order into mappings of their own.
+    let in_place = in_place(rt);
+    let page = rt.dev.mem().window.page();
+    let plan = |ws: &[usize], limit: u64| {
+        if in_place {
+            file_runs(rt, ws, page, limit)
+        } else {
+            let items: Vec<(usize, u64)> = ws
+                .iter()
+                .map(|&w| (w, rt.weights[w].bytes.len() as u64))
+                .collect();
+            pack_in_order(&items, limit, TENSOR_ALIGN as u64)
+        }
+    };
+    let mut resident = vec![None; n];
+    let mut mappings = Vec::new();
+    let mut pending = plan(&order, MAX_MAPPING_BYTES);
+    pending.reverse();
+    while let Some(m) = pending.pop() {
+        let mapped = if in_place {
+            // A run's first member is at offset 0 of the run.
+            let first = &rt.weights[m.members[0].0].bytes;
+            rt.dev
+                .mem()
+                .map_weights(first.file(), first.file_offset(), m.bytes as usize)
+        } else {
+            rt.dev.map_buffer(m.bytes as usize)
+        };
+        let mut buf = match mapped {
+            Ok(b) => b,
+            // A fragmented window: the same tensors in smaller mappings.
+            Err(Error::VaBudget { have, .. }) if m.members.len() > 1 && have > 0 => {
+                let sub: Vec<usize> = m.members.iter().map(|&(w, _)| w).collect();
+                let mut parts = plan(&sub, have.min(m.bytes / 2).max(1));
+                parts.reverse();
+                pending.extend(parts);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for &(w, off) in &m.members {
+            if !in_place {
+                buf.write(off as usize, &rt.weights[w].bytes)?;
+            }
+            resident[w] = Some(Loc {
+                buffer: buf.id(),
+                offset: off as usize,
+            });
+        }
+        let bytes = m
+            .members
+            .iter()
+            .map(|&(w, _)| rt.weights[w].bytes.len() as u64)
+            .sum();
+        rt.dev.mem().count_weights(bytes);
+        if !in_place {
+            buf.hold_weight_copy(bytes);
+        }
+        mappings.push(buf);
+    }
+    Ok((resident, mappings))
 }
 
 /// True when the module's resident weights are mapped from its weight file in place.
@@ -689,39 +625,4 @@ fn file_runs(rt: &Runtime, ws: &[usize], page: u64, max_mapping: u64) -> Vec<Map
         }
     }
     out.into_iter().map(|(_, m)| m).collect()
-}
-
-/// The profiling forward's placement: every weight that fits a slot streamed, one stage per
-/// segment, slots as large as the largest such weight.
-fn profiling_placement(w: &[WeightInfo], segments: &[Segment], slot_max: u64) -> Placement {
-    let resident: Vec<bool> = w.iter().map(|x| x.bytes > slot_max).collect();
-    let mut stages: Vec<Stage> = Vec::with_capacity(segments.len());
-    let mut k = 0;
-    for (i, seg) in segments.iter().enumerate() {
-        let streamed = seg.weight.filter(|&x| !resident[x]);
-        let bytes = streamed.map_or(0, |x| w[x].bytes);
-        stages.push(Stage {
-            block: seg.block,
-            segments: i..i + 1,
-            streamed: streamed.map(|x| vec![(x, 0)]).unwrap_or_default(),
-            streamed_bytes: bytes,
-            slot: streamed.map(|_| {
-                k += 1;
-                (k - 1) % 2
-            }),
-            compute_ns: 0,
-            stage_ns: 0,
-        });
-    }
-    Placement {
-        slot_bytes: stages.iter().map(|s| s.streamed_bytes).max().unwrap_or(0),
-        resident_bytes: (0..w.len())
-            .filter(|&i| resident[i])
-            .map(|i| w[i].bytes)
-            .sum(),
-        resident,
-        stages,
-        expected_stall_ns: 0,
-        expected_streamed_bytes: 0,
-    }
 }

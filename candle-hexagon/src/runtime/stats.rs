@@ -17,7 +17,6 @@ pub struct SwapStats {
     plans: AtomicU64,
     shape_plans: AtomicU64,
     shape_plan_evictions: AtomicU64,
-    profiled: AtomicU64,
     evictions: AtomicU64,
     slot_waits: AtomicU64,
 }
@@ -33,7 +32,6 @@ impl SwapStats {
             plans: l(&self.plans),
             shape_plans: l(&self.shape_plans),
             shape_plan_evictions: l(&self.shape_plan_evictions),
-            profiled: l(&self.profiled),
             evictions: l(&self.evictions),
             slot_waits: l(&self.slot_waits),
         }
@@ -70,15 +68,8 @@ impl SwapStats {
         Self::add(&self.forwards, 1);
     }
 
-    pub(crate) fn count_plan(&self, profiled: bool) {
-        Self::add(
-            if profiled {
-                &self.profiled
-            } else {
-                &self.plans
-            },
-            1,
-        );
+    pub(crate) fn count_plan(&self) {
+        Self::add(&self.plans, 1);
     }
 
     pub(crate) fn count_shape_plan(&self, evicted: u64) {

@@ -152,7 +152,13 @@ impl Transport for EmulatedTransport {
         true
     }
 
-    unsafe fn attach(&self, id: u32, _shm: &SharedMemory, mapping: &Mapping) -> Result<()> {
+    unsafe fn attach(
+        &self,
+        id: u32,
+        _shm: &SharedMemory,
+        _range: std::ops::Range<usize>,
+        mapping: &Mapping,
+    ) -> Result<()> {
         let addr = mapping.npu_addr().ok_or_else(|| {
             Error::Transport("the emulated DSP needs buffers mapped into a reserved window".into())
         })? as usize;
@@ -165,7 +171,13 @@ impl Transport for EmulatedTransport {
         })
     }
 
-    fn detach(&self, id: u32, _shm: &SharedMemory, _mapping: &Mapping) -> Result<()> {
+    fn detach(
+        &self,
+        id: u32,
+        _shm: &SharedMemory,
+        _range: std::ops::Range<usize>,
+        _mapping: &Mapping,
+    ) -> Result<()> {
         self.queue.call(move |d: &mut Dsp| {
             // SAFETY: valid context on its own thread.
             let st = unsafe { kdsp_buffer_unregister(d.ctx, id) };

@@ -396,15 +396,42 @@ impl Transport for FastRpcTransport {
         })
     }
 
-    unsafe fn attach(&self, id: u32, shm: &SharedMemory, _mapping: &Mapping) -> Result<()> {
-        let (fd, addr, len) = (shm.fd(), shm.as_ptr() as usize, shm.len());
-        // SAFETY: fd/addr/len describe one live rpcmem buffer.
+    fn maps_shared_ranges(&self) -> bool {
+        // attach() maps the buffer's range of the rpcmem fd by offset and registers that range.
+        true
+    }
+
+    fn max_shared_bytes(&self) -> usize {
+        i32::MAX as usize
+    }
+
+    unsafe fn attach(
+        &self,
+        id: u32,
+        shm: &SharedMemory,
+        range: std::ops::Range<usize>,
+        _mapping: &Mapping,
+    ) -> Result<()> {
+        let (fd, len) = (shm.fd(), range.len());
+        let offset = i32::try_from(range.start).map_err(|_| Error::InvalidInput {
+            op: "fastrpc_mmap",
+            detail: format!("offset {} does not fit its 32-bit argument", range.start),
+        })?;
+        if range.end > shm.len() {
+            return Err(Error::InvalidInput {
+                op: "fastrpc_mmap",
+                detail: format!("range {range:?} of a {}-byte buffer", shm.len()),
+            });
+        }
+        // The host address of the range: fastrpc_mmap takes the fd's mapping plus the offset.
+        let addr = shm.as_ptr() as usize + range.start;
+        // SAFETY: fd/addr/offset/len describe a range of one live rpcmem buffer.
         let rc = unsafe {
             (self.lib.fastrpc_mmap)(
                 CDSP_DOMAIN_ID,
                 fd,
                 addr as *mut c_void,
-                0,
+                offset,
                 len,
                 FASTRPC_MAP_FD,
             )
@@ -419,6 +446,7 @@ impl Transport for FastRpcTransport {
             let mut msg = [0u8; 24];
             msg[0..4].copy_from_slice(&id.to_le_bytes());
             msg[4..8].copy_from_slice(&fd.to_le_bytes());
+            msg[8..12].copy_from_slice(&(offset as u32).to_le_bytes());
             msg[16..24].copy_from_slice(&(len as u64).to_le_bytes());
             check_status(
                 "kdsp register",
@@ -433,7 +461,13 @@ impl Transport for FastRpcTransport {
         Ok(())
     }
 
-    fn detach(&self, id: u32, shm: &SharedMemory, _mapping: &Mapping) -> Result<()> {
+    fn detach(
+        &self,
+        id: u32,
+        shm: &SharedMemory,
+        range: std::ops::Range<usize>,
+        _mapping: &Mapping,
+    ) -> Result<()> {
         // Through the queue: every batch submitted before this has finished when it returns.
         self.queue.call(move |s: &mut Session| {
             check_status(
@@ -443,7 +477,12 @@ impl Transport for FastRpcTransport {
         })?;
         // SAFETY: the mapping made in attach().
         let rc = unsafe {
-            (self.lib.fastrpc_munmap)(CDSP_DOMAIN_ID, shm.fd(), shm.as_ptr().cast(), shm.len())
+            (self.lib.fastrpc_munmap)(
+                CDSP_DOMAIN_ID,
+                shm.fd(),
+                shm.as_ptr().add(range.start).cast(),
+                range.len(),
+            )
         };
         if rc != 0 {
             return Err(Error::FastRpc {

@@ -167,27 +167,47 @@ pub trait Transport: Send + Sync {
     /// Allocate `len` bytes (a page multiple) of host memory the DSP can map.
     fn alloc(&self, len: usize) -> Result<SharedMemory>;
 
-    /// True when [`Transport::attach`] takes a mapping of a page-aligned *range* of a shared
-    /// allocation (the mapping says where; the allocation is the whole `shm`), so packed weights
-    /// written once into shared memory at load time can be made resident by mapping them in
-    /// place, without a copy. False: every buffer is a whole allocation of its own, and resident
-    /// weights are copied into one (the FastRPC transport today: its register message looks a
-    /// buffer up by fd, one mapping per fd).
+    /// True when [`Transport::attach`] takes a page-aligned *range* of a shared allocation, so
+    /// packed weights written once into shared memory at load time can be made resident by
+    /// mapping them in place, without a copy (the emulated DSP maps the range into its window;
+    /// FastRPC maps it by fd and offset). False: every buffer is a whole allocation of its own,
+    /// and resident weights are copied into one.
     fn maps_shared_ranges(&self) -> bool {
         false
     }
 
-    /// Make `shm`, placed at `mapping` in the NPU window, buffer `id` on the DSP.
+    /// The largest allocation whose ranges [`Transport::attach`] can map in place (FastRPC's
+    /// `fastrpc_mmap` takes a 32-bit signed offset: 2 GiB); a larger weight file is copied as
+    /// when ranges cannot be mapped.
+    fn max_shared_bytes(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Make bytes `range` of `shm` (the whole allocation, or a page-aligned range of it when
+    /// [`Transport::maps_shared_ranges`]), placed at `mapping` in the NPU window, buffer `id` on
+    /// the DSP.
     ///
     /// # Safety
     /// From now until [`Transport::detach`] returns, batches may read and write `shm`'s memory
     /// from the DSP thread: the caller must keep every host access to it from racing a submitted
     /// batch that has not completed (the device does so with leases, see
     /// [`crate::DeviceBuffer`]), and keep `shm` and `mapping` alive until detached.
-    unsafe fn attach(&self, id: u32, shm: &SharedMemory, mapping: &Mapping) -> Result<()>;
+    unsafe fn attach(
+        &self,
+        id: u32,
+        shm: &SharedMemory,
+        range: std::ops::Range<usize>,
+        mapping: &Mapping,
+    ) -> Result<()>;
 
-    /// Undo [`Transport::attach`].
-    fn detach(&self, id: u32, shm: &SharedMemory, mapping: &Mapping) -> Result<()>;
+    /// Undo [`Transport::attach`] (the same `range`).
+    fn detach(
+        &self,
+        id: u32,
+        shm: &SharedMemory,
+        range: std::ops::Range<usize>,
+        mapping: &Mapping,
+    ) -> Result<()>;
 
     /// Queue a batch; the fence yields one `KDSP_STATUS_*` per op. `done` must be set when the
     /// DSP has finished with the batch (or will never run it), and not before: the device keeps

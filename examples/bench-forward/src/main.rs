@@ -58,7 +58,9 @@ struct Args {
     llama_quantize: Option<PathBuf>,
     /// Models of the side-by-side table: `100m` (the ~100M random LLaDA), `shipped` (the
     /// shipped 1.1M `models/tiny-llada`) and `8b` (LLaDA-8B's shapes with 2 layers, random:
-    /// 5.9 GB as F32; most of the run's time), each at every type and thread count.
+    /// 5.9 GB as F32; most of the run's time), each at every type and thread count; `8b-full`
+    /// (LLaDA-8B's shapes at full depth, 32 layers, random, written Q8_0 / Q4_0 by the project's
+    /// streaming writer: pass `--types q8_0,q4_0`; not in the default list).
     #[arg(long, value_delimiter = ',', default_value = "100m,shipped,8b")]
     models: Vec<String>,
     /// GGUF types of the side-by-side table.

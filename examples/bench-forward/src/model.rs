@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use dllm_models::synthetic::{bench_llada_100m, bench_llada_8b_shaped, random_weights};
@@ -67,6 +66,9 @@ pub enum BenchModel {
     Shipped,
     /// LLaDA-8B's shapes with 2 layers (random, 1.47B parameters).
     Shaped8b,
+    /// LLaDA-8B's shapes at full depth (32 layers, random, 8.0B parameters), written Q8_0 or
+    /// Q4_0 directly by the project's streaming writer.
+    Full8b,
 }
 
 impl BenchModel {
@@ -76,7 +78,8 @@ impl BenchModel {
             "100m" => Ok(Self::Random100m),
             "shipped" => Ok(Self::Shipped),
             "8b" => Ok(Self::Shaped8b),
-            other => anyhow::bail!("--models: `{other}` (expected 100m, shipped or 8b)"),
+            "8b-full" => Ok(Self::Full8b),
+            other => anyhow::bail!("--models: `{other}` (expected 100m, shipped, 8b or 8b-full)"),
         }
     }
 
@@ -86,6 +89,7 @@ impl BenchModel {
             Self::Random100m => "97.5M random",
             Self::Shipped => "1.1M shipped",
             Self::Shaped8b => "8B-shaped, 2 layers",
+            Self::Full8b => "8B-shaped, 32 layers",
         }
     }
 
@@ -95,6 +99,7 @@ impl BenchModel {
             Self::Random100m => "bench100m",
             Self::Shipped => "shipped-tiny-llada",
             Self::Shaped8b => "bench8b-2layers",
+            Self::Full8b => "llada8b-full",
         }
     }
 
@@ -106,6 +111,9 @@ impl BenchModel {
                 let cfg = bench_llada_8b_shaped();
                 let w = random_weights(&cfg, 0)?;
                 Ok((cfg, w))
+            }
+            Self::Full8b => {
+                anyhow::bail!("the full-depth 8B is written by the streaming writer, never held")
             }
             Self::Shipped => {
                 let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada");
@@ -127,44 +135,29 @@ pub fn write_gguf(path: &Path, dtype: GgmlDType) -> Result<()> {
     write_model_gguf(BenchModel::Random100m, path, dtype)
 }
 
-/// Write `model` as a GGUF with 2-D weights in `dtype` (the project's writer).
+/// Write `model` as a GGUF with 2-D weights in `dtype` (the project's writer; the full-depth 8B
+/// with its streaming writer, tensor by tensor, seed 0).
 pub fn write_model_gguf(model: BenchModel, path: &Path, dtype: GgmlDType) -> Result<()> {
+    if model == BenchModel::Full8b {
+        let cfg = dllm_models::synthetic::llada_8b();
+        let how = dllm_models::gguf_write::RandomGguf {
+            extra: dllm_models::gguf_write::placeholder_vocab(cfg.vocab_size),
+            ..dllm_models::gguf_write::RandomGguf::new(dtype, 0)
+        };
+        dllm_models::gguf_write::write_random_gguf(path, &cfg, &how)
+            .with_context(|| format!("writing {}", path.display()))?;
+        return Ok(());
+    }
     let (cfg, w) = model.weights()?;
-    dllm_models::gguf_write::write_gguf(path, &cfg, &w, dtype, &placeholder_vocab(cfg.vocab_size))
-        .with_context(|| format!("writing {}", path.display()))?;
+    dllm_models::gguf_write::write_gguf(
+        path,
+        &cfg,
+        &w,
+        dtype,
+        &dllm_models::gguf_write::placeholder_vocab(cfg.vocab_size),
+    )
+    .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
-}
-
-/// A SentencePiece-style placeholder vocabulary so llama.cpp can load a checkpoint that has none.
-fn placeholder_vocab(n: usize) -> Vec<(String, Value)> {
-    let tokens = (0..n)
-        .map(|i| {
-            Value::String(match i {
-                0 => "<unk>".into(),
-                1 => "<s>".into(),
-                2 => "</s>".into(),
-                _ => format!("tok{i}"),
-            })
-        })
-        .collect();
-    let types = (0..n)
-        .map(|i| {
-            Value::I32(match i {
-                0 => 2,
-                1 | 2 => 3,
-                _ => 1,
-            })
-        })
-        .collect();
-    vec![
-        ("tokenizer.ggml.model".into(), Value::String("llama".into())),
-        ("tokenizer.ggml.tokens".into(), Value::Array(tokens)),
-        (
-            "tokenizer.ggml.scores".into(),
-            Value::Array((0..n).map(|_| Value::F32(0.0)).collect()),
-        ),
-        ("tokenizer.ggml.token_type".into(), Value::Array(types)),
-    ]
 }
 
 /// A deterministic `(1, len)` canvas of ids below `vocab - 3`.

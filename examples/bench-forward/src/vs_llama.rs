@@ -62,6 +62,11 @@ fn make(plan: &Plan, model: BenchModel, ty: &str) -> Result<PathBuf> {
     }
     eprintln!("writing {} ({}, {ty})", path.display(), model.name());
     match ty {
+        "q8_0" if model == BenchModel::Full8b => write_model_gguf(model, &path, GgmlDType::Q8_0)?,
+        "q4_0" if model == BenchModel::Full8b => write_model_gguf(model, &path, GgmlDType::Q4_0)?,
+        _ if model == BenchModel::Full8b => {
+            bail!("--models 8b-full: --types q8_0,q4_0 (its F32 file would be 32 GB)")
+        }
         "f32" => write_model_gguf(model, &path, GgmlDType::F32)?,
         "f16" => write_model_gguf(model, &path, GgmlDType::F16)?,
         "q8_0" | "q4_0" => {
@@ -202,9 +207,15 @@ fn llama_ms(plan: &Plan, model: &Path, threads: usize) -> Result<(f64, f64, f64)
 /// every row's logits (what the timed table also runs) and print the peak again. The parent reads
 /// them as it reads llama-bench's.
 pub fn rss_probe(path: &Path, tokens: usize, reps: usize, threads: &[usize]) -> Result<()> {
-    let mut m = load_gguf(path, CpuLinears::Packed, Some(KV_DTYPE))?;
+    let start = std::time::Instant::now();
+    // The first forward (last-row logits) in the probe's first pool: time to first forward.
+    let pool = dllm_models::threads::pool(threads[0])?;
+    let mut m = pool.install(|| load_gguf(path, CpuLinears::Packed, Some(KV_DTYPE)))?;
     let x = canvas(tokens, m.info().vocab_size)?;
     let last = [tokens - 1];
+    pool.install(|| m.forward_full(&x, Rows::Positions(&last)))?;
+    let first_ms = start.elapsed().as_secs_f64() * 1e3;
+    drop(pool);
     // This process's own high-water mark (a new address space at `exec`: it starts from zero,
     // unlike the rusage peak, and the parent cannot tell this process from itself by name).
     let hwm = || -> Result<f64> {
@@ -223,17 +234,35 @@ pub fn rss_probe(path: &Path, tokens: usize, reps: usize, threads: &[usize]) -> 
         }
         println!("{}", hwm()?);
     }
+    println!("{first_ms}");
     Ok(())
+}
+
+/// llama.cpp's time to its first forward's end: a whole `llama-bench -r 1 --no-warmup` process
+/// (start, load, one forward, exit), ms.
+fn llama_first_ms(plan: &Plan, model: &Path, threads: usize) -> Result<f64> {
+    let t = std::time::Instant::now();
+    run_measured(
+        Command::new(&plan.llama_bench)
+            .arg("-m")
+            .arg(model)
+            .args(["-p", &plan.tokens.to_string(), "-n", "0"])
+            .args(["-t", &threads.to_string()])
+            .args(["-ctk", "f16", "-ctv", "f16"])
+            .args(["-r", "1", "--no-warmup", "-o", "json"]),
+    )?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
 }
 
 /// llada-rs's peak RSS in MB on `path`: the memory probe in a process of its own per thread
 /// count (as llama.cpp's side runs one llama-bench process per thread count; one process running
 /// both kept the first pool's allocator arenas and work buffers through the second's forwards),
 /// each reporting its `VmHWM` after the forwards llama-bench runs (last-row logits) and after
-/// those with every row's logits; the largest of each.
-fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64)> {
+/// those with every row's logits; the largest of each. Also each probe's time from its start to
+/// the end of its first forward (ms, per thread count).
+fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64, Vec<f64>)> {
     let exe = std::env::current_exe().context("finding bench-forward's own path")?;
-    let (mut last, mut all) = (0f64, 0f64);
+    let (mut last, mut all, mut first) = (0f64, 0f64, Vec::new());
     for t in &plan.threads {
         let (out, _, _) = run_measured(
             Command::new(&exe)
@@ -248,12 +277,13 @@ fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64)> {
             .map(|w| w.parse::<f64>())
             .collect::<Result<_, _>>()
             .ok()
-            .filter(|v: &Vec<f64>| v.len() == 2)
+            .filter(|v: &Vec<f64>| v.len() == 3)
             .with_context(|| format!("the memory probe printed `{}`", out.trim()))?;
         last = last.max(kb[0] / 1024.0);
         all = all.max(kb[1] / 1024.0);
+        first.push(kb[2]);
     }
-    Ok((last, all))
+    Ok((last, all, first))
 }
 
 /// This process's CPU time, in seconds.
@@ -304,6 +334,7 @@ pub fn run(plan: &Plan) -> Result<()> {
     let mut wall_rows = Vec::new();
     let mut cpu_rows = Vec::new();
     let mut rss_rows = Vec::new();
+    let mut first_rows = Vec::new();
     let pools = plan
         .threads
         .iter()
@@ -315,7 +346,17 @@ pub fn run(plan: &Plan) -> Result<()> {
         .flat_map(|&m| plan.types.iter().map(move |ty| (m, ty)))
     {
         let path = make(plan, model, ty)?;
-        let (ours_rss, ours_rss_all) = ours_rss(plan, &path)?;
+        let (ours_rss, ours_rss_all, ours_first) = ours_rss(plan, &path)?;
+        for (&threads, ours) in plan.threads.iter().zip(&ours_first) {
+            let llama = llama_first_ms(plan, &path, threads)?;
+            first_rows.push(format!(
+                "| {threads} | {} | {} | {:.1} | {:.1} |",
+                model.name(),
+                ty.to_uppercase(),
+                llama / 1e3,
+                ours / 1e3
+            ));
+        }
         let mut m = load_gguf(&path, CpuLinears::Packed, Some(KV_DTYPE))?;
         let x = canvas(t, m.info().vocab_size)?;
         let last = [t - 1];
@@ -386,6 +427,12 @@ pub fn run(plan: &Plan) -> Result<()> {
     println!("| model | GGUF | file MB | llama.cpp | llada-rs, last-row logits | ratio | llada-rs, then all {t} rows' logits |");
     println!("|---|---|---:|---:|---:|---:|---:|");
     for r in &rss_rows {
+        println!("{r}");
+    }
+    println!("\nTime to first forward, s: from process start to the end of the first {t}-token forward (llama.cpp: a whole `llama-bench -r 1 --no-warmup` process; llada-rs: the memory probe's process, last-row logits):\n");
+    println!("| threads | model | GGUF | llama.cpp | llada-rs |");
+    println!("|---:|---|---|---:|---:|");
+    for r in &first_rows {
         println!("{r}");
     }
     Ok(())

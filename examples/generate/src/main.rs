@@ -246,6 +246,9 @@ fn run(a: Args) -> Result<()> {
         if let (Some(dev), Some(b)) = (backend.hexagon(), before) {
             map.extend(llada_cli::device_counters(&b, &dev.counters()));
         }
+        // The process's peak resident set (VmHWM: loading and generating), null where the
+        // system does not report it.
+        map.insert("peak_rss_bytes".into(), peak_rss_bytes().into());
         println!("{out}");
     } else {
         match &text {
@@ -264,6 +267,9 @@ fn run(a: Args) -> Result<()> {
         );
         if let Some(dev) = backend.hexagon() {
             eprintln!("\n{}", dev.routing_report());
+            if let Some(plan) = dev.last_memory_plan() {
+                eprintln!("\n{plan}");
+            }
             let cpu = loaded.model.weights().cpu_linear_bytes();
             eprintln!(
                 "CPU linear layers (refresh path, fallbacks): {:.2} MiB of their own weights, \
@@ -287,4 +293,13 @@ fn main() {
 /// An f32 flag value as the user wrote it (0.97, not 0.9700000286102295) for the JSON.
 fn as_written(x: f32) -> f64 {
     x.to_string().parse().unwrap_or(x as f64)
+}
+
+/// The process's peak resident set size in bytes (`VmHWM` of `/proc/self/status`; `None` where
+/// there is no such file).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
