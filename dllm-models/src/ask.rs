@@ -78,6 +78,21 @@ impl Ask {
         self.len() == 0
     }
 
+    /// Rows this ask puts through the model's matrix products: per batch item, the window's
+    /// positions (one more to the left for a model with shifted logits — `shift_logits`, Dream —
+    /// when the window does not start at 0) plus one row per verification position (two with
+    /// shifted logits: the position before it and the masked position). A serving loop budgets
+    /// the asks it batches into one [`crate::DiffusionTransformer::forward_many`] with it.
+    pub fn rows_count(&self, shift_logits: bool) -> usize {
+        let shift = crate::shift::Shift::new(shift_logits);
+        let window = self.window.end - shift.window_start(self.window.start);
+        let shadows: usize = (self.verify.iter())
+            .filter(|&&p| shift.scorable(p))
+            .map(|&p| shift.group(p).len())
+            .sum();
+        self.canvas.len() * (window + shadows)
+    }
+
     /// Checks that need no model: the verification positions are unique and inside the canvas,
     /// and a forward from an empty cache starts at 0.
     pub(crate) fn check(&self, shift: crate::shift::Shift) -> Result<()> {
@@ -105,5 +120,33 @@ impl Ask {
             .into());
         }
         Ok(())
+    }
+}
+#[cfg(test)]
+mod tests {
+    use super::Ask;
+
+    fn ask(batch: usize, window: std::ops::Range<usize>, verify: Vec<usize>) -> Ask {
+        Ask {
+            canvas: vec![vec![0; 40]; batch],
+            clear_cache: false,
+            rows: vec![window.start],
+            window,
+            verify,
+            commit: None,
+        }
+    }
+
+    #[test]
+    fn rows_count_is_window_plus_shadows_times_batch() {
+        // LLaDA: the window's rows plus one per shadow.
+        assert_eq!(ask(1, 8..16, vec![]).rows_count(false), 8);
+        assert_eq!(ask(1, 8..16, vec![3, 9]).rows_count(false), 10);
+        // Classifier-free guidance: two batch items, each with every row.
+        assert_eq!(ask(2, 8..16, vec![3, 9]).rows_count(false), 20);
+        // Shifted logits: the window starts one row earlier (not before 0), a shadow is a pair.
+        assert_eq!(ask(1, 8..16, vec![3, 9]).rows_count(true), 9 + 4);
+        assert_eq!(ask(1, 0..16, vec![]).rows_count(true), 16);
+        assert_eq!(ask(2, 0..16, vec![5]).rows_count(true), 2 * (16 + 2));
     }
 }

@@ -5,7 +5,6 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use candle_core::DType;
 
@@ -221,14 +220,7 @@ pub enum Error {
     /// The thread computing a sparse refresh beside the forward panicked.
     #[error("the refresh thread panicked")]
     RefreshThreadPanicked,
-    /// A request cancelled before its result was computed (a serving loop's cancellation).
-    #[error("the request was cancelled")]
-    Cancelled,
-    /// A forward batched with other requests that failed: the one error, handed to each of them.
-    #[error("batched forward: {0}")]
-    BatchedForward(Arc<Error>),
-    /// An internal invariant that does not hold (here or in a serving loop over the models): a bug,
-    /// not a bad call.
+    /// An internal invariant that does not hold: a bug, not a bad call.
     #[error("internal error (a bug, not a bad call): {what}")]
     Internal {
         /// The invariant.

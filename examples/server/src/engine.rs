@@ -1,463 +1,600 @@
-//! The scheduler: one set of weights, one sequence per request, one forward at a time.
+//! The engine: one thread owns the model's weights and every sequence, and runs the serving loop.
 //!
-//! Every request decodes on its own thread with the library's decoder, against a [`SeqLm`]: a
-//! `DiffusionLm` that owns the request's sequence (`DiffusionTransformer::from_weights` over the
-//! shared weights: its own KV cache, nothing copied) and asks the [`Engine`] before any compute.
-//! The engine serves those asks first come, first served; a sequence has at most one ask
-//! outstanding (its decoder is waiting for it), so concurrent sequences advance in round robin, one
-//! forward each per round, and a long generation cannot starve a short one.
+//! Sequences are data: a request becomes a [`dllm_decode::Generation`] (a value that says what its
+//! next forward must compute and takes the answer) beside its [`Session`] (the text stream and the
+//! channel to its handler). The engine keeps them in a table — *waiting* (no KV cache yet: more
+//! than `--max-sequences` are running) and *running* (each with its own KV cache, a
+//! `DiffusionTransformer` over the shared weights) — and loops:
 //!
-//! **Batching.** A sequence whose every forward is a whole-canvas forward from an empty cache with
-//! nothing ever committed (the `vanilla` strategy without classifier-free guidance, and Dream's own
-//! algorithm) asks for a *batchable* forward: its canvas and the rows it needs. When the engine
-//! serves one, it takes every other batchable ask in the queue with the same canvas length (up to
-//! `max_batch`), stacks the canvases into one `(batch, len)` forward on the engine's own sequence,
-//! and hands each its rows. Other forwards (prefix/dual cache, mbsd: windows against a per-sequence
-//! cache) run one at a time on their own sequence ("a turn"). Canvases of different lengths are
-//! not padded: without an attention mask over padding the model would see the pad tokens.
+//! 1. admit the requests the handlers sent (their parameters are checked here: a request the
+//!    decoder refuses ends at once with that error);
+//! 2. drop the sequences whose client went away or whose `--timeout` ran out, freeing their caches
+//!    at once; start waiting ones while fewer than `--max-sequences` run;
+//! 3. ask every running sequence without a pending ask for its next step ([`Generation::next`]; a
+//!    generation with none left finishes);
+//! 4. pick the group: pending asks first come, first served (an ask comes when its sequence's
+//!    previous step was answered, so sequences advance in round robin) while their rows
+//!    ([`Ask::rows_count`]: window, verification rows, batch) fit in `--max-batch-rows` — the
+//!    first ask always goes in, so `--max-batch-rows 1` runs one sequence per forward;
+//! 5. run the group's asks in one [`DiffusionTransformer::forward_many`] (any strategy, any prompt
+//!    length: each sequence's answer is bit for bit its solo answer), give each its answer
+//!    ([`Generation::absorb`]) and send each its events.
+//!
+//! New requests join between two steps (continuous batching). An error from a sequence's
+//! `next`/`absorb` fails that request; when a batched forward fails, each sequence of the group is
+//! retried alone, so one bad request never fails the others. A panic in one sequence's work is
+//! caught and fails that request only.
 
-use std::collections::{HashMap, VecDeque};
-use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use candle_core::{Device, Tensor};
-use dllm_models::{
-    DiffusionLm, DiffusionTransformer, ModelInfo, Refresh, RefreshRequest, Rows, TransformerWeights,
-};
+use dllm_decode::latency::LatencyTable;
+use dllm_decode::{Answer, Ask, Decoder, Generation};
+use dllm_models::{DiffusionTransformer, ModelInfo, TransformerWeights};
 
-/// Why a sequence was cancelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum CancelReason {
-    /// The client went away.
-    Disconnected = 1,
-    /// The per-request timeout ran out.
-    Timeout = 2,
-    /// The text reached one of the request's stop strings: nothing more is needed.
-    StopString = 3,
-}
+use crate::error::ApiError;
+use crate::metrics::Stats;
+use crate::session::{decode_error, Event, Session};
 
-/// A request's cancellation flag, shared by the HTTP side and the decoding thread.
+/// A request's disconnect flag, set by its HTTP handler when the client goes away.
 #[derive(Debug, Default)]
-pub struct Cancel {
-    flag: AtomicBool,
-    reason: AtomicU8,
-}
+pub struct Cancel(AtomicBool);
 
 impl Cancel {
-    /// Cancel (the first reason wins).
-    pub fn set(&self, reason: CancelReason) {
-        if self
-            .reason
-            .compare_exchange(0, reason as u8, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-        {
-            self.flag.store(true, Ordering::SeqCst);
-        }
+    pub fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 
     pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
-    }
-
-    pub fn reason(&self) -> Option<CancelReason> {
-        match self.reason.load(Ordering::SeqCst) {
-            1 => Some(CancelReason::Disconnected),
-            2 => Some(CancelReason::Timeout),
-            3 => Some(CancelReason::StopString),
-            _ => None,
-        }
+        self.0.load(Ordering::SeqCst)
     }
 }
 
-/// Counters of the engine (reported by `GET /health`).
-#[derive(Debug, Default)]
-pub struct EngineStats {
-    /// Model forward calls (a batched forward counts once).
-    pub forwards: AtomicU64,
-    /// Batched forwards that carried two or more sequences.
-    pub batched_forwards: AtomicU64,
-    /// Sequences carried by those batched forwards (summed).
-    pub batched_sequences: AtomicU64,
-    /// Sequences alive (a [`SeqLm`] not yet dropped): their KV caches are allocated.
-    pub live_sequences: AtomicUsize,
+/// A request handed to the engine.
+pub struct Request {
+    pub session: Session,
+    pub cancel: Arc<Cancel>,
+    /// When the handler submitted it (time to first token counts from here).
+    pub arrived: Instant,
+    /// `--timeout` from `arrived` (`None`: later than an `Instant` can say).
+    pub deadline: Option<Instant>,
 }
 
-enum Work {
-    /// Run on your own sequence now; tell the engine you are done by dropping the sender.
-    Turn { done: Receiver<()> },
-    /// A whole-canvas forward the engine may batch: the canvas and the rows wanted.
-    Batch { canvas: Vec<u32>, rows: Vec<usize> },
+/// The engine's settings.
+#[derive(Clone)]
+pub struct Config {
+    /// Sequences running at once (`--max-sequences`).
+    pub max_sequences: usize,
+    /// Requests that may wait beyond them (`--max-queue`).
+    pub max_queue: usize,
+    /// Rows at most in one forward (`--max-batch-rows`; the first ask always goes in).
+    pub max_batch_rows: usize,
+    /// `--timeout`, for the messages.
+    pub timeout_secs: f64,
+    /// The latency table of mbsd's lookahead and verification (`--latency-table`).
+    pub latency: Option<Arc<LatencyTable>>,
 }
 
-enum Reply {
-    Go,
-    Logits(Result<Tensor, Arc<dllm_models::Error>>),
-    Cancelled,
-}
-
-struct Job {
-    cancel: Arc<Cancel>,
-    work: Work,
-    reply: SyncSender<Reply>,
-}
-
-/// What the engine's lock guards: the asks, and how many batchable sequences of each canvas
-/// length are alive (the ones a batch may wait for).
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    batchable: HashMap<usize, usize>,
-}
-
-/// The engine: a queue of asks and the thread that serves them.
+/// The handlers' side of the engine.
 pub struct Engine {
-    queue: Mutex<Queue>,
-    wake: Condvar,
-    max_batch: usize,
-    batch_wait: Duration,
-    pub stats: EngineStats,
+    inbox: Mutex<Sender<Request>>,
+    stats: Arc<Stats>,
+    config: Config,
 }
 
 impl Engine {
-    /// Start the engine's thread over `weights`; `max_batch` sequences at most per batched forward
-    /// (1: no batching); a batch waits at most `batch_wait` for the other live sequences of its
-    /// canvas length to ask.
+    /// Start the engine's thread over `weights` (the thread owns them and every sequence).
     pub fn start(
         weights: Arc<TransformerWeights>,
-        max_batch: usize,
-        batch_wait: Duration,
+        info: ModelInfo,
+        config: Config,
+        stats: Arc<Stats>,
     ) -> anyhow::Result<Arc<Self>> {
-        let engine = Arc::new(Self {
-            queue: Mutex::new(Queue::default()),
-            wake: Condvar::new(),
-            max_batch: max_batch.max(1),
-            batch_wait,
-            stats: EngineStats::default(),
-        });
-        let mut batch_model = DiffusionTransformer::from_weights(weights)?;
-        let e = engine.clone();
+        let (tx, rx) = channel();
+        let (c, st) = (config.clone(), stats.clone());
+        // Generations are not `Send`: the table is built on the engine thread and never leaves it.
         std::thread::Builder::new()
             .name("llada-engine".into())
-            .spawn(move || e.serve(&mut batch_model))?;
-        Ok(engine)
+            .spawn(move || {
+                Loop {
+                    inbox: rx,
+                    weights,
+                    info,
+                    config: c,
+                    stats: st,
+                    waiting: VecDeque::new(),
+                    running: Vec::new(),
+                    tickets: 0,
+                }
+                .run()
+            })?;
+        Ok(Arc::new(Self {
+            inbox: Mutex::new(tx),
+            stats,
+            config,
+        }))
     }
 
-    fn serve(&self, model: &mut DiffusionTransformer) {
-        loop {
-            let job = {
-                let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                loop {
-                    if let Some(j) = q.jobs.pop_front() {
-                        break j;
-                    }
-                    q = self.wake.wait(q).unwrap_or_else(|p| p.into_inner());
-                }
-            };
-            if job.cancel.is_set() {
-                let _ = job.reply.send(Reply::Cancelled);
-                continue;
-            }
-            match job.work {
-                Work::Turn { done } => {
-                    self.stats.forwards.fetch_add(1, Ordering::Relaxed);
-                    if job.reply.send(Reply::Go).is_ok() {
-                        // Returns when the sequence drops its end (done, failed or panicked).
-                        let _ = done.recv();
-                    }
-                }
-                Work::Batch { canvas, rows } => {
-                    let mut group = vec![(job.reply, canvas, rows)];
-                    let len = group[0].1.len();
-                    if self.max_batch > 1 {
-                        // Take every ask of this canvas length; while some live sequences of
-                        // that length have not asked yet (they are between two forwards, on
-                        // their own threads), wait for them a little: without it, two
-                        // sequences stay out of phase, each asking while the other's forward
-                        // runs, and never share one.
-                        let deadline = Instant::now() + self.batch_wait;
-                        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-                        loop {
-                            let mut i = 0;
-                            while i < q.jobs.len() && group.len() < self.max_batch {
-                                let fits = matches!(&q.jobs[i].work, Work::Batch { canvas, .. } if canvas.len() == len)
-                                    && !q.jobs[i].cancel.is_set();
-                                if fits {
-                                    let Some(j) = q.jobs.remove(i) else { break };
-                                    if let Work::Batch { canvas, rows } = j.work {
-                                        group.push((j.reply, canvas, rows));
-                                    }
-                                } else {
-                                    i += 1;
-                                }
-                            }
-                            let live = q.batchable.get(&len).copied().unwrap_or(0);
-                            let now = Instant::now();
-                            if group.len() >= live.min(self.max_batch) || now >= deadline {
-                                break;
-                            }
-                            q = self
-                                .wake
-                                .wait_timeout(q, deadline - now)
-                                .unwrap_or_else(|p| p.into_inner())
-                                .0;
-                        }
-                    }
-                    self.stats.forwards.fetch_add(1, Ordering::Relaxed);
-                    if group.len() > 1 {
-                        self.stats.batched_forwards.fetch_add(1, Ordering::Relaxed);
-                        self.stats
-                            .batched_sequences
-                            .fetch_add(group.len() as u64, Ordering::Relaxed);
-                    }
-                    let asks: Vec<(&[u32], &[usize])> =
-                        group.iter().map(|(_, c, r)| (&c[..], &r[..])).collect();
-                    match batched_forward(model, &asks) {
-                        Ok(per) => {
-                            for ((reply, _, _), l) in group.iter().zip(per) {
-                                let _ = reply.send(Reply::Logits(Ok(l)));
-                            }
-                        }
-                        Err(e) => {
-                            let e = Arc::new(e);
-                            for (reply, _, _) in &group {
-                                let _ = reply.send(Reply::Logits(Err(Arc::clone(&e))));
-                            }
-                        }
-                    }
-                }
-            }
+    /// Admit a request into the engine's table, or refuse it (429) when `--max-sequences` run and
+    /// `--max-queue` wait.
+    pub fn submit(&self, req: Request) -> Result<(), ApiError> {
+        let s = &self.stats;
+        let c = &self.config;
+        if s.admitted.fetch_add(1, Ordering::SeqCst) >= c.max_sequences + c.max_queue {
+            s.admitted.fetch_sub(1, Ordering::SeqCst);
+            s.rejected_queue_full.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::overloaded(format!(
+                "{} sequences are running and {} requests are queued (--max-sequences, \
+                 --max-queue); retry later",
+                c.max_sequences, c.max_queue
+            )));
         }
-    }
-
-    fn submit(&self, cancel: &Arc<Cancel>, work: Work) -> Receiver<Reply> {
-        let (reply, rx) = sync_channel(1);
-        let job = Job {
-            cancel: cancel.clone(),
-            work,
-            reply,
-        };
-        self.queue
+        s.started.fetch_add(1, Ordering::Relaxed);
+        s.waiting.fetch_add(1, Ordering::SeqCst);
+        let sent = self
+            .inbox
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .jobs
-            .push_back(job);
-        self.wake.notify_one();
-        rx
+            .send(req);
+        if sent.is_err() {
+            s.waiting.fetch_sub(1, Ordering::SeqCst);
+            s.admitted.fetch_sub(1, Ordering::SeqCst);
+            s.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(ApiError::server("the engine has stopped"));
+        }
+        Ok(())
+    }
+}
+
+/// A sequence's KV cache; dropping it frees the cache (and counts it freed).
+struct Cache {
+    model: DiffusionTransformer,
+    stats: Arc<Stats>,
+}
+
+impl Cache {
+    fn new(weights: Arc<TransformerWeights>, stats: Arc<Stats>) -> dllm_models::Result<Self> {
+        let model = DiffusionTransformer::from_weights(weights)?;
+        stats.live.fetch_add(1, Ordering::SeqCst);
+        Ok(Self { model, stats })
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.stats.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A request in the table.
+struct Seq {
+    req: Request,
+    gen: Generation<'static>,
+    /// Its first completion token was counted (time to first token).
+    first_token: bool,
+}
+
+/// A running sequence: its cache, and the ask it waits to have answered (with its ticket: the
+/// order asks came in).
+struct Running {
+    seq: Seq,
+    cache: Cache,
+    ask: Option<(u64, Ask)>,
+}
+
+/// How a sequence leaves the table.
+enum End {
+    /// The generation ended (no step left, or its session said the answer is complete).
+    Done,
+    Failed(ApiError),
+    Disconnected,
+    Timeout,
+}
+
+/// The engine thread's state.
+struct Loop {
+    inbox: Receiver<Request>,
+    weights: Arc<TransformerWeights>,
+    info: ModelInfo,
+    config: Config,
+    stats: Arc<Stats>,
+    waiting: VecDeque<Seq>,
+    running: Vec<Running>,
+    /// The next ask's ticket.
+    tickets: u64,
+}
+
+/// Run `f`, turning a panic into a server error naming `what`.
+fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, ApiError> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        ApiError::server(format!("{what} panicked (a bug in the server): {msg}"))
+    })
+}
+
+impl Loop {
+    fn run(mut self) {
+        loop {
+            if self.waiting.is_empty() && self.running.is_empty() {
+                match self.inbox.recv() {
+                    Ok(r) => self.admit(r),
+                    // Every handler is gone: the server is shutting down.
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match self.inbox.try_recv() {
+                    Ok(r) => self.admit(r),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            self.reap();
+            self.start_waiting();
+            self.ask_all();
+            self.step();
+        }
     }
 
-    /// A batchable sequence of canvas length `len` starts (`+1`) or ends (`-1`).
-    fn count_batchable(&self, len: usize, starts: bool) {
-        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let n = q.batchable.entry(len).or_insert(0);
-        if starts {
-            *n += 1;
-        } else {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                q.batchable.remove(&len);
+    /// A new request: its generation (the decoder checks the parameters and the prompt here).
+    fn admit(&mut self, req: Request) {
+        let job = &req.session.job;
+        let mut d = Decoder::new(job.params);
+        if let Some(t) = &self.config.latency {
+            d = d.latency_table(t.clone());
+        }
+        let endpoint = job.endpoint;
+        let started = guarded("starting the generation", || {
+            d.start(&self.info, &req.session.job.prompt_ids)
+        });
+        match started {
+            Ok(Ok(gen)) => self.waiting.push_back(Seq {
+                req,
+                gen,
+                first_token: false,
+            }),
+            Ok(Err(e)) => self.end_new(req, decode_error(e, endpoint)),
+            Err(e) => self.end_new(req, e),
+        }
+    }
+
+    /// Drop the sequences whose client went away or whose deadline passed.
+    fn reap(&mut self) {
+        let now = Instant::now();
+        let why = |r: &Request| {
+            if r.cancel.is_set() || r.session.gone() {
+                Some(End::Disconnected)
+            } else if r.deadline.is_some_and(|d| now >= d) {
+                Some(End::Timeout)
+            } else {
+                None
+            }
+        };
+        let mut i = 0;
+        while i < self.waiting.len() {
+            match why(&self.waiting[i].req) {
+                Some(end) => {
+                    if let Some(s) = self.waiting.remove(i) {
+                        self.end(s, None, end);
+                    }
+                }
+                None => i += 1,
             }
         }
-        drop(q);
-        // A batch waiting for this sequence need not wait any more.
-        self.wake.notify_one();
-    }
-
-    /// Wait for this sequence's turn; compute while the returned guard lives.
-    fn turn(&self, cancel: &Arc<Cancel>) -> dllm_models::Result<Turn> {
-        let (done_tx, done_rx) = sync_channel(0);
-        match self.submit(cancel, Work::Turn { done: done_rx }).recv() {
-            Ok(Reply::Go) => Ok(Turn { _done: done_tx }),
-            _ => Err(cancelled()),
+        let mut i = 0;
+        while i < self.running.len() {
+            match why(&self.running[i].seq.req) {
+                Some(end) => {
+                    let r = self.running.remove(i);
+                    self.end(r.seq, Some(r.cache), end);
+                }
+                None => i += 1,
+            }
         }
     }
 
-    /// A batchable whole-canvas forward: `(1, rows, vocab)` logits.
-    fn batch(
-        &self,
-        cancel: &Arc<Cancel>,
-        canvas: Vec<u32>,
-        rows: Vec<usize>,
-    ) -> dllm_models::Result<Tensor> {
-        match self.submit(cancel, Work::Batch { canvas, rows }).recv() {
-            Ok(Reply::Logits(Ok(t))) => Ok(t),
-            Ok(Reply::Logits(Err(e))) => Err(dllm_models::Error::BatchedForward(e)),
-            _ => Err(cancelled()),
-        }
-    }
-}
-
-fn cancelled() -> dllm_models::Error {
-    dllm_models::Error::Cancelled
-}
-
-/// While alive, the sequence holding it computes; dropping it hands the engine back.
-struct Turn {
-    _done: SyncSender<()>,
-}
-
-/// One forward of several canvases of the same length stacked as a batch, from an empty cache;
-/// each ask gets `(1, rows, vocab)` logits of its own rows.
-fn batched_forward(
-    model: &mut DiffusionTransformer,
-    asks: &[(&[u32], &[usize])],
-) -> dllm_models::Result<Vec<Tensor>> {
-    let len = asks[0].0.len();
-    let mut ids = Vec::with_capacity(asks.len() * len);
-    for (c, _) in asks {
-        ids.extend_from_slice(c);
-    }
-    let mut union: Vec<usize> = asks.iter().flat_map(|(_, r)| r.iter().copied()).collect();
-    union.sort_unstable();
-    union.dedup();
-    let dev = model.device().clone();
-    let t = Tensor::from_vec(ids, (asks.len(), len), &dev)?;
-    model.clear_cache()?;
-    let logits = model.forward(&t, 0..len, Rows::Positions(&union))?;
-    let mut out = Vec::with_capacity(asks.len());
-    for (i, (_, rows)) in asks.iter().enumerate() {
-        let idx: Vec<u32> = rows
-            .iter()
-            .map(|r| union.binary_search(r).map(|k| k as u32))
-            .collect::<Result<_, _>>()
-            .map_err(|_| dllm_models::Error::Internal {
-                what: "a row outside the union of the batch's rows",
-            })?;
-        let idx = Tensor::from_vec(idx, rows.len(), &dev)?;
-        out.push(logits.get(i)?.index_select(&idx, 0)?.unsqueeze(0)?);
-    }
-    // Drop the pending window (batch-sized K/V): the next batch clears it anyway.
-    model.clear_cache()?;
-    Ok(out)
-}
-
-/// A request's sequence, as the decoder sees it: its own cache over the shared weights, with every
-/// compute call served by the [`Engine`].
-pub struct SeqLm {
-    own: DiffusionTransformer,
-    engine: Arc<Engine>,
-    cancel: Arc<Cancel>,
-    /// `Some(canvas length)`: every forward is a whole-canvas forward of that length from an
-    /// empty cache and nothing is committed (the caller's strategy guarantees it): forwards may be
-    /// batched with other sequences'.
-    batchable: Option<usize>,
-}
-
-impl SeqLm {
-    pub fn new(
-        weights: Arc<TransformerWeights>,
-        engine: Arc<Engine>,
-        cancel: Arc<Cancel>,
-        batchable: Option<usize>,
-    ) -> dllm_models::Result<Self> {
-        let own = DiffusionTransformer::from_weights(weights)?;
-        engine.stats.live_sequences.fetch_add(1, Ordering::SeqCst);
-        if let Some(len) = batchable {
-            engine.count_batchable(len, true);
-        }
-        Ok(Self {
-            own,
-            engine,
-            cancel,
-            batchable,
-        })
-    }
-}
-
-impl Drop for SeqLm {
-    fn drop(&mut self) {
-        if let Some(len) = self.batchable {
-            self.engine.count_batchable(len, false);
-        }
-        self.engine
-            .stats
-            .live_sequences
-            .fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl DiffusionLm for SeqLm {
-    fn token(&self) -> dllm_models::SequenceToken {
-        self.own.token()
-    }
-
-    fn epoch(&self) -> u64 {
-        self.own.epoch()
-    }
-
-    fn info(&self) -> &ModelInfo {
-        self.own.info()
-    }
-
-    fn device(&self) -> &Device {
-        self.own.device()
-    }
-
-    fn forward(
-        &mut self,
-        canvas: &Tensor,
-        window: Range<usize>,
-        rows: Rows<'_>,
-    ) -> dllm_models::Result<Tensor> {
-        if self.cancel.is_set() {
-            return Err(cancelled());
-        }
-        let (b, len) = canvas.dims2()?;
-        if self.batchable.is_some() && b == 1 && window == (0..len) && self.own.cache_len() == 0 {
-            let ids: Vec<u32> = canvas.flatten_all()?.to_vec1()?;
-            let rows = match rows {
-                Rows::All => (0..len).collect(),
-                Rows::Positions(p) => p.to_vec(),
-                Rows::None => Vec::new(),
+    /// Give waiting sequences a cache while fewer than `--max-sequences` run.
+    fn start_waiting(&mut self) {
+        while self.running.len() < self.config.max_sequences {
+            let Some(mut seq) = self.waiting.pop_front() else {
+                return;
             };
-            return self.engine.batch(&self.cancel, ids, rows);
+            let (w, st) = (self.weights.clone(), self.stats.clone());
+            match guarded("a new sequence", || Cache::new(w, st)) {
+                Ok(Ok(cache)) => {
+                    self.stats.waiting.fetch_sub(1, Ordering::SeqCst);
+                    self.stats.running.fetch_add(1, Ordering::SeqCst);
+                    seq.req.session.start_clock();
+                    self.running.push(Running {
+                        seq,
+                        cache,
+                        ask: None,
+                    });
+                }
+                Ok(Err(e)) => {
+                    let e = ApiError::server(format!("a new sequence: {e}"));
+                    self.end(seq, None, End::Failed(e));
+                }
+                Err(e) => self.end(seq, None, End::Failed(e)),
+            }
         }
-        let _turn = self.engine.turn(&self.cancel)?;
-        self.own.forward(canvas, window, rows)
     }
 
-    fn commit(&mut self, range: Range<usize>) -> dllm_models::Result<()> {
-        self.own.commit(range)
+    /// Every running sequence without a pending ask asks for its next step.
+    fn ask_all(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &mut self.running[i];
+            if r.ask.is_some() {
+                i += 1;
+                continue;
+            }
+            let endpoint = r.seq.req.session.job.endpoint;
+            let end = match guarded("the decoder", || r.seq.gen.next()) {
+                Ok(Ok(Some(ask))) => {
+                    r.ask = Some((self.tickets, ask));
+                    self.tickets += 1;
+                    i += 1;
+                    continue;
+                }
+                Ok(Ok(None)) => End::Done,
+                Ok(Err(e)) => End::Failed(decode_error(e, endpoint)),
+                Err(e) => End::Failed(e),
+            };
+            let r = self.running.remove(i);
+            self.end(r.seq, Some(r.cache), end);
+        }
     }
 
-    fn cache_len(&self) -> usize {
-        self.own.cache_len()
+    /// The group of this iteration: indices into `running`, ascending, and their rows.
+    fn group(&self) -> (Vec<usize>, usize) {
+        let shifted = self.info.shift_logits;
+        let mut order: Vec<(u64, usize, usize)> = self
+            .running
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.ask.as_ref().map(|(t, a)| (*t, i, a.rows_count(shifted))))
+            .collect();
+        order.sort_unstable();
+        let mut group = Vec::new();
+        let mut rows = 0;
+        for (_, i, n) in order {
+            if !group.is_empty() && rows + n > self.config.max_batch_rows {
+                break;
+            }
+            group.push(i);
+            rows += n;
+        }
+        group.sort_unstable();
+        (group, rows)
     }
 
-    fn truncate_cache(&mut self, len: usize) -> dllm_models::Result<()> {
-        self.own.truncate_cache(len)
+    /// One iteration's forward: the group's asks answered, absorbed and streamed.
+    fn step(&mut self) {
+        let (group, rows) = self.group();
+        if group.is_empty() {
+            return;
+        }
+        let answers = self.forward(&group, rows);
+        let mut ended = Vec::new();
+        for (i, answer) in group.into_iter().zip(answers) {
+            let r = &mut self.running[i];
+            r.ask = None;
+            let outcome = match answer {
+                Ok(a) => guarded("a step", || absorb(&mut r.seq, a, &self.stats)),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(Ok(false)) => {}
+                Ok(Ok(true)) => ended.push((i, End::Done)),
+                Ok(Err(e)) | Err(e) => ended.push((i, End::Failed(e))),
+            }
+        }
+        for (i, end) in ended.into_iter().rev() {
+            let r = self.running.remove(i);
+            self.end(r.seq, Some(r.cache), end);
+        }
     }
 
-    fn compute_refresh(
-        &self,
-        canvas: &Tensor,
-        positions: &[usize],
-        logits: Option<&[usize]>,
-    ) -> dllm_models::Result<Refresh> {
-        let _turn = self.engine.turn(&self.cancel)?;
-        self.own.compute_refresh(canvas, positions, logits)
+    /// The group's asks through one forward (answers in the group's order).
+    fn forward(&mut self, group: &[usize], rows: usize) -> Vec<Result<Answer, ApiError>> {
+        let mut pairs: Vec<(&mut DiffusionTransformer, &Ask)> = self
+            .running
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| group.binary_search(i).is_ok())
+            .filter_map(|(_, r)| Some((&mut r.cache.model, &r.ask.as_ref()?.1)))
+            .collect();
+        answer_all(&mut pairs, rows, self.info.shift_logits, &self.stats)
     }
 
-    fn apply_refresh(&mut self, refresh: &Refresh) -> dllm_models::Result<()> {
-        self.own.apply_refresh(refresh)
+    /// A request that never entered the table (the decoder refused it).
+    fn end_new(&mut self, mut req: Request, e: ApiError) {
+        let s = &self.stats;
+        s.waiting.fetch_sub(1, Ordering::SeqCst);
+        s.admitted.fetch_sub(1, Ordering::SeqCst);
+        s.failed.fetch_add(1, Ordering::Relaxed);
+        req.session.send(Event::Failed(e));
     }
 
-    fn rescore(&self, canvas: &Tensor, positions: &[usize]) -> dllm_models::Result<Tensor> {
-        let _turn = self.engine.turn(&self.cancel)?;
-        self.own.rescore(canvas, positions)
+    /// A sequence leaves the table: its cache is freed and the gauges updated before its handler
+    /// hears the end (so a client that then asks `/health` sees it gone).
+    fn end(&mut self, seq: Seq, cache: Option<Cache>, end: End) {
+        let was_running = cache.is_some();
+        drop(cache);
+        let Seq {
+            mut req,
+            gen,
+            mut first_token,
+        } = seq;
+        let event = match end {
+            End::Done => {
+                let before = req.session.tokens();
+                let done = guarded("the end of a generation", || {
+                    req.session.finish(&gen.finish())
+                });
+                match done {
+                    Ok(Ok(ev)) => {
+                        let arrived = req.arrived;
+                        count_tokens(&req.session, before, arrived, &mut first_token, &self.stats);
+                        self.stats.completed.fetch_add(1, Ordering::Relaxed);
+                        ev
+                    }
+                    Ok(Err(e)) | Err(e) => {
+                        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                        Event::Failed(e)
+                    }
+                }
+            }
+            End::Failed(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                Event::Failed(e)
+            }
+            End::Disconnected => {
+                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                Event::Failed(ApiError::request("the client disconnected"))
+            }
+            End::Timeout => {
+                self.stats.cancelled.fetch_add(1, Ordering::Relaxed);
+                Event::Failed(ApiError::timeout(self.config.timeout_secs))
+            }
+        };
+        let gauge = if was_running {
+            &self.stats.running
+        } else {
+            &self.stats.waiting
+        };
+        gauge.fetch_sub(1, Ordering::SeqCst);
+        self.stats.admitted.fetch_sub(1, Ordering::SeqCst);
+        req.session.send(event);
+    }
+}
+
+/// Answer every ask in one `forward_many` of `rows` rows; when it fails, each ask alone, so that
+/// only the sequence at fault gets an error. Answers in the order of `pairs`.
+fn answer_all(
+    pairs: &mut [(&mut DiffusionTransformer, &Ask)],
+    rows: usize,
+    shifted: bool,
+    stats: &Stats,
+) -> Vec<Result<Answer, ApiError>> {
+    let n = pairs.len();
+    stats.forward(n, rows);
+    match guarded("a forward", || DiffusionTransformer::forward_many(pairs)) {
+        Ok(Ok(answers)) if answers.len() == n => return answers.into_iter().map(Ok).collect(),
+        Ok(Err(e)) if n == 1 => return vec![Err(ApiError::server(format!("forward: {e}")))],
+        Err(e) if n == 1 => return vec![Err(e)],
+        _ => {}
+    }
+    (0..n)
+        .map(|k| {
+            let one = &mut pairs[k..k + 1];
+            stats.forward(1, one[0].1.rows_count(shifted));
+            match guarded("a forward", || DiffusionTransformer::forward_many(one)) {
+                Ok(Ok(mut a)) if a.len() == 1 => Ok(a.remove(0)),
+                Ok(Ok(_)) => Err(ApiError::server("forward: no answer for the ask")),
+                Ok(Err(e)) => Err(ApiError::server(format!("forward: {e}"))),
+                Err(e) => Err(e),
+            }
+        })
+        .collect()
+}
+
+/// Count the completion tokens that became final since `before` (tokens/s), and the request's
+/// first one (time to first token, from `arrived`).
+fn count_tokens(
+    session: &Session,
+    before: usize,
+    arrived: Instant,
+    first_token: &mut bool,
+    stats: &Stats,
+) {
+    let now = session.tokens();
+    stats.tokens(now.saturating_sub(before));
+    if now > 0 && !*first_token {
+        *first_token = true;
+        stats.first_token(arrived.elapsed().as_secs_f64());
+    }
+}
+
+/// Give a sequence its answer and stream the step; `true` when its answer is complete.
+fn absorb(seq: &mut Seq, answer: Answer, stats: &Stats) -> Result<bool, ApiError> {
+    let before = seq.req.session.tokens();
+    let endpoint = seq.req.session.job.endpoint;
+    let event = seq
+        .gen
+        .absorb(answer)
+        .map_err(|e| decode_error(e, endpoint))?;
+    let complete = seq.req.session.step(&event)?;
+    count_tokens(
+        &seq.req.session,
+        before,
+        seq.req.arrived,
+        &mut seq.first_token,
+        stats,
+    );
+    if complete {
+        seq.gen.stop();
+    }
+    Ok(complete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+
+    fn ask(canvas: Vec<u32>, verify: Vec<usize>) -> Ask {
+        Ask {
+            window: 0..canvas.len(),
+            rows: vec![canvas.len() - 1],
+            canvas: vec![canvas],
+            clear_cache: true,
+            verify,
+            commit: None,
+        }
     }
 
-    fn forward_with_refresh(
-        &mut self,
-        canvas: &Tensor,
-        window: Range<usize>,
-        rows: Rows<'_>,
-        refresh: RefreshRequest<'_>,
-    ) -> dllm_models::Result<(Tensor, Refresh)> {
-        let _turn = self.engine.turn(&self.cancel)?;
-        self.own.forward_with_refresh(canvas, window, rows, refresh)
+    #[test]
+    fn a_bad_ask_fails_alone_and_the_others_get_their_solo_answers() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/tiny-llada");
+        let loaded = load(&ModelSource::parse(dir).unwrap(), &LoadOptions::default()).unwrap();
+        let good = [
+            ask(vec![2, 10, 11, 5], vec![]),
+            ask(vec![2, 10, 11, 12, 13, 5], vec![]),
+        ];
+        // A verification position listed twice: the model refuses the ask.
+        let bad = ask(vec![2, 10, 11, 12, 5], vec![2, 2]);
+        let mut seqs: Vec<DiffusionTransformer> = (0..3)
+            .map(|_| loaded.model.new_sequence().unwrap())
+            .collect();
+        let stats = Stats::default();
+        let [a, b, c] = &mut seqs[..] else {
+            unreachable!()
+        };
+        let mut pairs = vec![(a, &good[0]), (b, &bad), (c, &good[1])];
+        let rows = good[0].rows_count(false) + bad.rows_count(false) + good[1].rows_count(false);
+        let got = answer_all(&mut pairs, rows, false, &stats);
+        assert_eq!(got.len(), 3);
+        let e = got[1].as_ref().unwrap_err();
+        assert!(e.message.contains("listed twice"), "{}", e.message);
+        for (k, g) in [(0, &good[0]), (2, &good[1])] {
+            let alone = loaded.model.new_sequence().unwrap().answer(g).unwrap();
+            let batched = got[k].as_ref().unwrap();
+            assert_eq!(
+                batched.logits.to_vec3::<f32>().unwrap(),
+                alone.logits.to_vec3::<f32>().unwrap()
+            );
+        }
+        // The failed batched forward, then each of the three alone.
+        assert_eq!(stats.forwards.load(Ordering::Relaxed), 4);
+        assert_eq!(stats.batched_forwards.load(Ordering::Relaxed), 1);
     }
 }

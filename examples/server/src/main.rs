@@ -6,7 +6,9 @@
 //! ```
 //!
 //! `POST /v1/completions`, `POST /v1/chat/completions` (the model's chat template),
-//! `GET /v1/models`, `GET /health`, and at `/` a page that shows the canvas denoise. The decoding
+//! `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus), and at `/` a page that shows the
+//! canvas denoise. One engine thread (`engine`) owns the weights and every sequence, and batches
+//! every running sequence's next step into one multi-sequence forward. The decoding
 //! flags are `generate`'s (shared through `llada-cli`): they set the server's defaults, and a
 //! request's `strategy`, `steps`, `block_length`, `threshold`, `temperature`, `top_p`, `seed` and
 //! `max_tokens` override them with the same checks. Requests are checked before any route runs
@@ -19,11 +21,11 @@ mod embedded;
 mod engine;
 mod error;
 mod guard;
+mod metrics;
 mod request;
 mod routes;
 mod session;
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -32,9 +34,9 @@ use candle_core::{DType, Device};
 use clap::Parser;
 use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
 use llada_cli::{DecodeArgs, DeviceArgs};
-use tokio::sync::Semaphore;
 
-use crate::session::{Counters, Limits, Shared};
+use crate::metrics::Stats;
+use crate::session::{Limits, Shared};
 
 /// Serve a masked-diffusion language model over an OpenAI-compatible HTTP API.
 #[derive(Parser, Debug)]
@@ -56,6 +58,11 @@ struct Args {
     /// Sequences decoded at once (each holds its own KV cache); more requests wait in the queue.
     #[arg(long, default_value_t = 16)]
     max_sequences: usize,
+    /// Rows at most in one forward: the engine batches the running sequences' next steps first
+    /// come, first served while their rows (window + verification rows, times the batch) fit. The
+    /// first always goes in, so 1 means one sequence per forward (one at a time).
+    #[arg(long, default_value_t = 2048)]
+    max_batch_rows: usize,
     /// Requests that may wait for a sequence slot; beyond that a request is refused with 429.
     #[arg(long, default_value_t = 64)]
     max_queue: usize,
@@ -87,14 +94,6 @@ struct Args {
     /// Connections open at once; one beyond that is answered 503 and closed at once.
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
-    /// Sequences at most in one batched forward (1: no batching). Only whole-canvas forwards of
-    /// equal canvas length batch (the vanilla strategy).
-    #[arg(long, default_value_t = 16)]
-    max_batch: usize,
-    /// Milliseconds a batched forward waits at most for the other live sequences of its canvas
-    /// length to ask (0: take only what is already queued).
-    #[arg(long, default_value_t = 10.0)]
-    batch_wait_ms: f64,
     #[command(flatten)]
     decode: DecodeArgs,
     /// Compute dtype: f32, f16 or bf16.
@@ -143,11 +142,13 @@ fn no_key(host: &str) -> String {
 
 fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threads {
-        dllm_models::threads::configure(t).context("--threads")?;
+        // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
+        // before the model is read.
+        dllm_models::threads::pool(t).context("--threads")?;
     }
     for (name, v) in [
         ("--max-sequences", a.max_sequences),
-        ("--max-batch", a.max_batch),
+        ("--max-batch-rows", a.max_batch_rows),
         ("--max-body-bytes", a.max_body_bytes),
     ] {
         if v == 0 {
@@ -179,6 +180,7 @@ fn run(a: Args) -> Result<()> {
         device: Device::Cpu,
         tokenizer: a.tokenizer.clone(),
         backend,
+        threads: a.threads,
         ..Default::default()
     };
     let t_load = Instant::now();
@@ -199,35 +201,35 @@ fn run(a: Args) -> Result<()> {
     if max_tokens == 0 {
         bail!("--max-tokens-limit must be positive");
     }
-    let weights = loaded.model.weights().clone();
-    if !(a.batch_wait_ms.is_finite() && (0.0..=10_000.0).contains(&a.batch_wait_ms)) {
-        bail!(
-            "--batch-wait-ms must be in [0, 10000], got {}",
-            a.batch_wait_ms
-        );
-    }
+    let stats = Arc::new(Stats::default());
     let engine = engine::Engine::start(
-        weights.clone(),
-        a.max_batch,
-        std::time::Duration::from_secs_f64(a.batch_wait_ms / 1e3),
+        loaded.model.weights().clone(),
+        info.clone(),
+        engine::Config {
+            max_sequences: a.max_sequences,
+            max_queue: a.max_queue,
+            max_batch_rows: a.max_batch_rows,
+            timeout_secs: a.timeout,
+            latency: a.decode.latency_table()?,
+        },
+        stats.clone(),
     )?;
     let shared = Arc::new(Shared {
         model_id: model_id(a.model.as_deref()),
-        weights,
         info: info.clone(),
         tokenizer: loaded.tokenizer.clone().map(Arc::new),
         checkpoint: loaded.defaults,
-        latency: a.decode.latency_table()?,
         decode: a.decode.clone(),
         engine,
+        stats,
         limits: Limits {
             max_sequences: a.max_sequences,
             max_queue: a.max_queue,
+            max_batch_rows: a.max_batch_rows,
             max_body_bytes: a.max_body_bytes,
             max_tokens,
             timeout_secs: a.timeout,
         },
-        counters: Counters::default(),
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -236,8 +238,6 @@ fn run(a: Args) -> Result<()> {
     drop(loaded);
     let app = routes::App {
         shared: shared.clone(),
-        slots: Arc::new(Semaphore::new(a.max_sequences)),
-        waiting: Arc::new(AtomicUsize::new(0)),
         body_timeout: Duration::from_secs_f64(a.header_timeout),
     };
     let limits = conn::ConnLimits {

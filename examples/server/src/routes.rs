@@ -1,9 +1,10 @@
-//! The HTTP side: routes, admission (sequence slots and the queue), responses and SSE streams.
+//! The HTTP side: routes, handing requests to the engine (which admits them or answers 429),
+//! responses, SSE streams, `/health` and `/metrics`.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -14,13 +15,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 
-use crate::engine::{Cancel, CancelReason};
+use crate::engine::{Cancel, Request};
 use crate::error::ApiError;
 use crate::guard::{self, Access};
 use crate::request::{self, Endpoint};
-use crate::session::{self, Event, Prepared, Shared, Summary};
+use crate::session::{self, Event, Prepared, Session, Shared, Summary};
 
 /// The page at `/` (one static file, no build step).
 const INDEX_HTML: &str = include_str!("../static/index.html");
@@ -28,8 +29,6 @@ const INDEX_HTML: &str = include_str!("../static/index.html");
 #[derive(Clone)]
 pub struct App {
     pub shared: Arc<Shared>,
-    pub slots: Arc<Semaphore>,
-    pub waiting: Arc<std::sync::atomic::AtomicUsize>,
     /// How long a request's body may take to arrive after its head (`--header-timeout`).
     pub body_timeout: Duration,
 }
@@ -39,6 +38,7 @@ pub fn router(app: App, access: Arc<Access>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
@@ -53,33 +53,34 @@ async fn index() -> Html<&'static str> {
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
     ApiError::not_found(format!(
-        "no route {uri}; this server has GET /, GET /health, GET /v1/models, \
+        "no route {uri}; this server has GET /, GET /health, GET /metrics, GET /v1/models, \
          POST /v1/completions, POST /v1/chat/completions"
     ))
 }
 
 async fn health(State(app): State<App>) -> Json<Value> {
     let s = &app.shared;
-    let e = &s.engine.stats;
-    let c = &s.counters;
+    let e = &s.stats;
     let l = &s.limits;
     Json(json!({
         "status": "ok",
         "model": s.model_id,
-        "active_sequences": l.max_sequences - app.slots.available_permits(),
-        "queued_requests": app.waiting.load(Ordering::SeqCst),
-        "live_sequences": e.live_sequences.load(Ordering::SeqCst),
-        "requests_started": c.started.load(Ordering::Relaxed),
-        "requests_completed": c.completed.load(Ordering::Relaxed),
-        "requests_cancelled": c.cancelled.load(Ordering::Relaxed),
-        "requests_failed": c.failed.load(Ordering::Relaxed),
-        "requests_rejected_queue_full": c.rejected_queue_full.load(Ordering::Relaxed),
+        "running_sequences": e.running.load(Ordering::SeqCst),
+        "waiting_sequences": e.waiting.load(Ordering::SeqCst),
+        "live_sequences": e.live.load(Ordering::SeqCst),
+        "requests_started": e.started.load(Ordering::Relaxed),
+        "requests_completed": e.completed.load(Ordering::Relaxed),
+        "requests_cancelled": e.cancelled.load(Ordering::Relaxed),
+        "requests_failed": e.failed.load(Ordering::Relaxed),
+        "requests_rejected_queue_full": e.rejected_queue_full.load(Ordering::Relaxed),
         "forwards": e.forwards.load(Ordering::Relaxed),
         "batched_forwards": e.batched_forwards.load(Ordering::Relaxed),
-        "batched_sequences": e.batched_sequences.load(Ordering::Relaxed),
+        "forward_sequences": e.forward_sequences.load(Ordering::Relaxed),
+        "tokens_per_second": e.tokens_per_second(),
         "limits": {
             "max_sequences": l.max_sequences,
             "max_queue": l.max_queue,
+            "max_batch_rows": l.max_batch_rows,
             "max_body_bytes": l.max_body_bytes,
             "max_tokens": l.max_tokens,
             "timeout_secs": l.timeout_secs,
@@ -89,6 +90,18 @@ async fn health(State(app): State<App>) -> Json<Value> {
             "max_context": s.info.max_seq_len,
         },
     }))
+}
+
+/// The Prometheus text exposition of the engine's gauges and counters.
+async fn metrics(State(app): State<App>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        app.shared.stats.prometheus(),
+    )
+        .into_response()
 }
 
 async fn models(State(app): State<App>) -> Json<Value> {
@@ -178,7 +191,7 @@ struct Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         if !self.done {
-            self.cancel.set(CancelReason::Disconnected);
+            self.cancel.set();
         }
     }
 }
@@ -211,52 +224,24 @@ async fn start(app: App, endpoint: Endpoint, body: Body) -> Result<Response, Api
         cancel: cancel.clone(),
         done: false,
     };
-    let timeout = Duration::from_secs_f64(shared.limits.timeout_secs);
-    {
-        let c = cancel.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
-            c.set(CancelReason::Timeout);
-        });
-    }
-    // Admission: a free sequence slot, or a place in the queue.
-    let permit = match app.slots.clone().try_acquire_owned() {
-        Ok(p) => p,
-        Err(_) => {
-            let queued = app.waiting.fetch_add(1, Ordering::SeqCst);
-            if queued >= shared.limits.max_queue {
-                app.waiting.fetch_sub(1, Ordering::SeqCst);
-                shared
-                    .counters
-                    .rejected_queue_full
-                    .fetch_add(1, Ordering::Relaxed);
-                guard.done = true;
-                return Err(ApiError::overloaded(format!(
-                    "{} sequences are running and {} requests are queued (--max-sequences, \
-                     --max-queue); retry later",
-                    shared.limits.max_sequences, shared.limits.max_queue
-                )));
-            }
-            let waited = tokio::time::timeout(timeout, app.slots.clone().acquire_owned()).await;
-            app.waiting.fetch_sub(1, Ordering::SeqCst);
-            match waited {
-                Ok(Ok(p)) => p,
-                Ok(Err(_)) => return Err(ApiError::server("the scheduler is closed")),
-                Err(_) => {
-                    guard.done = true;
-                    return Err(ApiError::timeout(shared.limits.timeout_secs));
-                }
-            }
-        }
-    };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    session::spawn(shared.clone(), job.clone(), cancel.clone(), tx, permit)?;
+    let arrived = Instant::now();
+    let submitted = shared.engine.submit(Request {
+        session: Session::new(&shared, job.clone(), tx),
+        cancel,
+        arrived,
+        deadline: arrived.checked_add(Duration::from_secs_f64(shared.limits.timeout_secs)),
+    });
+    if let Err(e) = submitted {
+        guard.done = true;
+        return Err(e);
+    }
     // The first event says whether the decoder accepted the parameters (its checks run before
     // any forward), so that a bad request is a 4xx, not an error inside a stream.
     let first = rx
         .recv()
         .await
-        .ok_or_else(|| ApiError::server("the decoding thread ended without a word"))?;
+        .ok_or_else(|| ApiError::server("the engine ended the request without a word"))?;
     if let Event::Failed(e) = first {
         guard.done = true;
         return Err(e);
@@ -285,7 +270,7 @@ async fn start(app: App, endpoint: Endpoint, body: Body) -> Result<Response, Api
         ev = rx
             .recv()
             .await
-            .ok_or_else(|| ApiError::server("the decoding thread ended without a word"))?;
+            .ok_or_else(|| ApiError::server("the engine ended the request without a word"))?;
     }
 }
 
@@ -431,7 +416,7 @@ fn stream_events(
                 Some(e) => e,
                 None => {
                     st.finished = true;
-                    let e = ApiError::server("the decoding thread ended without a word");
+                    let e = ApiError::server("the engine ended the request without a word");
                     return Some((vec![Ok(data(&e.body()))], st));
                 }
             },

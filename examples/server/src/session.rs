@@ -1,27 +1,24 @@
-//! One request: its prompt and parameters checked ([`prepare`]), then decoded on its own thread
-//! ([`spawn`]) against a [`SeqLm`], sending [`Event`]s: the final text as it grows (through
-//! `dllm_decode::FinalTextStream`), stop strings applied, and the canvas when asked for.
+//! One request: its prompt and parameters checked ([`prepare`]), and its [`Session`] — what the
+//! engine keeps beside the request's generation to turn its steps into [`Event`]s: the final
+//! text as it grows (through `dllm_decode::FinalTextStream`), stop strings applied, and the canvas
+//! when asked for.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use dllm_decode::latency::LatencyTable;
 use dllm_decode::params::{DEFAULT_BLOCK_LENGTH, DEFAULT_GEN_LENGTH};
 use dllm_decode::states::TokenState;
-use dllm_decode::{
-    Control, DecodeError, DecodeParams, Decoder, FinalTextStream, StepEvent, Strategy,
-};
+use dllm_decode::{DecodeError, DecodeParams, FinalTextStream, Outcome, StepEvent};
 use dllm_models::source::DecodeDefaults;
-use dllm_models::{Message, ModelInfo, TextTokenizer, TransformerWeights};
+use dllm_models::{Message, ModelInfo, TextTokenizer};
 use llada_cli::DecodeArgs;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::OwnedSemaphorePermit;
 
-use crate::engine::{Cancel, CancelReason, Engine, SeqLm};
+use crate::engine::Engine;
 use crate::error::ApiError;
+use crate::metrics::Stats;
 use crate::request::{Endpoint, GenRequest, PromptInput};
 
 /// The server's limits.
@@ -29,34 +26,23 @@ use crate::request::{Endpoint, GenRequest, PromptInput};
 pub struct Limits {
     pub max_sequences: usize,
     pub max_queue: usize,
+    pub max_batch_rows: usize,
     pub max_body_bytes: usize,
     pub max_tokens: usize,
     pub timeout_secs: f64,
 }
 
-/// Request counters (reported by `GET /health`).
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub started: AtomicU64,
-    pub completed: AtomicU64,
-    pub cancelled: AtomicU64,
-    pub failed: AtomicU64,
-    pub rejected_queue_full: AtomicU64,
-}
-
-/// Everything the requests share.
+/// Everything the request handlers share.
 pub struct Shared {
     pub model_id: String,
-    pub weights: Arc<TransformerWeights>,
     pub info: ModelInfo,
     pub tokenizer: Option<Arc<TextTokenizer>>,
     pub checkpoint: DecodeDefaults,
     /// The decoding flags the server was started with: a request's fields override them.
     pub decode: DecodeArgs,
-    pub latency: Option<Arc<LatencyTable>>,
     pub engine: Arc<Engine>,
+    pub stats: Arc<Stats>,
     pub limits: Limits,
-    pub counters: Counters,
     pub created: u64,
 }
 
@@ -80,7 +66,7 @@ fn prompt_field(e: Endpoint) -> &'static str {
     }
 }
 
-/// What a decoding thread reports.
+/// What the engine reports to a request's handler.
 #[derive(Debug)]
 pub enum Event {
     /// A step: the text that became final (may be empty) and, with `canvas`, the canvas.
@@ -295,36 +281,6 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
     })
 }
 
-/// Decode `job` on its own thread; events go to `tx`. The permit (a sequence slot) is released
-/// after the sequence is dropped and before the last event is sent.
-pub fn spawn(
-    shared: Arc<Shared>,
-    job: Prepared,
-    cancel: Arc<Cancel>,
-    tx: UnboundedSender<Event>,
-    permit: OwnedSemaphorePermit,
-) -> Result<(), ApiError> {
-    shared.counters.started.fetch_add(1, Ordering::Relaxed);
-    std::thread::Builder::new()
-        .name("llada-seq".into())
-        .spawn(move || {
-            let end = run(&shared, &job, &cancel, &tx);
-            let c = &shared.counters;
-            match (&end, cancel.reason()) {
-                (_, Some(CancelReason::Disconnected | CancelReason::Timeout)) => &c.cancelled,
-                (Event::Failed(_), _) => &c.failed,
-                _ => &c.completed,
-            }
-            .fetch_add(1, Ordering::Relaxed);
-            // The sequence is gone (dropped in `run`): free its slot before the request hears
-            // the end, so a client that then asks `/health` sees it free.
-            drop(permit);
-            let _ = tx.send(end);
-        })
-        .map(|_| ())
-        .map_err(|e| ApiError::server(format!("cannot start a decoding thread: {e}")))
-}
-
 /// Holds back text that may be the start of a stop string, and cuts the text at the first one.
 struct StopStrings {
     stops: Vec<String>,
@@ -391,128 +347,138 @@ fn state_name(s: TokenState, masked: bool, tentative: bool) -> &'static str {
     }
 }
 
-fn run(
-    shared: &Shared,
-    job: &Prepared,
-    cancel: &Arc<Cancel>,
-    tx: &UnboundedSender<Event>,
-) -> Event {
-    let p = job.params;
-    // Vanilla without guidance: every forward is the whole canvas (prompt + gen_length).
-    let batchable = (p.strategy == Strategy::Vanilla && p.cfg_scale == 0.0)
-        .then(|| job.prompt_ids.len() + p.gen_length);
-    let mut model = match SeqLm::new(
-        shared.weights.clone(),
-        shared.engine.clone(),
-        cancel.clone(),
-        batchable,
-    ) {
-        Ok(m) => m,
-        Err(e) => return Event::Failed(ApiError::server(format!("new sequence: {e}"))),
-    };
-    let mut decoder = Decoder::new(p);
-    if let Some(t) = &shared.latency {
-        decoder = decoder.latency_table(t.clone());
-    }
-    let stop_ids = shared.info.special.stop_ids();
-    let tok = shared.tokenizer.clone();
-    let decode = |ids: &[u32]| -> Result<String, String> {
-        match &tok {
+/// Turns a token sequence into text (the tokenizer's, or `<id>` pieces without one).
+type Detokenize = Box<dyn FnMut(&[u32]) -> Result<String, String> + Send>;
+
+/// A request's decoding state beside its generation, kept by the engine: the final text as it
+/// grows, the stop strings, the canvas pieces, and the channel its [`Event`]s go to.
+pub struct Session {
+    pub job: Prepared,
+    tokenizer: Option<Arc<TextTokenizer>>,
+    stop_ids: Vec<u32>,
+    text: FinalTextStream<Detokenize>,
+    stops: StopStrings,
+    pieces: HashMap<u32, String>,
+    events: UnboundedSender<Event>,
+    /// The request's handler is gone (its end of the channel was dropped).
+    gone: bool,
+    /// When decoding started (the sequence got its slot).
+    t0: Instant,
+}
+
+impl Session {
+    pub fn new(shared: &Shared, job: Prepared, events: UnboundedSender<Event>) -> Self {
+        let tok = shared.tokenizer.clone();
+        let t = tok.clone();
+        let decode: Detokenize = Box::new(move |ids: &[u32]| match &t {
             Some(t) => t.decode(ids, true).map_err(|e| e.to_string()),
             // No tokenizer: the text is the ids.
             None => Ok(ids.iter().map(|i| format!("<{i}>")).collect()),
+        });
+        let stop_ids = shared.info.special.stop_ids();
+        Self {
+            stops: StopStrings::new(job.stop.clone()),
+            job,
+            tokenizer: tok,
+            text: FinalTextStream::new(decode, stop_ids.clone()),
+            stop_ids,
+            pieces: HashMap::new(),
+            events,
+            gone: false,
+            t0: Instant::now(),
         }
-    };
-    let mut text = FinalTextStream::new(decode, stop_ids.clone());
-    let mut stops = StopStrings::new(job.stop.clone());
-    let mut pieces: HashMap<u32, String> = HashMap::new();
-    let mut failure: Option<ApiError> = None;
-    let t0 = Instant::now();
-    let mut observer = |e: &StepEvent<'_>| -> Control {
-        if cancel.is_set() {
-            return Control::Stop;
+    }
+
+    /// Decoding starts now (the request got a sequence slot): `elapsed_ms` and the canvas's
+    /// tokens/s count from here.
+    pub fn start_clock(&mut self) {
+        self.t0 = Instant::now();
+    }
+
+    /// Send an event to the request's handler; a handler that is gone marks the session
+    /// [`Session::gone`].
+    pub fn send(&mut self, e: Event) {
+        if self.events.send(e).is_err() {
+            self.gone = true;
         }
-        let delta = match text.step(e) {
-            Ok(d) => d,
-            Err(m) => {
-                failure = Some(ApiError::server(format!("detokenizing: {m}")));
-                return Control::Stop;
-            }
-        };
-        let shown = stops.push(&delta);
-        let canvas = job.canvas.then(|| canvas_json(e, &tok, &mut pieces, t0));
+    }
+
+    /// Whether the request's handler went away (the client disconnected).
+    pub fn gone(&self) -> bool {
+        self.gone || self.events.is_closed()
+    }
+
+    /// Completion tokens final so far.
+    pub fn tokens(&self) -> usize {
+        self.text.tokens().len()
+    }
+
+    /// One step of the generation: send the text that became final (held back where it may start
+    /// a stop string) and, with `canvas`, the canvas. Returns whether the answer is complete — a
+    /// stop string, or a stop id in the final prefix: nothing after it could change the answer.
+    pub fn step(&mut self, e: &StepEvent<'_>) -> Result<bool, ApiError> {
+        let delta = self
+            .text
+            .step(e)
+            .map_err(|m| ApiError::server(format!("detokenizing: {m}")))?;
+        let shown = self.stops.push(&delta);
+        let canvas = self
+            .job
+            .canvas
+            .then(|| canvas_json(e, &self.tokenizer, &mut self.pieces, self.t0));
         if !shown.is_empty() || canvas.is_some() {
-            let _ = tx.send(Event::Step {
+            self.send(Event::Step {
                 delta: shown,
                 canvas,
             });
         }
-        if stops.hit {
-            cancel.set(CancelReason::StopString);
-            return Control::Stop;
-        }
-        // A stop id in the final prefix: the answer is complete.
-        if text.ended() {
-            return Control::Stop;
-        }
-        Control::Continue
-    };
-    let result = decoder.run(&mut model, &job.prompt_ids, &mut observer);
-    drop(model);
-    let elapsed = t0.elapsed().as_secs_f64();
-    if let Some(f) = failure {
-        return Event::Failed(f);
+        Ok(self.stops.hit || self.text.ended())
     }
-    match cancel.reason() {
-        Some(CancelReason::Timeout) => {
-            return Event::Failed(ApiError::timeout(shared.limits.timeout_secs))
-        }
-        Some(CancelReason::Disconnected) => {
-            return Event::Failed(ApiError::request("the client disconnected"))
-        }
-        _ => {}
-    }
-    let g = match result {
-        Ok(g) => g,
-        Err(e) => return Event::Failed(decode_error(e, job.endpoint)),
-    };
-    let hit_string = stops.hit;
-    let delta = if hit_string {
-        String::new()
-    } else {
-        match text.finish(g.generated()) {
-            Ok(rest) => stops.finish(&rest),
-            Err(m) => return Event::Failed(ApiError::server(format!("detokenizing: {m}"))),
-        }
-    };
-    let hit_id = g.generated().iter().any(|t| stop_ids.contains(t));
-    let completion_tokens = text.tokens().len();
-    let diffusion = json!({
-        "max_tokens_requested": job.max_tokens,
-        "gen_length": p.gen_length,
-        "block_length": p.block_length,
-        "steps": p.steps,
-        "strategy": p.strategy.name(),
-        "threshold": p.decide.threshold(),
-        "temperature": p.temperature,
-        "seed": p.seed,
-        "forwards": g.forwards,
-        "steps_run": g.steps,
-        "elapsed_ms": elapsed * 1e3,
-        "tokens_per_second": completion_tokens as f64 / elapsed.max(1e-9),
-    });
-    Event::Done {
-        delta,
-        summary: Summary {
-            finish_reason: if hit_string || hit_id {
-                "stop"
-            } else {
-                "length"
+
+    /// The last event of a generation that ended (ran out of positions, or stopped by
+    /// [`Session::step`]): the rest of the text and the summary.
+    pub fn finish(&mut self, g: &Outcome) -> Result<Event, ApiError> {
+        let elapsed = self.t0.elapsed().as_secs_f64();
+        let p = self.job.params;
+        let hit_string = self.stops.hit;
+        let delta = if hit_string {
+            String::new()
+        } else {
+            let rest = self
+                .text
+                .finish(g.generated())
+                .map_err(|m| ApiError::server(format!("detokenizing: {m}")))?;
+            self.stops.finish(&rest)
+        };
+        let hit_id = g.generated().iter().any(|t| self.stop_ids.contains(t));
+        let completion_tokens = self.text.tokens().len();
+        let diffusion = json!({
+            "max_tokens_requested": self.job.max_tokens,
+            "gen_length": p.gen_length,
+            "block_length": p.block_length,
+            "steps": p.steps,
+            "strategy": p.strategy.name(),
+            "threshold": p.decide.threshold(),
+            "temperature": p.temperature,
+            "seed": p.seed,
+            "forwards": g.forwards,
+            "steps_run": g.steps,
+            "elapsed_ms": elapsed * 1e3,
+            "tokens_per_second": completion_tokens as f64 / elapsed.max(1e-9),
+        });
+        Ok(Event::Done {
+            delta,
+            summary: Summary {
+                finish_reason: if hit_string || hit_id {
+                    "stop"
+                } else {
+                    "length"
+                },
+                prompt_tokens: self.job.prompt_ids.len(),
+                completion_tokens,
+                diffusion,
             },
-            prompt_tokens: job.prompt_ids.len(),
-            completion_tokens,
-            diffusion,
-        },
+        })
     }
 }
 

@@ -87,7 +87,7 @@ fn completions_chat_models_and_health() {
     let h = s.health();
     assert_eq!(h["status"], "ok");
     assert_eq!(h["live_sequences"], 0);
-    assert_eq!(h["active_sequences"], 0);
+    assert_eq!(h["running_sequences"], 0);
     assert_eq!(h["requests_completed"], 5);
     assert!(s.get("/").body.contains("id=\"canvas\""));
     assert_eq!(s.get("/nope").status, 404);
@@ -311,7 +311,7 @@ fn bad_requests_get_openai_errors_naming_the_field() {
     // The server is still there, and nothing leaked.
     let h = s.health();
     assert_eq!(h["live_sequences"], 0);
-    assert_eq!(h["active_sequences"], 0);
+    assert_eq!(h["running_sequences"], 0);
 }
 
 /// The server of the cancellation tests: one sequence slot, and EOS never generated

@@ -195,5 +195,5 @@ fn mutated_bodies_never_crash_the_server() {
     assert!(ok > 0 && rejected > 0, "{ok} answered, {rejected} refused");
     let h = s.health();
     assert_eq!(h["live_sequences"], 0, "{h}");
-    assert_eq!(h["active_sequences"], 0, "{h}");
+    assert_eq!(h["running_sequences"], 0, "{h}");
 }
