@@ -20,7 +20,7 @@
 //!
 //! On the NPU path f32 activations of linear layers (and attention's K/V) are rounded to fp16,
 //! with f32 accumulation: outputs differ from the f32 CPU path by about 2-3e-4 relative (measured
-//! in `tests/fp16_error.rs`, table in the README; details in [`nn`]).
+//! in `tests/it/fp16_error.rs`, table in the README; details in [`nn`]).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {

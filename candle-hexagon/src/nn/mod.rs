@@ -16,7 +16,7 @@
 //! stored as fp16 and its f32 activations are rounded to fp16 when they are packed into activation
 //! tiles (accumulation is f32, the output f32); attention rounds K and V to fp16 (Q, scores,
 //! softmax and output stay f32). RMSNorm computes in f32. Measured against the f32 CPU layers on
-//! random inputs (`tests/fp16_error.rs`, numbers in the crate README): relative errors of a few
+//! random inputs (`tests/it/fp16_error.rs`, numbers in the crate README): relative errors of a few
 //! 1e-4 — the size of fp16's 2^-11 rounding. Compare NPU and CPU outputs with a tolerance, not
 //! bit for bit.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GGUF files written by llama.cpp's own Python tooling (the `gguf` package, llama.cpp's gguf-py),
-for dllm-models' tests/gguf_py.rs.
+for dllm-models' tests/it/gguf_py.rs.
 
 vocab HF_DIR OUT PRE ARCH
     A vocabulary-only GGUF from the Hugging Face directory HF_DIR (tokenizer.json,

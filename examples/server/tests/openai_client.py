@@ -1,4 +1,4 @@
-"""The real `openai` Python client against llada-server (started by tests/openai_client.rs):
+"""The real `openai` Python client against llada-server (started by tests/it/openai_client.rs):
 completion, chat, streaming, the canvas stream, stop strings and errors.
 
 Usage: python3 openai_client.py http://127.0.0.1:PORT/v1

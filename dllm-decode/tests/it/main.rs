@@ -1,0 +1,8 @@
+//! dllm-decode's integration tests as one test binary (one link instead of one per file): each
+//! module is one of the former `tests/*.rs` files.
+
+mod drafts;
+mod mbsd;
+mod strategies;
+mod verify;
+mod window_contract;
