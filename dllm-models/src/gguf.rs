@@ -236,6 +236,47 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
     let m = Meta {
         md: &content.metadata,
     };
+    let (arch, arch_name) = architecture(content)?;
+    let k = |s: &str| format!("{arch_name}.{s}");
+    let heads = m.req_usize(&k("attention.head_count"))?;
+    let embd_rows = content
+        .tensor_infos
+        .get("token_embd.weight")
+        .map(|t| t.shape.dims()[0])
+        .ok_or_else(|| Error::MissingTensor {
+            name: "token_embd.weight".into(),
+            source_desc: "the GGUF file".into(),
+        })?;
+    let vocab = m
+        .int(&k("vocab_size"))?
+        .map(|v| v as usize)
+        .unwrap_or(embd_rows);
+    let cfg = TransformerConfig {
+        arch,
+        hidden_size: m.req_usize(&k("embedding_length"))?,
+        num_layers: m.req_usize(&k("block_count"))?,
+        num_heads: heads,
+        num_kv_heads: m
+            .int(&k("attention.head_count_kv"))?
+            .map(|v| v as usize)
+            .unwrap_or(heads),
+        intermediate_size: m.req_usize(&k("feed_forward_length"))?,
+        vocab_size: vocab,
+        rms_norm_eps: m.float(&k("attention.layer_norm_rms_epsilon"))?,
+        rope_theta: m.float(&k("rope.freq_base"))?,
+        qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
+        tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
+        shift_logits: shift_logits(content, arch, &arch_name)?,
+        max_seq_len: m.req_usize(&k("context_length"))?,
+        special: special_tokens(&m, arch, vocab)?,
+    };
+    check_rope(&m, content, &k, &cfg)?;
+    cfg.validate(&config_names(arch))?;
+    Ok(cfg)
+}
+
+/// `general.architecture`: the model family and its key prefix.
+fn architecture(content: &Content) -> Result<(Arch, String)> {
     let arch_name = match content.metadata.get("general.architecture") {
         Some(Value::String(s)) => s.clone(),
         Some(v) => {
@@ -260,20 +301,11 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             ))
         }
     };
-    let k = |s: &str| format!("{arch_name}.{s}");
-    let heads = m.req_usize(&k("attention.head_count"))?;
-    let embd_rows = content
-        .tensor_infos
-        .get("token_embd.weight")
-        .map(|t| t.shape.dims()[0])
-        .ok_or_else(|| Error::MissingTensor {
-            name: "token_embd.weight".into(),
-            source_desc: "the GGUF file".into(),
-        })?;
-    let vocab = m
-        .int(&k("vocab_size"))?
-        .map(|v| v as usize)
-        .unwrap_or(embd_rows);
+    Ok((arch, arch_name))
+}
+
+/// `diffusion.shift_logits`, which must agree with the architecture (absent: the architecture's).
+fn shift_logits(content: &Content, arch: Arch, arch_name: &str) -> Result<bool> {
     let shift = match content.metadata.get("diffusion.shift_logits") {
         Some(Value::Bool(b)) => *b,
         Some(v) => {
@@ -290,6 +322,12 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
             format!("{shift} contradicts architecture {arch_name} (Dream shifts, LLaDA does not)"),
         ));
     }
+    Ok(shift)
+}
+
+/// The special token ids (`tokenizer.ggml.*_token_id`); the mask id of the 8B/7B checkpoints when
+/// a converter left it out.
+fn special_tokens(m: &Meta<'_>, arch: Arch, vocab: usize) -> Result<SpecialTokens> {
     let mask = match m.token("tokenizer.ggml.mask_token_id")? {
         Some(id) => id,
         None => match (arch, vocab) {
@@ -307,34 +345,13 @@ pub fn config_from_metadata(content: &Content) -> Result<TransformerConfig> {
         .ok_or_else(|| Error::MissingField {
             field: "tokenizer.ggml.eos_token_id".into(),
         })?;
-    let cfg = TransformerConfig {
-        arch,
-        hidden_size: m.req_usize(&k("embedding_length"))?,
-        num_layers: m.req_usize(&k("block_count"))?,
-        num_heads: heads,
-        num_kv_heads: m
-            .int(&k("attention.head_count_kv"))?
-            .map(|v| v as usize)
-            .unwrap_or(heads),
-        intermediate_size: m.req_usize(&k("feed_forward_length"))?,
-        vocab_size: vocab,
-        rms_norm_eps: m.float(&k("attention.layer_norm_rms_epsilon"))?,
-        rope_theta: m.float(&k("rope.freq_base"))?,
-        qkv_bias: content.tensor_infos.contains_key("blk.0.attn_q.bias"),
-        tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
-        shift_logits: shift,
-        max_seq_len: m.req_usize(&k("context_length"))?,
-        special: SpecialTokens {
-            mask,
-            eos,
-            eot: m.token("tokenizer.ggml.eot_token_id")?,
-            bos: m.token("tokenizer.ggml.bos_token_id")?,
-            pad: m.token("tokenizer.ggml.padding_token_id")?,
-        },
-    };
-    check_rope(&m, content, &k, &cfg)?;
-    cfg.validate(&config_names(arch))?;
-    Ok(cfg)
+    Ok(SpecialTokens {
+        mask,
+        eos,
+        eot: m.token("tokenizer.ggml.eot_token_id")?,
+        bos: m.token("tokenizer.ggml.bos_token_id")?,
+        pad: m.token("tokenizer.ggml.padding_token_id")?,
+    })
 }
 
 /// Both models rotate the whole head (NeoX RoPE over head_dim): a partial rotary dimension or a

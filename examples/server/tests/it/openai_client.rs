@@ -23,7 +23,7 @@ fn the_openai_python_client_works_unchanged() {
             )
         }
     };
-    let pinned = include_str!("requirements.txt");
+    let pinned = include_str!("../requirements.txt");
     assert!(
         pinned.contains(&format!("openai=={version}")),
         "openai {version} is installed, the tests pin {pinned:?}: run .ci/install-test-deps"
