@@ -225,7 +225,10 @@ fn drafts_are_judged_on_the_confidence_of_the_forward_that_makes_their_block_cur
         gen_length: 24,
         block_length: 8,
         steps: 24,
-        strategy: Strategy::Mbsd(MbsdParams { lookahead: true, ..MbsdParams::default() }),
+        strategy: Strategy::Mbsd(MbsdParams {
+            lookahead: true,
+            ..MbsdParams::default()
+        }),
         early_stop: false,
         ..Default::default()
     };
@@ -279,7 +282,10 @@ fn accepted_drafts_enter_visible_never_final_at_once() {
         gen_length: 24,
         block_length: 8,
         steps: 24,
-        strategy: Strategy::Mbsd(MbsdParams { lookahead: true, ..MbsdParams::default() }),
+        strategy: Strategy::Mbsd(MbsdParams {
+            lookahead: true,
+            ..MbsdParams::default()
+        }),
         decide: Decide::Staged(Staged {
             visible: 0.9,
             stable: 0.9,

@@ -76,7 +76,14 @@ fn off() -> MbsdParams {
 fn only_the_first_forward_is_a_whole_canvas_forward() {
     for name in ["tiny-llada", "tiny-dream"] {
         for threshold in [None, Some(0.9), Some(0.5)] {
-            for mbsd in [off(), MbsdParams::default()] {
+            for mbsd in [
+                off(),
+                MbsdParams::default(),
+                MbsdParams {
+                    lookahead: true,
+                    ..Default::default()
+                },
+            ] {
                 let (g, spy) = checked(
                     shipped(name),
                     &params(MBSD(MbsdParams::default()), threshold, mbsd),
@@ -274,11 +281,12 @@ fn drafts_never_enter_the_cache_and_blocks_commit_left_to_right() {
 
 #[test]
 fn temperature_zero_is_deterministic_and_sliding_produces_accepted_drafts() {
-    let p = params(
-        MBSD(MbsdParams::default()),
-        Some(0.9),
-        MbsdParams::default(),
-    );
+    // Lookahead on (off by default): drafts come from the lookahead rows.
+    let look = MbsdParams {
+        lookahead: true,
+        ..Default::default()
+    };
+    let p = params(MBSD(look), Some(0.9), look);
     let a = generate(&mut shipped("tiny-llada"), PROMPT, &p, &mut ()).unwrap();
     let b = generate(&mut shipped("tiny-llada"), PROMPT, &p, &mut ()).unwrap();
     assert_eq!(a, b);
@@ -287,7 +295,7 @@ fn temperature_zero_is_deterministic_and_sliding_produces_accepted_drafts() {
     // Shown as context, drafts change what later forwards see but not the invariants.
     let ctx = MbsdParams {
         draft_context: Some(0.9),
-        ..Default::default()
+        ..look
     };
     let (g, _) = checked(
         shipped("tiny-llada"),
@@ -383,6 +391,7 @@ fn a_window_just_past_a_bucket_edge_is_cut_back_to_it() {
 fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
     let look = MbsdParams {
         sliding: false,
+        lookahead: true,
         trigger: 8,
         allowance: 0.0,
         ..Default::default()

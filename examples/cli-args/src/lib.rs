@@ -117,7 +117,7 @@ pub struct DecodeArgs {
     /// implementations do; the output is the same).
     #[arg(long)]
     pub no_sls: bool,
-    /// mbsd: confidence at which a prediction becomes visible (tentative) context [default: 0.9].
+    /// mbsd: confidence at which a prediction becomes visible (tentative) context [default: 0.8].
     #[arg(long)]
     pub theta_visible: Option<f32>,
     /// mbsd: confidence at which a token becomes final [default: 0.9].

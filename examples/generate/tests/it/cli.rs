@@ -116,14 +116,24 @@ fn json_output_matches_the_library() {
             block_length: 8,
             steps: 16,
             strategy: strategy.parse::<Strategy>().unwrap(),
+            // What the CLI decides with when given no decision flag (mbsd: staged decisions).
+            decide: strategy.parse::<Strategy>().unwrap().default_decide(),
             early_stop: false,
             ..Default::default()
         };
         let g = dllm_decode::generate(&mut m.model, &[5, 6, 7, 8], &p, &mut ()).unwrap();
         assert_eq!(ids, g.generated(), "{strategy}");
-        assert_eq!(v["forwards"].as_u64().unwrap() as usize, g.forwards);
-        assert_eq!(v["drafts"].as_u64().unwrap() as usize, g.drafts);
-        assert_eq!(v["verified"].as_u64().unwrap() as usize, g.verified);
+        assert_eq!(
+            v["forwards"].as_u64().unwrap() as usize,
+            g.forwards,
+            "{strategy}"
+        );
+        assert_eq!(v["drafts"].as_u64().unwrap() as usize, g.drafts, "{strategy}");
+        assert_eq!(
+            v["verified"].as_u64().unwrap() as usize,
+            g.verified,
+            "{strategy}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -506,7 +516,7 @@ fn flags_are_checked_first_and_ignored_settings_are_errors() {
             "give either --threshold or the thetas",
         ),
         (&["--threshold", "1.5"], "`--threshold`: 1.5"),
-        (&["--steps", "24"], "`--steps`: with staged stabilization"),
+        (&["--steps", "24"], "`--steps`: with staged decisions"),
         (&["--latency-table", "/dev/zero"], "--latency-table"),
         (
             &["--strategy", "mbsd", "--latency-table", "/dev/zero"],
