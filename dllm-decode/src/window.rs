@@ -219,7 +219,9 @@ impl WindowPolicy for MbsdWindow {
         let anchor = if self.params.sliding {
             v.frontier()
         } else {
-            v.block.start
+            // The block's start, or earlier when verification sent a token of a past block back
+            // to the mask (the block has moved on; that position is undecided again).
+            v.block.start.min(v.frontier())
         };
         let start = v.stale.first().map_or(anchor, |&s| s.min(anchor));
         let mut end = v.block.end;

@@ -211,3 +211,37 @@ fn tiny_dream_long_meets_its_floor() {
 
 /// See [`tiny_dream_long_meets_its_floor`].
 const FLOOR_DREAM_LONG: f64 = 0.9;
+
+/// mbsd with sliding off keeps its window on the block, but verification can send a token of a
+/// finished block back to the mask (its first look comes from the next block's forward); the
+/// window must reach back for it. Tuning questions 51-60 include one where this happens
+/// (before the fix: "window [131, 163) holds none of the current block's undecided positions
+/// [129]").
+#[test]
+fn mbsd_without_sliding_decides_again_what_verification_sends_back_in_a_past_block() {
+    let dir = model_dir("tiny-llada-long");
+    let mut m = load(
+        &ModelSource::parse(dir.to_str().unwrap()).unwrap(),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let tok = m
+        .tokenizer
+        .clone()
+        .expect("shipped models carry their tokenizer");
+    let qs = dllm_tasks::eval::QuestionSet::Tuning.questions()[50..60].to_vec();
+    let params = long_params(
+        Strategy::Mbsd(MbsdParams {
+            sliding: false,
+            ..Default::default()
+        }),
+        Decide::Staged(Staged::default()),
+    );
+    let (scores, answered) = evaluate(&mut m.model, tok.inner(), &qs, &params, |_, _, _| {})
+        .unwrap_or_else(|e| panic!("mbsd without sliding: {e}"));
+    assert_eq!(scores[0].n, 10);
+    assert!(
+        answered.iter().any(|a| a.remasks > 0),
+        "no remask in these questions"
+    );
+}
