@@ -82,9 +82,9 @@ struct Args {
     /// forwards per strategy, mechanism contributions (pareto.md, pareto.svg, pareto.json).
     #[arg(long)]
     pareto: bool,
-    /// --pareto: the question sets, comma-separated: `tuning` (held-out long-math 1-100) and
-    /// `confirmation` (the confirmation generator's 300, held-out 101-400) [default:
-    /// tuning,confirmation].
+    /// --pareto: the question sets, comma-separated: `tuning` (held-out long-math 1-100),
+    /// `confirmation` (the confirmation generator's 1-300, held-out 101-400) and `fresh` (the
+    /// confirmation generator's 301-600, held-out 401-700) [default: tuning,confirmation,fresh].
     #[arg(long, value_delimiter = ',', value_parser = parse_set)]
     sets: Vec<QuestionSet>,
     /// --pareto: ask only the first N questions of each set (a smoke run) [default: all].
@@ -601,7 +601,7 @@ fn run_pareto(
         bail!("--only {:?} matches no configuration", a.only);
     }
     let chosen = if a.sets.is_empty() {
-        vec![QuestionSet::Tuning, QuestionSet::Confirmation]
+        QuestionSet::ALL.to_vec()
     } else {
         a.sets.clone()
     };

@@ -117,10 +117,10 @@ pub struct DecodeArgs {
     /// implementations do; the output is the same).
     #[arg(long)]
     pub no_sls: bool,
-    /// mbsd: confidence at which a prediction becomes visible (tentative) context [default: 0.8].
+    /// mbsd: confidence at which a prediction becomes visible (tentative) context [default: 0.9].
     #[arg(long)]
     pub theta_visible: Option<f32>,
-    /// mbsd: confidence at which a token becomes final [default: 0.9].
+    /// mbsd: confidence at which a token becomes final [default: 0.95].
     #[arg(long)]
     pub theta_stable: Option<f32>,
     /// mbsd: no verification of tentative tokens (Visible tokens are never looked at again).

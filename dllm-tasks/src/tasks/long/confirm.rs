@@ -101,10 +101,16 @@ pub fn generate(rng: &mut Rng) -> Example {
 
 /// The confirmation set: [`CONFIRMATION_SIZE`] questions with unique prompts, always the same.
 pub fn confirmation_set() -> Vec<Example> {
+    confirmation_stream(CONFIRMATION_SIZE)
+}
+
+/// The confirmation generator's first `n` unique questions, always the same in the same order
+/// ([`confirmation_set`] is the first [`CONFIRMATION_SIZE`]; the fresh set takes the next ones).
+pub fn confirmation_stream(n: usize) -> Vec<Example> {
     let mut rng = Rng::new(SEED);
     let mut seen = HashSet::new();
-    let mut out = Vec::with_capacity(CONFIRMATION_SIZE);
-    while out.len() < CONFIRMATION_SIZE {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
         let ex = generate(&mut rng);
         if seen.insert(ex.prompt.clone()) {
             out.push(ex);

@@ -5,8 +5,8 @@
 //! otherwise.
 //!
 //! The headlines: `mbsd (defaults)`, and the most accurate verification-on configuration on the
-//! confirmation set's projected frontier (ties: the faster; the first set run when the
-//! confirmation set is not).
+//! projected frontier of the fresh set (else the confirmation set, else the first set run; ties:
+//! the faster).
 
 use anyhow::Result;
 use dllm_decode::{Decide, DecodeParams, Strategy};
@@ -155,7 +155,8 @@ pub fn headlines(specs: &[RowSpec], sets: &[SetRun]) -> Vec<(usize, String)> {
     }
     let Some(pick) = sets
         .iter()
-        .find(|s| s.set == QuestionSet::Confirmation)
+        .find(|s| s.set == QuestionSet::Fresh)
+        .or_else(|| sets.iter().find(|s| s.set == QuestionSet::Confirmation))
         .or(sets.first())
     else {
         return v;

@@ -1,5 +1,5 @@
 //! `pareto.svg`: accuracy (with its Wilson interval) against the projected latency per answer,
-//! one panel per question set — the confirmation set's first — with the projected frontier;
+//! one panel per question set — the fresh set's first, then the confirmation set's — with the projected frontier;
 //! verification-on mbsd configurations in a colour of their own, verification-off ones in
 //! another, the baselines grey, oracle rows purple, and a ring around every configuration whose
 //! projection rests partly on extrapolated forwards.
@@ -41,7 +41,12 @@ fn color(r: &RowResult) -> RGBColor {
 pub fn write(out: &Path, pic: &Picture) -> Result<()> {
     let path = out.join("pareto.svg");
     let mut order: Vec<&SetRun> = pic.sets.iter().collect();
-    order.sort_by_key(|s| s.set != QuestionSet::Confirmation);
+    // The set that chose nothing first, then the confirmation set, then the tuning set.
+    order.sort_by_key(|s| match s.set {
+        QuestionSet::Fresh => 0,
+        QuestionSet::Confirmation => 1,
+        QuestionSet::Tuning => 2,
+    });
     let n = order.len().max(1) as u32;
     let root = SVGBackend::new(&path, (720 * n, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;

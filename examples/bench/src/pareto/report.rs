@@ -19,7 +19,8 @@ use crate::stats::{discordant, mcnemar_exact, wilson, Z95};
 
 /// The sentence every picture carries.
 pub const CHOSEN_ON_TUNING: &str =
-    "defaults are chosen on the tuning set only; the confirmation set chose nothing";
+    "defaults are chosen on the tuning and confirmation sets (a first choice on the tuning set \
+     alone fell below threshold-0.9 decoding on the confirmation set); the fresh set chose nothing";
 
 /// What the run was.
 pub struct Context {
@@ -193,13 +194,23 @@ fn projection_text(ctx: &Context) -> String {
 fn defaults_text() -> String {
     let s = Staged::default();
     let m = MbsdParams::default();
+    let on_off = |b: bool| if b { "on" } else { "off" };
     format!(
-        "`mbsd (defaults)` is mbsd at the decoder's defaults: theta {} / {}, {}; lookahead \
-         trigger {}, sliding, lookahead and bucket fit on, selective logits on.",
+        "`mbsd (defaults)` is mbsd at the decoder's defaults: theta {} / {}, {}; decisions below \
+         theta_stable {}; sliding {}, lookahead {} (trigger {}), bucket fit {}, selective logits \
+         on.",
         s.visible,
         s.stable,
         verify_label(s.verify),
-        m.trigger
+        if s.no_adjacent {
+            "never adjacent in one step"
+        } else {
+            "may be adjacent"
+        },
+        on_off(m.sliding),
+        on_off(m.lookahead),
+        m.trigger,
+        on_off(m.fit_bucket),
     )
 }
 
@@ -208,6 +219,10 @@ fn set_title(set: &SetRun) -> String {
         dllm_tasks::eval::QuestionSet::Tuning => "held-out long-math questions 1-100",
         dllm_tasks::eval::QuestionSet::Confirmation => {
             "the confirmation generator's 300 questions, then held-out long-math questions 101-400"
+        }
+        dllm_tasks::eval::QuestionSet::Fresh => {
+            "the confirmation generator's questions 301-600, then held-out long-math questions \
+             401-700"
         }
     };
     format!("{} set ({what}; {} asked)", set.set.name(), set.questions)
