@@ -21,7 +21,7 @@ use half::f16;
 use kernels_dsp::*;
 
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{CacheProblem, Error, InputProblem, Result};
 use crate::memory::{align_tensor, DeviceBuffer};
 use crate::ops::{typed, typed_mut, Wire};
 
@@ -78,11 +78,8 @@ impl std::fmt::Debug for DeviceKv {
     }
 }
 
-fn invalid(detail: String) -> Error {
-    Error::InvalidInput {
-        op: "DeviceKv",
-        detail,
-    }
+fn invalid(problem: impl Into<InputProblem>) -> Error {
+    Error::input("DeviceKv", problem)
 }
 
 impl DeviceKv {
@@ -96,10 +93,13 @@ impl DeviceKv {
         capacity: usize,
     ) -> Result<Self> {
         if layers == 0 || batch == 0 || kv_heads == 0 || head_dim == 0 || capacity == 0 {
-            return Err(invalid(format!(
-                "{layers} layers, batch {batch}, {kv_heads} kv heads of {head_dim}, capacity \
-                 {capacity}: every size must be positive"
-            )));
+            return Err(invalid(CacheProblem::Sizes {
+                layers,
+                batch,
+                kv_heads,
+                head_dim,
+                capacity,
+            }));
         }
         let mut kv = DeviceKv {
             dev: dev.clone(),
@@ -133,7 +133,7 @@ impl DeviceKv {
             .checked_mul(self.batch * self.row_bytes())
             .and_then(|b| align_tensor(b).checked_mul(2))
             .filter(|&b| b <= crate::device::MAX_VA_WINDOW_BYTES as usize)
-            .ok_or_else(|| invalid(format!("capacity {capacity} rows does not fit 4 GiB")))?;
+            .ok_or_else(|| invalid(CacheProblem::Capacity { rows: capacity }))?;
         (0..self.layers)
             .map(|_| self.dev.map_buffer(bytes))
             .collect()
@@ -197,17 +197,16 @@ impl DeviceKv {
         batch: usize,
     ) -> Result<()> {
         if (layers, kv_heads, head_dim) != (self.layers, self.kv_heads, self.head_dim) {
-            return Err(invalid(format!(
-                "cache of {} layers x {} kv heads x {} does not match a model of {layers} x \
-                 {kv_heads} x {head_dim}",
-                self.layers, self.kv_heads, self.head_dim
-            )));
+            return Err(invalid(CacheProblem::Geometry {
+                cache: [self.layers, self.kv_heads, self.head_dim],
+                model: [layers, kv_heads, head_dim],
+            }));
         }
         if batch != self.batch {
-            return Err(invalid(format!(
-                "batch {batch} does not match the cache's batch {}",
-                self.batch
-            )));
+            return Err(invalid(CacheProblem::Batch {
+                cache: self.batch,
+                found: batch,
+            }));
         }
         Ok(())
     }
@@ -216,11 +215,10 @@ impl DeviceKv {
     /// buffers must hold `len + n` rows (grown if needed). Returns the row the window goes to.
     pub(crate) fn prepare(&mut self, ws: usize, n: usize) -> Result<usize> {
         if ws > self.len {
-            return Err(invalid(format!(
-                "forward window starts at {ws} but the cache covers only [0, {}): positions in \
-                 between would be invisible",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::WindowPastCache {
+                start: ws,
+                cached: self.len,
+            }));
         }
         self.reserve(self.len + n)?;
         Ok(self.len)
@@ -274,19 +272,19 @@ impl DeviceKv {
         let p = self
             .pending
             .as_ref()
-            .ok_or_else(|| invalid("commit without a preceding forward".into()))?;
+            .ok_or_else(|| invalid(CacheProblem::NoForward))?;
         if range.start > range.end || range.start < p.start || range.end > p.start + p.n {
-            return Err(invalid(format!(
-                "commit range {range:?} is not inside the last forward window [{}, {})",
-                p.start,
-                p.start + p.n
-            )));
+            return Err(invalid(CacheProblem::CommitOutsideWindow {
+                rows: range,
+                window: p.start..p.start + p.n,
+            }));
         }
         if range.start > self.len {
-            return Err(invalid(format!(
-                "commit range {range:?} would leave a hole after the cached [0, {})",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::Hole {
+                what: "commit",
+                rows: range,
+                cached: self.len,
+            }));
         }
         if range.is_empty() {
             return Ok(());
@@ -295,10 +293,9 @@ impl DeviceKv {
         let src = p.base + off;
         if src != range.start {
             if let Some(k) = (off..off + cnt).find(|&k| p.clobbered[k]) {
-                return Err(invalid(format!(
-                    "the pending K/V of position {} were overwritten by an earlier commit",
-                    p.start + k
-                )));
+                return Err(invalid(CacheProblem::Clobbered {
+                    position: p.start + k,
+                }));
             }
             self.move_rows(src, range.start, cnt)?;
             self.stats.commit_bytes_moved +=
@@ -332,10 +329,10 @@ impl DeviceKv {
     /// Forget rows `>= len` (and the pending window).
     pub fn truncate(&mut self, len: usize) -> Result<()> {
         if len > self.len {
-            return Err(invalid(format!(
-                "cannot roll the KV cache forward from {} to {len} rows",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::RollForward {
+                from: self.len,
+                to: len,
+            }));
         }
         self.len = len;
         self.pending = None;
@@ -346,11 +343,11 @@ impl DeviceKv {
     /// the source, `dst <= len` for the destination; extends `len` to the copy's end).
     pub fn copy_rows(&mut self, src: Range<usize>, dst: usize) -> Result<()> {
         if src.start > src.end || src.end > self.len || dst > self.len {
-            return Err(invalid(format!(
-                "copy of rows {src:?} to {dst}: the source must lie in the cached [0, {}) and \
-                 the destination start at or before its end",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::Copy {
+                src,
+                dst,
+                cached: self.len,
+            }));
         }
         self.reserve(dst + src.len())?;
         self.move_rows(src.start, dst, src.len())?;
@@ -364,10 +361,10 @@ impl DeviceKv {
     pub fn read_rows(&self, layer: usize, rows: Range<usize>) -> Result<(Tensor, Tensor)> {
         self.check_layer(layer)?;
         if rows.start > rows.end || rows.end > self.len {
-            return Err(invalid(format!(
-                "rows {rows:?} are not inside the cached [0, {})",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::RowsNotCached {
+                rows,
+                cached: self.len,
+            }));
         }
         self.gather(layer, &[rows])
     }
@@ -377,10 +374,10 @@ impl DeviceKv {
     pub fn read_positions(&self, layer: usize, positions: &[usize]) -> Result<(Tensor, Tensor)> {
         self.check_layer(layer)?;
         if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
-            return Err(invalid(format!(
-                "position {bad} is not cached (the cache covers [0, {}))",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::NotCached {
+                position: bad,
+                cached: self.len,
+            }));
         }
         self.gather(layer, &runs(positions))
     }
@@ -394,10 +391,7 @@ impl DeviceKv {
     /// held up), and host writes to the cache wait.
     pub fn with_cached_rows<R>(&self, f: impl FnOnce(&[(&[f16], &[f16])]) -> R) -> Result<R> {
         if self.batch != 1 {
-            return Err(invalid(format!(
-                "in-place reads need a batch of one sequence (this cache holds {})",
-                self.batch
-            )));
+            return Err(invalid(CacheProblem::InPlaceBatch { batch: self.batch }));
         }
         let n = self.len * self.row_bytes();
         let ranges = [(0, n), (self.v_base(self.capacity), n)];
@@ -467,10 +461,11 @@ impl DeviceKv {
         self.check_layer(layer)?;
         let m = self.check_rows(k, v)?;
         if start > self.len {
-            return Err(invalid(format!(
-                "write at row {start} would leave a hole after the cached [0, {})",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::Hole {
+                what: "write",
+                rows: start..start + m,
+                cached: self.len,
+            }));
         }
         self.reserve(start + m)?;
         self.scatter(layer, &[(start, 0, m)], k, v)?;
@@ -501,16 +496,16 @@ impl DeviceKv {
         self.check_layer(layer)?;
         let m = self.check_rows(k, v)?;
         if m != positions.len() {
-            return Err(invalid(format!(
-                "{} positions for {m} rows of K/V",
-                positions.len()
-            )));
+            return Err(invalid(CacheProblem::PositionsForRows {
+                positions: positions.len(),
+                rows: m,
+            }));
         }
         if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
-            return Err(invalid(format!(
-                "position {bad} is not cached (the cache covers [0, {}))",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::NotCached {
+                position: bad,
+                cached: self.len,
+            }));
         }
         // (cache row, source row, count) for runs of consecutive positions
         let mut spans: Vec<(usize, usize, usize)> = Vec::new();
@@ -529,30 +524,30 @@ impl DeviceKv {
 
     fn check_layer(&self, layer: usize) -> Result<()> {
         if layer >= self.layers {
-            return Err(invalid(format!(
-                "layer {layer} of a {}-layer cache",
-                self.layers
-            )));
+            return Err(invalid(CacheProblem::Layer {
+                layer,
+                layers: self.layers,
+            }));
         }
         Ok(())
     }
 
     fn check_rows(&self, k: &Tensor, v: &Tensor) -> Result<usize> {
         let (b, m, h, d) = k.dims4().map_err(|_| {
-            invalid(format!(
-                "k {:?} is not (batch, rows, kv_heads, head_dim)",
-                k.dims()
-            ))
+            invalid(InputProblem::Rank {
+                what: "k",
+                expected: "(batch, rows, kv_heads, head_dim)",
+                found: k.dims().to_vec(),
+            })
         })?;
         if v.dims() != k.dims() || (b, h, d) != (self.batch, self.kv_heads, self.head_dim) {
-            return Err(invalid(format!(
-                "k {:?} / v {:?} do not match ({}, rows, {}, {})",
-                k.dims(),
-                v.dims(),
-                self.batch,
-                self.kv_heads,
-                self.head_dim
-            )));
+            return Err(invalid(CacheProblem::Rows {
+                k: k.dims().to_vec(),
+                v: v.dims().to_vec(),
+                batch: self.batch,
+                kv_heads: self.kv_heads,
+                head_dim: self.head_dim,
+            }));
         }
         Ok(m)
     }

@@ -230,7 +230,36 @@ fn the_cache_grows_on_demand_and_bad_requests_are_named_errors() {
         assert!(e.contains(want), "expected `{want}` in: {e}");
     }
     assert_eq!(kv.len(), 14, "failed forwards leave the cache alone");
-    let e = kv.commit(20..21).unwrap_err().to_string();
+    // The errors are structured: the variant carries the facts the message names.
+    use candle_hexagon::{CacheProblem, Error, InputProblem};
+    let u32_input = Tensor::zeros((1, 3, 64), DType::U32, &Device::Cpu).unwrap();
+    let e = t.forward(kv, &u32_input, 0, None).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::InvalidInput {
+                problem: InputProblem::DType {
+                    found: DType::U32,
+                    expected,
+                    ..
+                },
+                ..
+            } if expected.contains(&DType::F16)
+        ),
+        "{e:?}"
+    );
+    let e = kv.commit(20..21).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::InvalidInput {
+                problem: InputProblem::Cache(CacheProblem::CommitOutsideWindow { rows, window }),
+                ..
+            } if *rows == (20..21) && window.end == 14
+        ),
+        "{e:?}"
+    );
+    let e = e.to_string();
     assert!(e.contains("not inside the last forward window"), "{e}");
     let e = kv.truncate(15).unwrap_err().to_string();
     assert!(e.contains("cannot roll"), "{e}");
