@@ -250,7 +250,7 @@ pub(crate) fn submit(
     let prefetch = if somr { Somr::end(&mut st) } else { None };
     drop(st);
     rt.stats().count_forward();
-    kv.set_pending(ws, n, len);
+    kv.forward_wrote(n);
     Ok(ForwardHandle::new(
         i.dev.clone(),
         fences,

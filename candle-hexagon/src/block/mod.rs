@@ -450,7 +450,8 @@ impl HexTransformer {
 
     /// Queue a forward of the embedded window `x (b, n, hidden)` at canvas positions
     /// `[window_start, window_start + n)` against `kv` (`window_start <= kv.len()`); returns at
-    /// once. The window's K/V are appended to `kv` as pending rows (see [`DeviceKv::commit`]).
+    /// once. The window's K/V are written to `kv`'s rows `[len, len + n)`, after the cached rows
+    /// (`len` is unchanged; see [`DeviceKv::move_rows`] and [`DeviceKv::set_len`]).
     /// `rows` selects which window rows (`0..n`, any order, repeats allowed) reach the last
     /// block's attention, MLP and head; `None` means all.
     ///

@@ -547,36 +547,34 @@ pub enum CacheProblem {
         /// Cached rows.
         cached: usize,
     },
-    /// A commit with no forward before it.
-    #[error("commit without a preceding forward")]
-    NoForward,
-    /// A commit of rows outside the last forward's window.
-    #[error(
-        "commit range {rows:?} is not inside the last forward window [{}, {})",
-        .window.start,
-        .window.end
-    )]
-    CommitOutsideWindow {
-        /// The rows to commit.
-        rows: Range<usize>,
-        /// The last forward's window.
-        window: Range<usize>,
-    },
-    /// A commit or write that would leave uncached rows before it.
-    #[error("{what} of rows {rows:?} would leave a hole after the cached [0, {cached})")]
+    /// A write that would leave uncached rows before it.
+    #[error("write of rows {rows:?} would leave a hole after the cached [0, {cached})")]
     Hole {
-        /// `commit` or `write`.
-        what: &'static str,
         /// The rows.
         rows: Range<usize>,
         /// Cached rows.
         cached: usize,
     },
-    /// A commit of pending rows an earlier commit overwrote.
-    #[error("the pending K/V of position {position} were overwritten by an earlier commit")]
-    Clobbered {
-        /// The position.
-        position: usize,
+    /// A row move from outside the filled rows, or to past their end.
+    #[error(
+        "move of rows {src:?} to {dst}: the source must lie in the filled [0, {filled}) and the \
+         destination start at or before its end"
+    )]
+    Move {
+        /// Source rows.
+        src: Range<usize>,
+        /// Destination row.
+        dst: usize,
+        /// Filled rows.
+        filled: usize,
+    },
+    /// A length past the filled rows.
+    #[error("cannot make {len} rows the cache: only [0, {filled}) hold K/V")]
+    Unfilled {
+        /// The length asked for.
+        len: usize,
+        /// Filled rows.
+        filled: usize,
     },
     /// A truncate past the cached rows.
     #[error("cannot roll the KV cache forward from {from} to {to} rows")]

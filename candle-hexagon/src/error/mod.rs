@@ -299,21 +299,23 @@ mod tests {
         );
         let e = Error::input(
             "DeviceKv",
-            CacheProblem::CommitOutsideWindow {
-                rows: 20..21,
-                window: 10..14,
+            CacheProblem::Move {
+                src: 20..21,
+                dst: 3,
+                filled: 14,
             },
         );
         assert!(matches!(
             &e,
             Error::InvalidInput {
-                problem: InputProblem::Cache(CacheProblem::CommitOutsideWindow { rows, .. }),
+                problem: InputProblem::Cache(CacheProblem::Move { src, .. }),
                 ..
-            } if *rows == (20..21)
+            } if *src == (20..21)
         ));
         assert_eq!(
             e.to_string(),
-            "DeviceKv: commit range 20..21 is not inside the last forward window [10, 14)"
+            "DeviceKv: move of rows 20..21 to 3: the source must lie in the filled [0, 14) and \
+             the destination start at or before its end"
         );
         let e = Error::input(
             "HexTransformer program",
