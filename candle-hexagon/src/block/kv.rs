@@ -127,7 +127,7 @@ impl DeviceKv {
             .collect()
     }
 
-    /// Valid (committed) rows.
+    /// Cached rows `[0, len)`.
     pub fn len(&self) -> usize {
         self.len
     }

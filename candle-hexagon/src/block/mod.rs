@@ -10,7 +10,7 @@
 //! file for the memory runtime ([`crate::runtime`]) to place (resident, or streamed through
 //! staging slots when the window is too small); vectors (norm weights), biases and the NeoX
 //! rotary tables the caller computed go pinned as f32 in one mapping. A forward over a window
-//! of `n` rows starting at canvas position `ws`, against a [`DeviceKv`] holding `len` cached
+//! of `n` rows starting at position `ws`, against a [`DeviceKv`] holding `len` cached
 //! rows:
 //!
 //! 1. the host writes the input `(b, n, width)` (as f32), the positions and the row selection
@@ -75,7 +75,7 @@ pub struct HexTransformerConfig {
     pub kv_heads: usize,
     /// Head dimension (even, at most 256).
     pub head_dim: usize,
-    /// Positions the rotary tables cover (the longest canvas).
+    /// Positions the rotary tables cover (the longest sequence).
     pub max_positions: usize,
 }
 
@@ -448,7 +448,7 @@ impl HexTransformer {
         })
     }
 
-    /// Queue a forward of the embedded window `x (b, n, hidden)` at canvas positions
+    /// Queue a forward of the embedded window `x (b, n, hidden)` at positions
     /// `[window_start, window_start + n)` against `kv` (`window_start <= kv.len()`); returns at
     /// once. The window's K/V are written to `kv`'s rows `[len, len + n)`, after the cached rows
     /// (`len` is unchanged; see [`DeviceKv::move_rows`] and [`DeviceKv::set_len`]).

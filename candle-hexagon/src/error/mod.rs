@@ -94,7 +94,7 @@ pub enum Error {
     )]
     WontFit {
         /// The policy (`naive`, `paging`, `somr`).
-        policy: String,
+        policy: &'static str,
         /// What must be mapped at once under that policy.
         what: &'static str,
         /// Bytes it needs (page-rounded mappings).

@@ -131,7 +131,7 @@ fn naive_fails_with_the_window_error_where_paging_and_somr_complete() {
             window,
             ..
         } => {
-            assert_eq!((policy.as_str(), *window), ("naive", 2 * MIB), "{e}");
+            assert_eq!((*policy, *window), ("naive", 2 * MIB), "{e}");
             // The estimate leaves out the biases' pinned bytes (unknown before reading).
             assert!(
                 *need + 64 * 1024 >= weights && *need < weights + MIB,
