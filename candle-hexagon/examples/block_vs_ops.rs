@@ -292,7 +292,7 @@ fn main() -> Res<()> {
             let prefix = embed(len, 1)?;
             per_op.forward(&prefix, 0, &mut cache, true)?;
             block.forward(&mut kv, &prefix, 0, None)?;
-            kv.commit(0..len)?;
+            kv.set_len(len)?; // the prefix's rows, written at [0, len), become the cache
         }
         let x = embed(n, 2)?;
         // The two paths alternate, so drift in the machine's load hits both alike.

@@ -5,7 +5,10 @@
 
 use std::path::PathBuf;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigProblem, Error, Result, Unit};
+
+/// Why the window is at most 4 GiB, for messages.
+const ADDRESS_SPACE_NOTE: &str = " (the DSP has a 32-bit address space)";
 use crate::kinds::{MemoryPolicy, OpKind};
 
 /// Default DSP worker threads (HVX contexts on a phone; pthreads on the emulated DSP).
@@ -57,18 +60,18 @@ impl TransportConfig {
             "emulated" => Ok(Self::Emulated),
             "fastrpc" if library == "shim" => match crate::shim_library_path() {
                 Some(library) => Ok(Self::FastRpc { library }),
-                None => Err(Error::Config {
-                    field: "fastrpc library",
-                    reason: "`shim`: this build has no host FastRPC shim".into(),
-                }),
+                None => Err(Error::config("fastrpc library", ConfigProblem::NoShim)),
             },
             "fastrpc" => Ok(Self::FastRpc {
                 library: PathBuf::from(library),
             }),
-            t => Err(Error::Config {
-                field: "transport",
-                reason: format!("`{t}` (expected emulated or fastrpc)"),
-            }),
+            t => Err(Error::config(
+                "transport",
+                ConfigProblem::Unknown {
+                    value: t.to_string(),
+                    expected: &["emulated", "fastrpc"],
+                },
+            )),
         }
     }
 }
@@ -120,13 +123,16 @@ impl Default for HexagonConfig {
 /// The window size in bytes for `--hexagon-window MIB`: 1..=4096 MiB.
 pub fn window_bytes_from_mib(mib: u64) -> Result<u64> {
     if !(1..=(MAX_VA_WINDOW_BYTES >> 20)).contains(&mib) {
-        return Err(Error::Config {
-            field: "hexagon window",
-            reason: format!(
-                "{mib} MiB is not in 1..={} MiB (the DSP has a 32-bit address space)",
-                MAX_VA_WINDOW_BYTES >> 20
-            ),
-        });
+        return Err(Error::config(
+            "hexagon window",
+            ConfigProblem::NotInRange {
+                value: mib,
+                min: 1,
+                max: MAX_VA_WINDOW_BYTES >> 20,
+                unit: Unit::MiB,
+                note: ADDRESS_SPACE_NOTE,
+            },
+        ));
     }
     Ok(mib << 20)
 }
@@ -144,57 +150,66 @@ impl HexagonConfig {
 
     /// Check every field; errors name the field.
     pub fn validate(&self) -> Result<()> {
-        let bad = |field, reason: String| Err(Error::Config { field, reason });
+        let bad = |field, problem| Err(Error::config(field, problem));
+        let range = |value: u64, min: u64, max: u64, unit, note| ConfigProblem::NotInRange {
+            value,
+            min,
+            max,
+            unit,
+            note,
+        };
         if !(1..=kernels_dsp::KDSP_MAX_WORKERS as usize).contains(&self.workers) {
+            let max = kernels_dsp::KDSP_MAX_WORKERS as u64;
             return bad(
                 "workers",
-                format!(
-                    "{} is not in 1..={}",
-                    self.workers,
-                    kernels_dsp::KDSP_MAX_WORKERS
-                ),
+                range(self.workers as u64, 1, max, Unit::Count, ""),
             );
         }
         if self.va_window_bytes < (1 << 20) || self.va_window_bytes > MAX_VA_WINDOW_BYTES {
-            return bad(
-                "va_window_bytes",
-                format!(
-                    "{} is not in 1 MiB..=4 GiB (the DSP has a 32-bit address space)",
-                    self.va_window_bytes
-                ),
-            );
+            let (v, max) = (self.va_window_bytes, MAX_VA_WINDOW_BYTES);
+            let p = range(v, 1 << 20, max, Unit::Bytes, ADDRESS_SPACE_NOTE);
+            return bad("va_window_bytes", p);
         }
         if !(2..=kernels_dsp::KDSP_MAX_BUFFERS as usize).contains(&self.mapper_entries) {
-            return bad(
-                "mapper_entries",
-                format!(
-                    "{} is not in 2..={} (one staging buffer plus at least one weight chunk)",
-                    self.mapper_entries,
-                    kernels_dsp::KDSP_MAX_BUFFERS
-                ),
+            let (v, max) = (
+                self.mapper_entries as u64,
+                kernels_dsp::KDSP_MAX_BUFFERS as u64,
             );
+            let note = " (one staging buffer plus at least one weight chunk)";
+            return bad("mapper_entries", range(v, 2, max, Unit::Count, note));
         }
         // FlashAttention needs ~280 KiB per worker at head dim 256; keep 1 MiB on top.
         let min_scratch = self.workers as u64 * (320 << 10) + (1 << 20);
         if self.scratch_bytes < min_scratch {
             return bad(
                 "scratch_bytes",
-                format!(
-                    "{} is below the {min_scratch} bytes {} workers need",
-                    self.scratch_bytes, self.workers
-                ),
+                ConfigProblem::ScratchForWorkers {
+                    bytes: self.scratch_bytes,
+                    min: min_scratch,
+                    workers: self.workers,
+                },
             );
         }
         if self.staging_bytes < 2 * crate::memory::page_size() {
             return bad(
                 "staging_bytes",
-                format!("{} is below two pages", self.staging_bytes),
+                ConfigProblem::Below {
+                    value: self.staging_bytes,
+                    min: 2 * crate::memory::page_size() as u64,
+                    unit: Unit::Bytes,
+                    note: " (two pages)",
+                },
             );
         }
         if self.weight_chunk_bytes < (64 << 10) {
             return bad(
                 "weight_chunk_bytes",
-                format!("{} is below 64 KiB", self.weight_chunk_bytes),
+                ConfigProblem::Below {
+                    value: self.weight_chunk_bytes,
+                    min: 64 << 10,
+                    unit: Unit::Bytes,
+                    note: "",
+                },
             );
         }
         Ok(())

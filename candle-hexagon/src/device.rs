@@ -18,7 +18,7 @@ pub use crate::config::{
     DEFAULT_VA_WINDOW_BYTES, DEFAULT_VA_WINDOW_MIB, DEFAULT_WEIGHT_CHUNK_BYTES, DEFAULT_WORKERS,
     MAX_DIM, MAX_HEAD_DIM, MAX_VA_WINDOW_BYTES,
 };
-use crate::error::{Error, KernelStatus, Result};
+use crate::error::{Error, KernelStatus, Result, TransportFault};
 use crate::kinds::SwapSnapshot;
 use crate::memory::leases::batch_touches;
 use crate::memory::{
@@ -97,10 +97,10 @@ impl HexagonDevice {
             }
             #[cfg(not(feature = "fastrpc"))]
             TransportConfig::FastRpc { .. } => {
-                return Err(Error::Config {
-                    field: "transport",
-                    reason: "this build of candle-hexagon has no `fastrpc` feature".into(),
-                })
+                return Err(Error::config(
+                    "transport",
+                    crate::error::ConfigProblem::NoFastRpc,
+                ))
             }
         };
         let window = if transport.needs_reserved_window() {
@@ -611,11 +611,10 @@ impl DeviceCounters {
 /// Turn per-op statuses into an error naming the first failing op.
 pub(crate) fn check_statuses(batch: &Batch, statuses: &[u32]) -> Result<()> {
     if statuses.len() != batch.len() {
-        return Err(Error::Transport(format!(
-            "{} statuses for a batch of {} ops",
-            statuses.len(),
-            batch.len()
-        )));
+        return Err(Error::Transport(TransportFault::StatusCount {
+            statuses: statuses.len(),
+            ops: batch.len(),
+        }));
     }
     match statuses
         .iter()

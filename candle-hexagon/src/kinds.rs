@@ -7,7 +7,7 @@ use std::fmt;
 
 use candle_core::DType;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigProblem, Error, Result};
 
 /// The ops the backend routes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,6 +43,20 @@ impl OpKind {
         OpKind::Block,
     ];
 
+    /// The names a deny-list takes: `linear` (both linear kinds), then each kind's
+    /// [`OpKind::name`].
+    pub const DENY_NAMES: &'static [&'static str] = &[
+        "linear",
+        "linear_f16",
+        "linear_q4_0",
+        "linear_quant",
+        "flash_attn",
+        "rms_norm",
+        "swiglu",
+        "rope",
+        "block",
+    ];
+
     /// The name used in deny-lists and reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -69,13 +83,13 @@ impl OpKind {
             match OpKind::ALL.iter().find(|k| k.name() == name) {
                 Some(k) => out.push(*k),
                 None => {
-                    return Err(Error::Config {
-                        field: "deny",
-                        reason: format!(
-                            "unknown op `{name}` (expected one of linear, {})",
-                            OpKind::ALL.map(|k| k.name()).join(", ")
-                        ),
-                    })
+                    return Err(Error::config(
+                        "deny",
+                        ConfigProblem::Unknown {
+                            value: name.to_string(),
+                            expected: OpKind::DENY_NAMES,
+                        },
+                    ))
                 }
             }
         }
@@ -136,9 +150,14 @@ impl MemoryPolicy {
         Self::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| Error::Config {
-                field: "memory_policy",
-                reason: format!("`{s}` (expected naive, paging or somr)"),
+            .ok_or_else(|| {
+                Error::config(
+                    "memory_policy",
+                    ConfigProblem::Unknown {
+                        value: s.to_string(),
+                        expected: &["naive", "paging", "somr"],
+                    },
+                )
             })
     }
 }
@@ -180,5 +199,27 @@ impl SwapSnapshot {
     pub fn overlapped_fraction(&self) -> Option<f64> {
         let total = self.overlapped_ns + self.stall_ns;
         (total > 0).then(|| self.overlapped_ns as f64 / total as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ConfigProblem;
+
+    #[test]
+    fn the_deny_names_are_linear_and_every_kind() {
+        let mut names = vec!["linear"];
+        names.extend(OpKind::ALL.map(OpKind::name));
+        assert_eq!(OpKind::DENY_NAMES, names.as_slice());
+        let e = OpKind::parse_list("rope, flash").unwrap_err();
+        assert!(matches!(
+            &e,
+            Error::Config {
+                field: "deny",
+                problem: ConfigProblem::Unknown { value, .. },
+            } if value == "flash"
+        ));
+        assert!(e.to_string().contains("`flash`"), "{e}");
     }
 }

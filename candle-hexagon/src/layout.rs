@@ -13,7 +13,7 @@
 
 use half::f16;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::kinds::WeightFormat;
 
 const TILE: usize = 32;
@@ -106,10 +106,7 @@ pub fn unpack_f16_tiles(t: &[u8], n: usize, k: usize) -> Result<Vec<f16>> {
 /// `dst` (`q4_0_tiles_len` bytes, every byte written).
 pub fn pack_q4_0_tiles_into(dst: &mut [u8], blocks: &[u8], n: usize, k: usize) -> Result<()> {
     if !k.is_multiple_of(TILE) {
-        return Err(Error::InvalidInput {
-            op: "pack_q4_0",
-            detail: format!("k = {k} is not a multiple of the 32-value Q4_0 block"),
-        });
+        return Err(Error::input("pack_q4_0", not_q4_0_blocks(k)));
     }
     let kb = k / TILE;
     check_len("Q4_0 blocks", blocks.len(), n * kb * Q4_0_BLOCK_BYTES)?;
@@ -156,10 +153,7 @@ pub fn pack_q4_0_tiles(blocks: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
 /// The exact inverse of [`pack_q4_0_tiles`]: ggml `block_q4_0` rows, bit for bit.
 pub fn unpack_q4_0_tiles(t: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
     if !k.is_multiple_of(TILE) {
-        return Err(Error::InvalidInput {
-            op: "unpack_q4_0",
-            detail: format!("k = {k} is not a multiple of 32"),
-        });
+        return Err(Error::input("unpack_q4_0", not_q4_0_blocks(k)));
     }
     check_len("Q4_0 tile buffer", t.len(), q4_0_tiles_len(n, k))?;
     let kb = k / TILE;
@@ -189,12 +183,25 @@ pub fn unpack_q4_0_tiles(t: &[u8], n: usize, k: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn check_len(what: &str, got: usize, want: usize) -> Result<()> {
+fn not_q4_0_blocks(k: usize) -> InputProblem {
+    InputProblem::NotMultiple {
+        what: "k",
+        value: k as u64,
+        multiple: TILE as u64,
+        unit: "value Q4_0 block",
+    }
+}
+
+fn check_len(what: &'static str, got: usize, want: usize) -> Result<()> {
     if got != want {
-        return Err(Error::InvalidInput {
-            op: "layout",
-            detail: format!("{what}: {got} bytes/elements, expected {want}"),
-        });
+        return Err(Error::input(
+            "layout",
+            InputProblem::Len {
+                what,
+                expected: want,
+                found: got,
+            },
+        ));
     }
     Ok(())
 }

@@ -79,7 +79,10 @@ pub use block::{
     StackShape, TransformerWeights, WeightRef,
 };
 pub use device::{DeviceCounters, HexagonConfig, HexagonDevice, TransportConfig};
-pub use error::{fmt_bytes, Error, Result};
+pub use error::{
+    fmt_bytes, CacheProblem, ConfigProblem, Error, InputProblem, LibraryProblem, ProgramProblem,
+    ProgramSite, Result, TransportFault, Unit,
+};
 pub use memory::{page_size, SHARED_MEMORY_SUPPORTED};
 pub use memory::{DeviceBuffer, MemoryStats};
 pub use ops::linear::{PackedFormat, Placed};

@@ -51,13 +51,25 @@ impl DeviceKv {
     pub(crate) fn head_dim(&self) -> usize {
         match *self {}
     }
-    pub(crate) fn commit(&mut self, _: Range<usize>) -> Result<()> {
-        match *self {}
-    }
-    pub(crate) fn truncate(&mut self, _: usize) -> Result<()> {
-        match *self {}
-    }
     pub(crate) fn read_rows(&self, _: usize, _: Range<usize>) -> Result<(Tensor, Tensor)> {
+        match *self {}
+    }
+}
+
+impl crate::kv_cache::KvRows for DeviceKv {
+    fn len(&self) -> usize {
+        match *self {}
+    }
+    fn capacity(&self) -> usize {
+        match *self {}
+    }
+    fn batch(&self) -> usize {
+        match *self {}
+    }
+    fn move_rows(&mut self, _: usize, _: usize, _: usize) -> Result<()> {
+        match *self {}
+    }
+    fn set_len(&mut self, _: usize) -> Result<()> {
         match *self {}
     }
 }

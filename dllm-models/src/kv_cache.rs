@@ -13,6 +13,8 @@
 //! moves only the committed rows. Merging a refresh writes only the refreshed rows. Capacity grows
 //! geometrically, so appends allocate rarely; nothing per step is proportional to the cache.
 
+use std::ops::Range;
+
 use candle_core::{DType, Device, Tensor, WithDType};
 use half::{bf16, f16};
 use kernels_cpu::attention::Element;
@@ -93,6 +95,112 @@ pub struct FreeRows<'a, T> {
     pub k: &'a mut [T],
     /// Values, same layout.
     pub v: &'a mut [T],
+}
+
+/// Per-layer K/V rows the window protocol ([`commit_window`], [`truncate_rows`]) runs over: the
+/// host [`KvCache`] here and, with the `hexagon` feature, candle-hexagon's device rows
+/// (`DeviceKv`). The protocol (pending windows, commits, overwritten pending rows, roll-backs)
+/// is written once, here; a row store only stores rows.
+pub trait KvRows {
+    /// Cached rows `[0, len)`.
+    fn len(&self) -> usize;
+    /// Rows the buffers hold.
+    fn capacity(&self) -> usize;
+    /// Sequences of the buffers.
+    fn batch(&self) -> usize;
+    /// Copy rows `[src, src + n)` to `[dst, dst + n)` of every layer's keys and values (the
+    /// ranges may overlap); the cached length is unchanged.
+    fn move_rows(&mut self, src: usize, dst: usize, n: usize) -> Result<()>;
+    /// Make rows `[0, len)` the cache (rows written by a forward or a move after the cached ones
+    /// may join it).
+    fn set_len(&mut self, len: usize) -> Result<()>;
+}
+
+/// Make the pending K/V of positions `range` of the window `p` (the last forward's) cached rows
+/// of `rows`: `range` must lie inside the window and start at or before the cache end. No row
+/// moves when the window's rows already sit at their positions (a window starting at the cache
+/// end); otherwise only the committed rows move. Returns whether the move overwrote pending rows
+/// of other positions (the window can then not be committed again).
+pub fn commit_window(rows: &mut dyn KvRows, p: &Pending, range: Range<usize>) -> Result<bool> {
+    if range.start > range.end || range.start < p.start || range.end > p.end {
+        return Err(WindowDefect::CommitOutsideWindow {
+            range,
+            window: p.start..p.end,
+        }
+        .into());
+    }
+    if range.start > rows.len() {
+        return Err(WindowDefect::CommitLeavesHole {
+            range,
+            cache_len: rows.len(),
+        }
+        .into());
+    }
+    if range.is_empty() {
+        return Ok(false);
+    }
+    let n = p.end - p.start;
+    if p.at + n > rows.capacity() || p.batch != rows.batch() {
+        return Err(WindowDefect::PendingLost {
+            window: p.start..p.end,
+        }
+        .into());
+    }
+    let src = p.at + (range.start - p.start);
+    let (dst, cnt) = (range.start, range.len());
+    let mut clobbered = false;
+    if src != dst {
+        // Rows move left (src > dst: the window starts at or before the cache end). Pending rows
+        // of other positions that the destination covers are lost.
+        let pend = p.at..p.at + n;
+        let own = src..src + cnt;
+        clobbered = (dst..dst + cnt).any(|r| pend.contains(&r) && !own.contains(&r));
+        rows.move_rows(src, dst, cnt)?;
+    }
+    rows.set_len(rows.len().max(range.end))?;
+    Ok(clobbered)
+}
+
+/// Roll `rows` back to the cached rows `[0, len)` (`len` at most the cache length).
+pub fn truncate_rows(rows: &mut dyn KvRows, len: usize) -> Result<()> {
+    if len > rows.len() {
+        return Err(WindowDefect::RollForward {
+            from: rows.len(),
+            to: len,
+        }
+        .into());
+    }
+    rows.set_len(len)
+}
+
+impl KvRows for KvCache {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn batch(&self) -> usize {
+        self.batch
+    }
+
+    fn move_rows(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        self.move_rows_t(src, dst, n)
+    }
+
+    fn set_len(&mut self, len: usize) -> Result<()> {
+        if len > self.capacity {
+            return Err(KvCacheDefect::RowOutsideBuffer {
+                row: len - 1,
+                rows: self.capacity,
+            }
+            .into());
+        }
+        self.len = len;
+        Ok(())
+    }
 }
 
 /// Where the last forward's K/V wait to be committed: canvas positions `[start, end)` stored in
@@ -181,15 +289,7 @@ impl KvCache {
 
     /// Forget positions `>= len`.
     pub fn truncate(&mut self, len: usize) -> Result<()> {
-        if len > self.len {
-            return Err(WindowDefect::RollForward {
-                from: self.len,
-                to: len,
-            }
-            .into());
-        }
-        self.len = len;
-        Ok(())
+        truncate_rows(self, len)
     }
 
     /// Check a batch size against the cached one.
@@ -290,48 +390,32 @@ impl KvCache {
         )
     }
 
-    /// Make pending rows part of the cache: positions `range` of the window `p` (checked by the
-    /// caller to lie inside it, starting at or before `len`). Returns whether the move overwrote
-    /// pending rows of positions outside `range` (then the pending window cannot be committed again).
-    pub fn commit(&mut self, p: &Pending, range: std::ops::Range<usize>) -> Result<bool> {
-        if range.is_empty() {
-            return Ok(false);
-        }
-        let row = self.row();
-        let n = p.end - p.start;
-        if p.at + n > self.capacity || p.batch != self.batch {
-            return Err(WindowDefect::PendingLost {
-                window: p.start..p.end,
+    /// Copy rows `[src, src + n)` to `[dst, dst + n)` of every layer's keys and values (the
+    /// ranges may overlap; both inside the buffers).
+    fn move_rows_t(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        if src.max(dst).saturating_add(n) > self.capacity {
+            return Err(KvCacheDefect::RowOutsideBuffer {
+                row: src.max(dst).saturating_add(n).saturating_sub(1),
+                rows: self.capacity,
             }
             .into());
         }
-        let src = p.at + (range.start - p.start);
-        let dst = range.start;
-        let rows = range.len();
-        let mut clobbered = false;
-        if src != dst {
-            // Rows move left (src > dst: the window starts at or before the cache end). Pending
-            // rows of other positions that the destination covers are lost.
-            let pend = p.at..p.at + n;
-            let own = src..src + rows;
-            clobbered = (dst..dst + rows).any(|r| pend.contains(&r) && !own.contains(&r));
-            fn mv<T: KvElem>(s: &mut Store, a: usize, b: usize, to: usize) {
-                if let Some(layers) = T::layers(s) {
-                    for l in layers.iter_mut() {
-                        l.k.copy_within(a..b, to);
-                        l.v.copy_within(a..b, to);
-                    }
+        fn mv<T: KvElem>(s: &mut Store, a: usize, b: usize, to: usize) {
+            if let Some(layers) = T::layers(s) {
+                for l in layers.iter_mut() {
+                    l.k.copy_within(a..b, to);
+                    l.v.copy_within(a..b, to);
                 }
             }
-            let (a, b, to) = (src * row, (src + rows) * row, dst * row);
-            match self.dtype {
-                DType::F32 => mv::<f32>(&mut self.store, a, b, to),
-                DType::F16 => mv::<f16>(&mut self.store, a, b, to),
-                _ => mv::<bf16>(&mut self.store, a, b, to),
-            }
         }
-        self.len = self.len.max(range.end);
-        Ok(clobbered)
+        let row = self.row();
+        let (a, b, to) = (src * row, (src + n) * row, dst * row);
+        match self.dtype {
+            DType::F32 => mv::<f32>(&mut self.store, a, b, to),
+            DType::F16 => mv::<f16>(&mut self.store, a, b, to),
+            _ => mv::<bf16>(&mut self.store, a, b, to),
+        }
+        Ok(())
     }
 
     /// Overwrite cached rows: `k`/`v` `(batch, positions.len(), kv_heads, head_dim)` for the sorted
@@ -484,5 +568,79 @@ pub(crate) fn scatter_rows<T: KvElem>(
         with_cpu_slice::<T, _>(&t, |src| {
             put(src, dst, dst_rows, geom, |s, o| o.copy_from_slice(s))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row store that records what the protocol asks of it.
+    struct Log {
+        len: usize,
+        capacity: usize,
+        moves: Vec<(usize, usize, usize)>,
+    }
+
+    impl KvRows for Log {
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn capacity(&self) -> usize {
+            self.capacity
+        }
+        fn batch(&self) -> usize {
+            1
+        }
+        fn move_rows(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+            self.moves.push((src, dst, n));
+            Ok(())
+        }
+        fn set_len(&mut self, len: usize) -> Result<()> {
+            self.len = len;
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_protocol_moves_only_rows_not_in_place_and_names_lost_pending_rows() {
+        let mut rows = Log {
+            len: 20,
+            capacity: 64,
+            moves: Vec::new(),
+        };
+        // Positions 10..40 forwarded into rows [20, 50).
+        let p = Pending {
+            start: 10,
+            end: 40,
+            at: 20,
+            batch: 1,
+        };
+        // 15..25 comes from rows [25, 35) and lands on [15, 25): the pending rows of 10..15
+        // (rows [20, 25)) are overwritten.
+        assert!(commit_window(&mut rows, &p, 15..25).unwrap());
+        assert_eq!((rows.moves.as_slice(), rows.len), (&[(25, 15, 10)][..], 25));
+        // A window at the cache end commits in place: no move.
+        let p = Pending {
+            start: 25,
+            end: 30,
+            at: 25,
+            batch: 1,
+        };
+        assert!(!commit_window(&mut rows, &p, 25..30).unwrap());
+        assert_eq!((rows.moves.len(), rows.len), (1, 30));
+        // Outside the window, past the cache, or rolled forward: errors, nothing touched.
+        let e = commit_window(&mut rows, &p, 20..26).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidWindow(WindowDefect::CommitOutsideWindow { .. })
+        ));
+        let e = truncate_rows(&mut rows, 31).unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidWindow(WindowDefect::RollForward { from: 30, to: 31 })
+        ));
+        truncate_rows(&mut rows, 12).unwrap();
+        assert_eq!((rows.moves.len(), rows.len), (1, 12));
     }
 }

@@ -10,10 +10,33 @@ use candle_core::{DType, Tensor};
 use candle_hexagon::{DeviceKv, ForwardOutput, HexTransformer};
 use half::f16;
 
-use crate::kv_cache::CachedRows;
+use crate::kv_cache::{CachedRows, KvRows};
 use crate::lm::{DualPathTiming, Refresh, RefreshRequest, Rows, SequenceToken};
 use crate::weights_model::TransformerWeights;
 use crate::{CanvasDefect, PositionDefect, Result};
+
+/// The device rows the window protocol of [`crate::kv_cache`] runs over.
+impl KvRows for DeviceKv {
+    fn len(&self) -> usize {
+        DeviceKv::len(self)
+    }
+
+    fn capacity(&self) -> usize {
+        DeviceKv::capacity(self)
+    }
+
+    fn batch(&self) -> usize {
+        DeviceKv::batch(self)
+    }
+
+    fn move_rows(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        Ok(DeviceKv::move_rows(self, src, dst, n)?)
+    }
+
+    fn set_len(&mut self, len: usize) -> Result<()> {
+        Ok(DeviceKv::set_len(self, len)?)
+    }
+}
 
 /// Rows the device cache is created with beyond the first need (it grows geometrically after).
 const INITIAL_SLACK: usize = 64;

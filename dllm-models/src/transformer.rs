@@ -32,7 +32,7 @@ pub use crate::config::{ConfigNames, TransformerConfig};
 use crate::error::{CanvasDefect, PositionDefect, RefreshDefect, WindowDefect};
 #[cfg(not(feature = "hexagon"))]
 use crate::hexagon_off::DeviceKv;
-use crate::kv_cache::{KvCache, KvElem, Pending};
+use crate::kv_cache::{self, KvCache, KvElem, KvRows, Pending};
 use crate::layers::{Backend, OpMode};
 use crate::linear::CpuOptions;
 use crate::lm::{
@@ -88,6 +88,15 @@ impl SeqKv {
             SeqKv::Host(c) => c.batch(),
             SeqKv::Device(Some(kv)) => kv.batch(),
             SeqKv::Device(None) => 0,
+        }
+    }
+
+    /// The rows the window protocol runs over (none before a device cache's first forward).
+    fn rows_mut(&mut self) -> Option<&mut dyn KvRows> {
+        match self {
+            SeqKv::Host(c) => Some(c),
+            SeqKv::Device(Some(kv)) => Some(kv),
+            SeqKv::Device(None) => None,
         }
     }
 
@@ -565,35 +574,19 @@ impl DiffusionLm for DiffusionTransformer {
 
     fn commit(&mut self, range: Range<usize>) -> Result<()> {
         let p = self.pending.ok_or(WindowDefect::CommitWithoutForward)?;
-        if range.start > range.end || range.start < p.start || range.end > p.end {
-            return Err(WindowDefect::CommitOutsideWindow {
-                range,
-                window: p.start..p.end,
-            }
-            .into());
+        let rows = self
+            .kv
+            .rows_mut()
+            .ok_or(WindowDefect::CommitWithoutForward)?;
+        let empty = range.is_empty();
+        if kv_cache::commit_window(rows, &p, range)? {
+            // The move overwrote pending rows of other positions: they can no longer be
+            // committed.
+            self.pending = None;
         }
-        if range.start > self.len() {
-            return Err(WindowDefect::CommitLeavesHole {
-                range,
-                cache_len: self.len(),
-            }
-            .into());
+        if !empty {
+            self.bump();
         }
-        if range.is_empty() {
-            return Ok(());
-        }
-        match &mut self.kv {
-            SeqKv::Device(Some(kv)) => kv.commit(range)?,
-            SeqKv::Device(None) => return Err(WindowDefect::CommitWithoutForward.into()),
-            SeqKv::Host(cache) => {
-                if cache.commit(&p, range)? {
-                    // The move overwrote pending rows of other positions: they can no longer be
-                    // committed.
-                    self.pending = None;
-                }
-            }
-        }
-        self.bump();
         Ok(())
     }
 
@@ -603,13 +596,10 @@ impl DiffusionLm for DiffusionTransformer {
 
     fn truncate_cache(&mut self, len: usize) -> Result<()> {
         self.pending = None;
-        match &mut self.kv {
-            SeqKv::Device(Some(kv)) => kv.truncate(len)?,
-            SeqKv::Device(None) if len == 0 => {}
-            SeqKv::Device(None) => {
-                return Err(WindowDefect::RollForward { from: 0, to: len }.into())
-            }
-            SeqKv::Host(cache) => cache.truncate(len)?,
+        match self.kv.rows_mut() {
+            Some(rows) => kv_cache::truncate_rows(rows, len)?,
+            None if len == 0 => {}
+            None => return Err(WindowDefect::RollForward { from: 0, to: len }.into()),
         }
         self.bump();
         Ok(())

@@ -17,7 +17,7 @@ use super::{
     Node, PackedLayer, WeightRef,
 };
 use crate::device::HexagonDevice;
-use crate::error::Result;
+use crate::error::{InputProblem, Result};
 use crate::layout;
 use crate::ops::linear::{PackedFormat, Placed};
 use crate::routing::{Decision, OpDesc, Reason, Support, Tier, WeightFormat};
@@ -81,29 +81,32 @@ pub(crate) fn weight_format(w: &WeightRef<'_>) -> WeightFormat {
 }
 
 /// Rows of `m`'s parts, checked against the `(n, k)` the program's matmul needs.
-fn check_shape(what: &str, m: &MatrixShape, n: usize) -> Result<()> {
+fn check_shape(layer: Option<usize>, m: &MatrixShape, n: usize) -> Result<()> {
     let rows: usize = m.parts.iter().map(|p| p.0).sum();
     if m.parts.is_empty() || rows != n {
-        return Err(invalid(format!(
-            "{what}: {} declares {} parts of {rows} output rows in all, the matmul writes {n}",
-            m.name,
-            m.parts.len()
-        )));
+        return Err(invalid(InputProblem::ShapeRows {
+            layer,
+            matrix: m.name.clone(),
+            parts: m.parts.len(),
+            rows,
+            expected: n,
+        }));
     }
     Ok(())
 }
 
-fn check_shapes(what: &str, ms: &[MatrixShape], mats: &[(usize, usize)]) -> Result<()> {
+/// Check the declared matrices of layer `layer` (`None`: the tail) against its program's.
+fn check_shapes(layer: Option<usize>, ms: &[MatrixShape], mats: &[(usize, usize)]) -> Result<()> {
     if ms.len() != mats.len() {
-        return Err(invalid(format!(
-            "{what} declares {} matrices, its program reads {}",
-            ms.len(),
-            mats.len()
-        )));
+        return Err(invalid(InputProblem::ShapeCount {
+            layer,
+            matrices: ms.len(),
+            program_matrices: mats.len(),
+        }));
     }
     ms.iter()
         .zip(mats)
-        .try_for_each(|(m, &(n, _))| check_shape(what, m, n))
+        .try_for_each(|(m, &(n, _))| check_shape(layer, m, n))
 }
 
 /// A stack being packed: its shape decided, its layers arriving one at a time.
@@ -145,12 +148,12 @@ impl HexTransformer {
     ) -> Result<Placed<HexTransformerBuilder>> {
         let checked = cfg.check()?;
         if shape.layers.is_empty() {
-            return Err(invalid("no layers".into()));
+            return Err(invalid(InputProblem::NoLayers));
         }
         for (i, l) in shape.layers.iter().enumerate() {
-            check_shapes(&format!("layer {i}"), l, &checked.layer_mats)?;
+            check_shapes(Some(i), l, &checked.layer_mats)?;
         }
-        check_shapes("the tail", &shape.tail, &checked.tail_mats)?;
+        check_shapes(None, &shape.tail, &checked.tail_mats)?;
         let stats = dev.stats();
         let refuse = |r: Reason| {
             stats.record_placement(crate::OpKind::Block, Decision::Cpu(r.key()), 0);
@@ -276,7 +279,7 @@ fn route_tail(
 /// Check `w` against its declared shape, then pack its vectors and (where `formats` has one) its
 /// matrices.
 fn pack_layer(
-    what: &str,
+    layer: Option<usize>,
     w: &LayerWeights<'_>,
     declared: &[MatrixShape],
     formats: &[Option<PackedFormat>],
@@ -286,19 +289,24 @@ fn pack_layer(
 ) -> Result<PackedLayer> {
     // Rows and packed format must be as declared (a dense part may come in another float type:
     // every float type packs to the same fp16 tiles).
-    let packs = |s: &MatrixShape| -> Vec<_> {
-        s.parts
-            .iter()
-            .map(|(r, f)| (*r, packed::format_for(f).ok()))
-            .collect()
+    let packs = |s: &MatrixShape| -> Vec<(usize, &'static str)> {
+        let label = |f| match packed::format_for(f) {
+            Ok(PackedFormat::F16Tiles) => "fp16 tiles",
+            Ok(PackedFormat::Q4_0Tiles) => "Q4_0 tiles",
+            Err(_) => "cpu only",
+        };
+        s.parts.iter().map(|(r, f)| (*r, label(f))).collect()
     };
     for (m, d) in w.matrices.iter().zip(declared) {
         let got = matrix_shape(m)?;
-        if packs(&got) != packs(d) {
-            return Err(invalid(format!(
-                "{what}: {} has parts {:?}, its shape declared {:?}",
-                m.name, got.parts, d.parts
-            )));
+        let (parts, declared) = (packs(&got), packs(d));
+        if parts != declared {
+            return Err(invalid(InputProblem::DeclaredParts {
+                layer,
+                matrix: m.name.clone(),
+                parts,
+                declared,
+            }));
         }
     }
     let vectors = w
@@ -339,17 +347,16 @@ impl HexTransformerBuilder {
     pub fn push_layer(&mut self, w: &LayerWeights<'_>) -> Result<()> {
         let i = self.layers.len();
         if i >= self.shape.layers.len() {
-            return Err(invalid(format!(
-                "layer {i} pushed to a stack of {} layers",
-                self.shape.layers.len()
-            )));
+            return Err(invalid(InputProblem::ExtraLayer {
+                layer: i,
+                layers: self.shape.layers.len(),
+            }));
         }
-        let what = format!("layer {i}");
         let c = &self.checked;
-        check_layer(&what, w, &c.layer_vecs, &c.layer_mats)?;
+        check_layer(Some(i), w, &c.layer_vecs, &c.layer_mats)?;
         let formats: Vec<_> = self.formats[i].iter().map(|&f| Some(f)).collect();
         let l = pack_layer(
-            &what,
+            Some(i),
             w,
             &self.shape.layers[i],
             &formats,
@@ -371,30 +378,30 @@ impl HexTransformerBuilder {
     ) -> Result<HexTransformer> {
         let cfg = &self.cfg;
         if self.layers.len() != self.shape.layers.len() {
-            return Err(invalid(format!(
-                "finished after {} of {} layers",
-                self.layers.len(),
-                self.shape.layers.len()
-            )));
+            return Err(invalid(InputProblem::Unfinished {
+                pushed: self.layers.len(),
+                layers: self.shape.layers.len(),
+            }));
         }
         let half = cfg.head_dim / 2;
         for (what, t) in [("rotary cosines", rope_cos), ("rotary sines", rope_sin)] {
             if t.rank() != 2 || t.dim(0)? < cfg.max_positions || t.dim(1)? != half {
-                return Err(invalid(format!(
-                    "{what} are {:?}, expected [at least {}, {half}]",
-                    t.dims(),
-                    cfg.max_positions
-                )));
+                return Err(invalid(InputProblem::RopeTable {
+                    what,
+                    found: t.dims().to_vec(),
+                    positions: cfg.max_positions,
+                    half,
+                }));
             }
         }
         let c = &self.checked;
-        check_layer("the tail", tail, &c.tail_vecs, &c.tail_mats)?;
+        check_layer(None, tail, &c.tail_vecs, &c.tail_mats)?;
         let table = |t: &Tensor| -> Result<Vec<f32>> {
             crate::ops::to_f32_vec(&t.narrow(0, 0, cfg.max_positions)?.flatten_all()?)
         };
         let formats: Vec<_> = self.tail_formats.iter().map(|f| f.clone().ok()).collect();
         let tail_layer = pack_layer(
-            "the tail",
+            None,
             tail,
             &self.shape.tail,
             &formats,

@@ -13,7 +13,7 @@ use super::kv::DeviceKv;
 use super::plan::{bucket_of, layer_batches, ShapeKey, ShapePlan};
 use super::HexTransformer;
 use crate::device::{HexagonDevice, PlanKey};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::ops::{rows, typed_mut, Wire};
 use crate::routing::{Decision, OpKind, Reason};
 use crate::runtime::pager::Pager;
@@ -21,11 +21,8 @@ use crate::runtime::somr::{Context, Somr};
 use crate::runtime::{op_weight, relocate, MemoryPolicy};
 use crate::transport::Batch;
 
-fn invalid(detail: String) -> Error {
-    Error::InvalidInput {
-        op: "HexTransformer::submit",
-        detail,
-    }
+fn invalid(problem: InputProblem) -> Error {
+    Error::input("HexTransformer::submit", problem)
 }
 
 /// Split every matmul of `batch` by rows as the DSP scratch arena needs (found with
@@ -106,44 +103,49 @@ pub(crate) fn submit(
     let c = &i.cfg;
     let width = i.program.program.acts[i.program.program.input].1;
     let start = Instant::now();
-    let (b, n, hidden) = x
-        .dims3()
-        .map_err(|_| invalid(format!("input {:?} is not (batch, rows, hidden)", x.dims())))?;
+    let (b, n, hidden) = x.dims3().map_err(|_| {
+        invalid(InputProblem::Rank {
+            what: "input",
+            expected: "(batch, rows, hidden)",
+            found: x.dims().to_vec(),
+        })
+    })?;
     if hidden != width || b == 0 || n == 0 {
-        return Err(invalid(format!(
-            "input {:?} is not (batch >= 1, rows >= 1, {width})",
-            x.dims(),
-        )));
+        return Err(invalid(InputProblem::Hidden {
+            found: x.dims().to_vec(),
+            width,
+        }));
     }
     if !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
-        return Err(invalid(format!(
-            "input dtype {:?} (use f32, f16 or bf16)",
-            x.dtype()
-        )));
+        return Err(invalid(InputProblem::DType {
+            what: "input",
+            expected: &[DType::F32, DType::F16, DType::BF16],
+            found: x.dtype(),
+        }));
     }
     kv.check_geometry(t.num_blocks(), c.kv_heads, c.head_dim, b)?;
     if ws.checked_add(n).is_none_or(|e| e > c.max_positions) {
-        return Err(invalid(format!(
-            "window [{ws}, {ws} + {n}) exceeds the {} positions of the RoPE tables",
-            c.max_positions
-        )));
+        return Err(invalid(InputProblem::Positions {
+            start: ws,
+            rows: n,
+            max: c.max_positions,
+        }));
     }
     let sel: Option<Vec<i32>> = match sel {
         Some(s) if s.len() == n && s.iter().enumerate().all(|(k, &v)| k == v) => None,
         Some(s) => {
             if let Some(&bad) = s.iter().find(|&&v| v >= n) {
-                return Err(invalid(format!(
-                    "row {bad} requested from a window of {n} rows"
-                )));
+                return Err(invalid(InputProblem::RowOutsideWindow {
+                    row: bad,
+                    rows: n,
+                }));
             }
             Some(s.iter().map(|&v| v as i32).collect())
         }
         None => None,
     };
     if sel.is_some() && !i.program.selects {
-        return Err(invalid(
-            "rows requested from a program without a row selection".into(),
-        ));
+        return Err(invalid(InputProblem::NoRowSelection));
     }
     let r = sel.as_ref().map(Vec::len);
     let blocks = t.num_blocks();
@@ -248,7 +250,7 @@ pub(crate) fn submit(
     let prefetch = if somr { Somr::end(&mut st) } else { None };
     drop(st);
     rt.stats().count_forward();
-    kv.set_pending(ws, n, len);
+    kv.forward_wrote(n);
     Ok(ForwardHandle::new(
         i.dev.clone(),
         fences,

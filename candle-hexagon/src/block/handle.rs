@@ -100,7 +100,8 @@ impl ForwardHandle {
 
     /// Wait for every layer and return the `(batch, rows, width)` f32 result (the program's
     /// output, or the input of the tail node it was cut before: see [`Self::output`]). A failed op is [`Error::InBlock`] naming the block, the op
-    /// and the kernel status; the window's pending K/V are then garbage (do not commit them).
+    /// and the kernel status; the K/V rows the window wrote after the cache are then garbage
+    /// (do not make them cached rows).
     pub fn wait(self) -> Result<Tensor> {
         let blocks = self.blocks;
         let mut first_err = None;

@@ -1,13 +1,14 @@
-//! `DeviceKv`: a KV cache resident in NPU memory as fp16.
+//! `DeviceKv`: per-layer K/V rows resident in NPU memory as fp16.
 //!
 //! Per layer one shared buffer holds K then V, each `(batch, capacity, kv_heads, head_dim)`;
-//! rows `[0, len)` are canvas positions `[0, len)`, keys stored with RoPE applied. A forward of
-//! the window `[ws, ws + n)` appends the window's K/V in place at rows `[len, len + n)`
-//! (*pending*); attention reads rows `[0, len + n)` and skips the stale cached rows of the
-//! window's own positions. [`DeviceKv::commit`] makes pending rows part of the cache: no copy
-//! when the window started at `len` (the rows already sit at their positions), a `memmove`
-//! inside each buffer otherwise. Growing the capacity maps new buffers and copies the valid
-//! rows (counted in [`KvStats`]).
+//! rows `[0, len)` are positions `[0, len)`, keys stored with RoPE applied. A forward of the
+//! positions `[ws, ws + n)` writes their K/V at rows `[len, len + n)`, after the cached rows,
+//! and leaves `len` alone; attention reads rows `[0, len + n)` and skips the stale cached rows
+//! of the window's own positions. The rows `[0, filled)` hold data: the cached rows and what
+//! the last forward (or a move) wrote after them. Which of those rows become cached ones is the
+//! caller's business, with plain row operations: [`DeviceKv::move_rows`] (a `memmove` inside
+//! each buffer), [`DeviceKv::set_len`] and [`DeviceKv::truncate`]. Growing the capacity maps new
+//! buffers and copies the filled rows (counted in [`KvStats`]).
 //!
 //! The host side (reads of cached rows for a CPU refresh, writes of refreshed rows, row copies)
 //! goes through the buffers' checked access: it proceeds beside a forward in flight when the
@@ -21,7 +22,7 @@ use half::f16;
 use kernels_dsp::*;
 
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{CacheProblem, Error, InputProblem, Result};
 use crate::memory::{align_tensor, DeviceBuffer};
 use crate::ops::{typed, typed_mut, Wire};
 
@@ -32,24 +33,11 @@ pub struct KvStats {
     pub grows: u64,
     /// Bytes copied by growth.
     pub grow_bytes: u64,
-    /// Bytes moved inside the buffers by commits of windows that did not start at `len`.
-    pub commit_bytes_moved: u64,
+    /// Bytes moved inside the buffers by [`DeviceKv::move_rows`] (and row copies).
+    pub moved_bytes: u64,
 }
 
-/// The K/V of the last forward window, not yet committed.
-#[derive(Debug, Clone)]
-struct Pending {
-    /// Canvas position of the window's first row.
-    start: usize,
-    /// Rows.
-    n: usize,
-    /// Cache row holding the window's first row.
-    base: usize,
-    /// Window rows whose pending copy a commit has overwritten.
-    clobbered: Vec<bool>,
-}
-
-/// A KV cache resident in NPU memory (fp16), for one [`super::HexTransformer`] and one batch of
+/// K/V rows resident in NPU memory (fp16), for one [`super::HexTransformer`] and one batch of
 /// sequences. See the module docs.
 pub struct DeviceKv {
     dev: HexagonDevice,
@@ -59,7 +47,7 @@ pub struct DeviceKv {
     head_dim: usize,
     capacity: usize,
     len: usize,
-    pending: Option<Pending>,
+    filled: usize,
     bufs: Vec<DeviceBuffer>,
     stats: KvStats,
 }
@@ -73,16 +61,13 @@ impl std::fmt::Debug for DeviceKv {
             .field("head_dim", &self.head_dim)
             .field("len", &self.len)
             .field("capacity", &self.capacity)
-            .field("pending", &self.pending().map(|p| p.start..p.end))
+            .field("filled", &self.filled)
             .finish()
     }
 }
 
-fn invalid(detail: String) -> Error {
-    Error::InvalidInput {
-        op: "DeviceKv",
-        detail,
-    }
+fn invalid(problem: impl Into<InputProblem>) -> Error {
+    Error::input("DeviceKv", problem)
 }
 
 impl DeviceKv {
@@ -96,10 +81,13 @@ impl DeviceKv {
         capacity: usize,
     ) -> Result<Self> {
         if layers == 0 || batch == 0 || kv_heads == 0 || head_dim == 0 || capacity == 0 {
-            return Err(invalid(format!(
-                "{layers} layers, batch {batch}, {kv_heads} kv heads of {head_dim}, capacity \
-                 {capacity}: every size must be positive"
-            )));
+            return Err(invalid(CacheProblem::Sizes {
+                layers,
+                batch,
+                kv_heads,
+                head_dim,
+                capacity,
+            }));
         }
         let mut kv = DeviceKv {
             dev: dev.clone(),
@@ -109,7 +97,7 @@ impl DeviceKv {
             head_dim,
             capacity: 0,
             len: 0,
-            pending: None,
+            filled: 0,
             bufs: Vec::new(),
             stats: KvStats::default(),
         };
@@ -133,13 +121,13 @@ impl DeviceKv {
             .checked_mul(self.batch * self.row_bytes())
             .and_then(|b| align_tensor(b).checked_mul(2))
             .filter(|&b| b <= crate::device::MAX_VA_WINDOW_BYTES as usize)
-            .ok_or_else(|| invalid(format!("capacity {capacity} rows does not fit 4 GiB")))?;
+            .ok_or_else(|| invalid(CacheProblem::Capacity { rows: capacity }))?;
         (0..self.layers)
             .map(|_| self.dev.map_buffer(bytes))
             .collect()
     }
 
-    /// Valid (committed) rows.
+    /// Cached rows `[0, len)`.
     pub fn len(&self) -> usize {
         self.len
     }
@@ -179,9 +167,10 @@ impl DeviceKv {
         DType::F16
     }
 
-    /// Canvas positions of the last forward's window whose K/V wait for [`Self::commit`].
-    pub fn pending(&self) -> Option<Range<usize>> {
-        self.pending.as_ref().map(|p| p.start..p.start + p.n)
+    /// Rows `[0, filled)` hold K/V: the cached rows, then what the last forward (or a move)
+    /// wrote after them.
+    pub fn filled(&self) -> usize {
+        self.filled
     }
 
     /// Growth and copy counters.
@@ -197,17 +186,16 @@ impl DeviceKv {
         batch: usize,
     ) -> Result<()> {
         if (layers, kv_heads, head_dim) != (self.layers, self.kv_heads, self.head_dim) {
-            return Err(invalid(format!(
-                "cache of {} layers x {} kv heads x {} does not match a model of {layers} x \
-                 {kv_heads} x {head_dim}",
-                self.layers, self.kv_heads, self.head_dim
-            )));
+            return Err(invalid(CacheProblem::Geometry {
+                cache: [self.layers, self.kv_heads, self.head_dim],
+                model: [layers, kv_heads, head_dim],
+            }));
         }
         if batch != self.batch {
-            return Err(invalid(format!(
-                "batch {batch} does not match the cache's batch {}",
-                self.batch
-            )));
+            return Err(invalid(CacheProblem::Batch {
+                cache: self.batch,
+                found: batch,
+            }));
         }
         Ok(())
     }
@@ -216,37 +204,29 @@ impl DeviceKv {
     /// buffers must hold `len + n` rows (grown if needed). Returns the row the window goes to.
     pub(crate) fn prepare(&mut self, ws: usize, n: usize) -> Result<usize> {
         if ws > self.len {
-            return Err(invalid(format!(
-                "forward window starts at {ws} but the cache covers only [0, {}): positions in \
-                 between would be invisible",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::WindowPastCache {
+                start: ws,
+                cached: self.len,
+            }));
         }
         self.reserve(self.len + n)?;
         Ok(self.len)
     }
 
-    pub(crate) fn set_pending(&mut self, ws: usize, n: usize, base: usize) {
-        self.pending = Some(Pending {
-            start: ws,
-            n,
-            base,
-            clobbered: vec![false; n],
-        });
+    /// A forward wrote rows `[len, len + n)`.
+    pub(crate) fn forward_wrote(&mut self, n: usize) {
+        self.filled = self.len + n;
     }
 
     /// Make sure the buffers hold at least `rows` rows: new mappings of
-    /// `max(rows, 2 * capacity)` rows and a copy of the valid (and pending) rows.
+    /// `max(rows, 2 * capacity)` rows and a copy of the filled rows.
     pub fn reserve(&mut self, rows: usize) -> Result<()> {
         if rows <= self.capacity {
             return Ok(());
         }
         let cap = rows.max(2 * self.capacity);
         let fresh = self.map_buffers(cap)?;
-        let keep = match &self.pending {
-            Some(p) => self.len.max(p.base + p.n),
-            None => self.len,
-        };
+        let keep = self.filled;
         let rb = self.row_bytes();
         let mut copied = 0u64;
         for (old, new) in self.bufs.iter().zip(&fresh) {
@@ -265,58 +245,46 @@ impl DeviceKv {
         Ok(())
     }
 
-    /// Make the pending rows of canvas positions `range` part of the cache. `range` must lie in
-    /// the last forward's window and start at or before `len` (no holes); `len` becomes
-    /// `max(len, range.end)`. Rows move only when the window did not start at `len`. Commits of
-    /// sub-ranges may come in any order, unless an earlier commit overwrote the pending copy of a
-    /// row (then it is an error naming the row).
-    pub fn commit(&mut self, range: Range<usize>) -> Result<()> {
-        let p = self
-            .pending
-            .as_ref()
-            .ok_or_else(|| invalid("commit without a preceding forward".into()))?;
-        if range.start > range.end || range.start < p.start || range.end > p.start + p.n {
-            return Err(invalid(format!(
-                "commit range {range:?} is not inside the last forward window [{}, {})",
-                p.start,
-                p.start + p.n
-            )));
+    /// Copy rows `[src, src + n)` to `[dst, dst + n)` in K and V of every layer and sequence
+    /// (the ranges may overlap): the source inside the filled rows, the destination starting at
+    /// or before their end (the buffers grow if needed; the filled rows extend to `dst + n`).
+    /// `len` is unchanged. Fails with [`Error::Busy`] while a forward in flight touches the rows.
+    pub fn move_rows(&mut self, src: usize, dst: usize, n: usize) -> Result<()> {
+        if src.checked_add(n).is_none_or(|e| e > self.filled) || dst > self.filled {
+            return Err(invalid(CacheProblem::Move {
+                src: src..src.saturating_add(n),
+                dst,
+                filled: self.filled,
+            }));
         }
-        if range.start > self.len {
-            return Err(invalid(format!(
-                "commit range {range:?} would leave a hole after the cached [0, {})",
-                self.len
-            )));
-        }
-        if range.is_empty() {
+        if n == 0 || src == dst {
             return Ok(());
         }
-        let (off, cnt) = (range.start - p.start, range.len());
-        let src = p.base + off;
-        if src != range.start {
-            if let Some(k) = (off..off + cnt).find(|&k| p.clobbered[k]) {
-                return Err(invalid(format!(
-                    "the pending K/V of position {} were overwritten by an earlier commit",
-                    p.start + k
-                )));
-            }
-            self.move_rows(src, range.start, cnt)?;
-            self.stats.commit_bytes_moved +=
-                (2 * self.layers * self.batch * cnt * self.row_bytes()) as u64;
-            let p = self.pending.as_mut().expect("checked above");
-            for d in range.clone() {
-                if (p.base..p.base + p.n).contains(&d) {
-                    p.clobbered[d - p.base] = true;
-                }
-            }
-        }
-        self.len = self.len.max(range.end);
+        self.reserve(dst + n)?;
+        self.copy_within(src, dst, n)?;
+        self.stats.moved_bytes += (2 * self.layers * self.batch * n * self.row_bytes()) as u64;
+        self.filled = self.filled.max(dst + n);
         Ok(())
     }
 
-    /// Copy rows `[src, src + n)` to `[dst, dst + n)` in K and V of every layer and sequence
-    /// (the ranges may overlap).
-    fn move_rows(&self, src: usize, dst: usize, n: usize) -> Result<()> {
+    /// Make rows `[0, len)` the cached ones: `len` at most the filled rows. Shrinking forgets
+    /// the rows after `len` (the filled rows end there too).
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        if len > self.filled {
+            return Err(invalid(CacheProblem::Unfilled {
+                len,
+                filled: self.filled,
+            }));
+        }
+        if len < self.len {
+            self.filled = len;
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// `memmove` of rows inside each buffer (checked by the caller).
+    fn copy_within(&self, src: usize, dst: usize, n: usize) -> Result<()> {
         let rb = self.row_bytes();
         for buf in &self.bufs {
             for bi in 0..self.batch {
@@ -329,16 +297,16 @@ impl DeviceKv {
         Ok(())
     }
 
-    /// Forget rows `>= len` (and the pending window).
+    /// Forget rows `>= len` (cached or filled after the cache).
     pub fn truncate(&mut self, len: usize) -> Result<()> {
         if len > self.len {
-            return Err(invalid(format!(
-                "cannot roll the KV cache forward from {} to {len} rows",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::RollForward {
+                from: self.len,
+                to: len,
+            }));
         }
         self.len = len;
-        self.pending = None;
+        self.filled = len;
         Ok(())
     }
 
@@ -346,15 +314,13 @@ impl DeviceKv {
     /// the source, `dst <= len` for the destination; extends `len` to the copy's end).
     pub fn copy_rows(&mut self, src: Range<usize>, dst: usize) -> Result<()> {
         if src.start > src.end || src.end > self.len || dst > self.len {
-            return Err(invalid(format!(
-                "copy of rows {src:?} to {dst}: the source must lie in the cached [0, {}) and \
-                 the destination start at or before its end",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::Copy {
+                src,
+                dst,
+                cached: self.len,
+            }));
         }
-        self.reserve(dst + src.len())?;
         self.move_rows(src.start, dst, src.len())?;
-        self.pending = None;
         self.len = self.len.max(dst + src.len());
         Ok(())
     }
@@ -364,10 +330,10 @@ impl DeviceKv {
     pub fn read_rows(&self, layer: usize, rows: Range<usize>) -> Result<(Tensor, Tensor)> {
         self.check_layer(layer)?;
         if rows.start > rows.end || rows.end > self.len {
-            return Err(invalid(format!(
-                "rows {rows:?} are not inside the cached [0, {})",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::RowsNotCached {
+                rows,
+                cached: self.len,
+            }));
         }
         self.gather(layer, &[rows])
     }
@@ -377,10 +343,10 @@ impl DeviceKv {
     pub fn read_positions(&self, layer: usize, positions: &[usize]) -> Result<(Tensor, Tensor)> {
         self.check_layer(layer)?;
         if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
-            return Err(invalid(format!(
-                "position {bad} is not cached (the cache covers [0, {}))",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::NotCached {
+                position: bad,
+                cached: self.len,
+            }));
         }
         self.gather(layer, &runs(positions))
     }
@@ -394,10 +360,7 @@ impl DeviceKv {
     /// held up), and host writes to the cache wait.
     pub fn with_cached_rows<R>(&self, f: impl FnOnce(&[(&[f16], &[f16])]) -> R) -> Result<R> {
         if self.batch != 1 {
-            return Err(invalid(format!(
-                "in-place reads need a batch of one sequence (this cache holds {})",
-                self.batch
-            )));
+            return Err(invalid(CacheProblem::InPlaceBatch { batch: self.batch }));
         }
         let n = self.len * self.row_bytes();
         let ranges = [(0, n), (self.v_base(self.capacity), n)];
@@ -462,31 +425,21 @@ impl DeviceKv {
     /// Write `k`, `v` (`(batch, m, kv_heads, head_dim)`, any float dtype, stored as f16) at rows
     /// `[start, start + m)` of `layer` (growing the buffers if needed) and extend `len` to
     /// `start + m`. `start <= len` (no holes). Fails with [`Error::Busy`] while a forward in
-    /// flight reads or writes those rows. Writing over the pending window's rows ends it.
+    /// flight reads or writes those rows.
     pub fn write_rows(&mut self, layer: usize, start: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         self.check_layer(layer)?;
         let m = self.check_rows(k, v)?;
         if start > self.len {
-            return Err(invalid(format!(
-                "write at row {start} would leave a hole after the cached [0, {})",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::Hole {
+                rows: start..start + m,
+                cached: self.len,
+            }));
         }
         self.reserve(start + m)?;
         self.scatter(layer, &[(start, 0, m)], k, v)?;
-        self.forget_pending_over(start, start + m);
         self.len = self.len.max(start + m);
+        self.filled = self.filled.max(self.len);
         Ok(())
-    }
-
-    /// A host write over rows that hold the pending window's K/V ends that window: it can no
-    /// longer be committed.
-    fn forget_pending_over(&mut self, a: usize, b: usize) {
-        if let Some(p) = &self.pending {
-            if a < p.base + p.n && p.base < b {
-                self.pending = None;
-            }
-        }
     }
 
     /// Write `k`, `v` (`(batch, positions.len(), ..)`) at cached `positions` of `layer` (a sparse
@@ -501,16 +454,16 @@ impl DeviceKv {
         self.check_layer(layer)?;
         let m = self.check_rows(k, v)?;
         if m != positions.len() {
-            return Err(invalid(format!(
-                "{} positions for {m} rows of K/V",
-                positions.len()
-            )));
+            return Err(invalid(CacheProblem::PositionsForRows {
+                positions: positions.len(),
+                rows: m,
+            }));
         }
         if let Some(&bad) = positions.iter().find(|&&p| p >= self.len) {
-            return Err(invalid(format!(
-                "position {bad} is not cached (the cache covers [0, {}))",
-                self.len
-            )));
+            return Err(invalid(CacheProblem::NotCached {
+                position: bad,
+                cached: self.len,
+            }));
         }
         // (cache row, source row, count) for runs of consecutive positions
         let mut spans: Vec<(usize, usize, usize)> = Vec::new();
@@ -520,39 +473,35 @@ impl DeviceKv {
                 _ => spans.push((p, i, 1)),
             }
         }
-        self.scatter(layer, &spans, k, v)?;
-        for &(row, _, cnt) in &spans {
-            self.forget_pending_over(row, row + cnt);
-        }
-        Ok(())
+        self.scatter(layer, &spans, k, v)
     }
 
     fn check_layer(&self, layer: usize) -> Result<()> {
         if layer >= self.layers {
-            return Err(invalid(format!(
-                "layer {layer} of a {}-layer cache",
-                self.layers
-            )));
+            return Err(invalid(CacheProblem::Layer {
+                layer,
+                layers: self.layers,
+            }));
         }
         Ok(())
     }
 
     fn check_rows(&self, k: &Tensor, v: &Tensor) -> Result<usize> {
         let (b, m, h, d) = k.dims4().map_err(|_| {
-            invalid(format!(
-                "k {:?} is not (batch, rows, kv_heads, head_dim)",
-                k.dims()
-            ))
+            invalid(InputProblem::Rank {
+                what: "k",
+                expected: "(batch, rows, kv_heads, head_dim)",
+                found: k.dims().to_vec(),
+            })
         })?;
         if v.dims() != k.dims() || (b, h, d) != (self.batch, self.kv_heads, self.head_dim) {
-            return Err(invalid(format!(
-                "k {:?} / v {:?} do not match ({}, rows, {}, {})",
-                k.dims(),
-                v.dims(),
-                self.batch,
-                self.kv_heads,
-                self.head_dim
-            )));
+            return Err(invalid(CacheProblem::Rows {
+                k: k.dims().to_vec(),
+                v: v.dims().to_vec(),
+                batch: self.batch,
+                kv_heads: self.kv_heads,
+                head_dim: self.head_dim,
+            }));
         }
         Ok(m)
     }

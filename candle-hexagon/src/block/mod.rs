@@ -10,7 +10,7 @@
 //! file for the memory runtime ([`crate::runtime`]) to place (resident, or streamed through
 //! staging slots when the window is too small); vectors (norm weights), biases and the NeoX
 //! rotary tables the caller computed go pinned as f32 in one mapping. A forward over a window
-//! of `n` rows starting at canvas position `ws`, against a [`DeviceKv`] holding `len` cached
+//! of `n` rows starting at position `ws`, against a [`DeviceKv`] holding `len` cached
 //! rows:
 //!
 //! 1. the host writes the input `(b, n, width)` (as f32), the positions and the row selection
@@ -56,7 +56,7 @@ use program::{Checked, Heads};
 pub use program::{Cols, Node, Program};
 
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::memory::WeightSlot;
 use crate::ops::linear::Placed;
 use crate::routing::{Decision, OpDesc, OpKind, Reason, Tier};
@@ -75,7 +75,7 @@ pub struct HexTransformerConfig {
     pub kv_heads: usize,
     /// Head dimension (even, at most 256).
     pub head_dim: usize,
-    /// Positions the rotary tables cover (the longest canvas).
+    /// Positions the rotary tables cover (the longest sequence).
     pub max_positions: usize,
 }
 
@@ -217,69 +217,75 @@ impl std::fmt::Debug for HexTransformer {
     }
 }
 
-fn invalid(detail: String) -> Error {
-    Error::InvalidInput {
-        op: "HexTransformer",
-        detail,
-    }
+fn invalid(problem: InputProblem) -> Error {
+    Error::input("HexTransformer", problem)
 }
 
-fn check_vec(what: &str, t: &Tensor, n: usize) -> Result<()> {
+fn check_vec(weight: &str, bias: bool, t: &Tensor, n: usize) -> Result<()> {
     if t.dims() != [n] {
-        return Err(invalid(format!("{what} is {:?}, expected [{n}]", t.dims())));
+        return Err(invalid(InputProblem::WeightShape {
+            weight: weight.to_string(),
+            bias,
+            expected: vec![n],
+            found: t.dims().to_vec(),
+        }));
     }
     Ok(())
 }
 
-/// Check one run's weights against the sizes its nodes need.
+/// Check one run's weights (of layer `layer`, `None` for the tail) against the sizes its nodes
+/// need.
 fn check_layer(
-    what: &str,
+    layer: Option<usize>,
     w: &LayerWeights<'_>,
     vecs: &[usize],
     mats: &[(usize, usize)],
 ) -> Result<()> {
     if w.vectors.len() != vecs.len() || w.matrices.len() != mats.len() {
-        return Err(invalid(format!(
-            "{what} has {} vectors and {} matrices, its program reads {} and {}",
-            w.vectors.len(),
-            w.matrices.len(),
-            vecs.len(),
-            mats.len()
-        )));
+        return Err(invalid(InputProblem::WeightCounts {
+            layer,
+            vectors: w.vectors.len(),
+            matrices: w.matrices.len(),
+            program_vectors: vecs.len(),
+            program_matrices: mats.len(),
+        }));
     }
     for ((name, t), &n) in w.vectors.iter().zip(vecs) {
-        check_vec(name, t, n)?;
+        check_vec(name, false, t, n)?;
     }
     for (m, &(n, k)) in w.matrices.iter().zip(mats) {
         if m.parts.is_empty() {
-            return Err(invalid(format!("{} has no parts", m.name)));
+            return Err(invalid(InputProblem::NoParts {
+                matrix: m.name.clone(),
+            }));
         }
         let mut rows = Vec::with_capacity(m.parts.len());
         for (name, p) in &m.parts {
             let (r, c) = packed::dims_of(&p.weight)?;
             if c != k {
-                return Err(invalid(format!(
-                    "{name} is ({r}, {c}), expected ({r}, {k}) (the matmul reads {k} columns)"
-                )));
+                return Err(invalid(InputProblem::WeightColumns {
+                    weight: name.clone(),
+                    rows: r,
+                    expected: k,
+                    found: c,
+                }));
             }
             if let Some(b) = p.bias {
-                check_vec(&format!("{name} bias"), b, r)?;
+                check_vec(name, true, b, r)?;
             }
             rows.push(r);
         }
         if rows.iter().sum::<usize>() != n {
-            let names: Vec<String> = m
-                .parts
-                .iter()
-                .zip(&rows)
-                .map(|((name, _), r)| format!("{name} {r}"))
-                .collect();
-            return Err(invalid(format!(
-                "{}: its parts have {} output rows ({}), the matmul writes {n}",
-                m.name,
-                rows.iter().sum::<usize>(),
-                names.join(" + ")
-            )));
+            return Err(invalid(InputProblem::PartRows {
+                matrix: m.name.clone(),
+                parts: m
+                    .parts
+                    .iter()
+                    .map(|(name, _)| name.clone())
+                    .zip(rows)
+                    .collect(),
+                expected: n,
+            }));
         }
     }
     Ok(())
@@ -298,7 +304,7 @@ impl HexTransformerConfig {
             ("max_positions", c.max_positions),
         ] {
             if v == 0 {
-                return Err(invalid(format!("config `{name}` is 0")));
+                return Err(invalid(InputProblem::ZeroConfig { field: name }));
             }
         }
         self.program.check(Heads {
@@ -333,17 +339,12 @@ impl HexTransformer {
     ) -> Result<Placed<Self>> {
         let checked = cfg.check()?;
         if w.layers.is_empty() {
-            return Err(invalid("no layers".into()));
+            return Err(invalid(InputProblem::NoLayers));
         }
         for (i, l) in w.layers.iter().enumerate() {
-            check_layer(
-                &format!("layer {i}"),
-                l,
-                &checked.layer_vecs,
-                &checked.layer_mats,
-            )?;
+            check_layer(Some(i), l, &checked.layer_vecs, &checked.layer_mats)?;
         }
-        check_layer("the tail", &w.tail, &checked.tail_vecs, &checked.tail_mats)?;
+        check_layer(None, &w.tail, &checked.tail_vecs, &checked.tail_mats)?;
         let mut b = match Self::builder(dev, cfg, &StackShape::of(w)?)? {
             Placed::Npu(b) => b,
             Placed::Cpu(r) => return Ok(Placed::Cpu(r)),
@@ -447,9 +448,10 @@ impl HexTransformer {
         })
     }
 
-    /// Queue a forward of the embedded window `x (b, n, hidden)` at canvas positions
+    /// Queue a forward of the embedded window `x (b, n, hidden)` at positions
     /// `[window_start, window_start + n)` against `kv` (`window_start <= kv.len()`); returns at
-    /// once. The window's K/V are appended to `kv` as pending rows (see [`DeviceKv::commit`]).
+    /// once. The window's K/V are written to `kv`'s rows `[len, len + n)`, after the cached rows
+    /// (`len` is unchanged; see [`DeviceKv::move_rows`] and [`DeviceKv::set_len`]).
     /// `rows` selects which window rows (`0..n`, any order, repeats allowed) reach the last
     /// block's attention, MLP and head; `None` means all.
     ///

@@ -10,7 +10,7 @@ use kernels_dsp::*;
 
 use super::WeightRef;
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::layout;
 use crate::memory::{align_tensor, WeightSlot};
 use crate::ops::linear::PackedFormat;
@@ -246,8 +246,5 @@ impl Pinned {
 }
 
 fn mixed() -> Error {
-    Error::InvalidInput {
-        op: "HexTransformer",
-        detail: "a fused group mixes dense and quantized weights".into(),
-    }
+    Error::input("HexTransformer", InputProblem::MixedGroup)
 }

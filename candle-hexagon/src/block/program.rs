@@ -16,7 +16,7 @@
 
 use kernels_dsp::*;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, ProgramProblem, ProgramSite, Result};
 use crate::memory::WeightSlot;
 use crate::ops::{rows, Wire};
 
@@ -208,11 +208,16 @@ pub(crate) struct Checked {
     pub(crate) tail_vecs: Vec<usize>,
 }
 
-fn bad(detail: String) -> Error {
-    Error::InvalidInput {
-        op: "HexTransformer program",
-        detail,
-    }
+fn bad(site: ProgramSite, problem: ProgramProblem) -> Error {
+    Error::input(
+        "HexTransformer program",
+        InputProblem::Program { site, problem },
+    )
+}
+
+/// A problem of the program as a whole.
+fn whole(problem: ProgramProblem) -> Error {
+    bad(ProgramSite::Program, problem)
 }
 
 /// Heads geometry the attention and cache nodes are checked against.
@@ -229,23 +234,30 @@ impl Program {
         let p = self;
         let na = p.acts.len();
         if na == 0 || p.input >= na {
-            return Err(bad(format!("input activation {} of {na}", p.input)));
+            return Err(whole(ProgramProblem::InputIndex {
+                input: p.input,
+                count: na,
+            }));
         }
         for (name, w) in &p.acts {
             if *w == 0 {
-                return Err(bad(format!("activation `{name}` has 0 columns")));
+                return Err(whole(ProgramProblem::ZeroColumns { name: name.clone() }));
             }
         }
-        let name = |c: &Cols| p.acts.get(c.act).map_or("?", |a| a.0.as_str());
-        let in_bounds = |c: &Cols| -> std::result::Result<(), String> {
+        let name = |c: &Cols| p.acts.get(c.act).map_or("?", |a| a.0.as_str()).to_string();
+        let in_bounds = |c: &Cols| -> std::result::Result<(), ProgramProblem> {
             match p.acts.get(c.act) {
                 Some((_, w)) if c.len > 0 && c.start + c.len <= *w => Ok(()),
-                Some((n, w)) => Err(format!(
-                    "columns [{}, {}) of `{n}` ({w} columns)",
-                    c.start,
-                    c.start + c.len
-                )),
-                None => Err(format!("activation {} of {na}", c.act)),
+                Some((n, w)) => Err(ProgramProblem::Columns {
+                    name: n.clone(),
+                    start: c.start,
+                    end: c.start + c.len,
+                    width: *w,
+                }),
+                None => Err(ProgramProblem::NoActivation {
+                    act: c.act,
+                    count: na,
+                }),
             }
         };
         // Row sets: false = window rows, true = selected rows.
@@ -258,19 +270,17 @@ impl Program {
         let mut layer_vecs: Vec<Option<usize>> = Vec::new();
         let (mut layer_sel, mut tail_sel) = (Vec::new(), Vec::new());
         let mut tail_vecs: Vec<Option<usize>> = Vec::new();
-        fn note<T: PartialEq + Copy + std::fmt::Debug>(
+        fn note<T: PartialEq + Copy>(
             v: &mut Vec<Option<T>>,
             i: usize,
             val: T,
-            what: &str,
-        ) -> std::result::Result<(), String> {
+            conflict: fn(usize, T, T) -> ProgramProblem,
+        ) -> std::result::Result<(), ProgramProblem> {
             if v.len() <= i {
                 v.resize(i + 1, None);
             }
             match v[i] {
-                Some(old) if old != val => {
-                    Err(format!("{what} {i} used as {old:?} and as {val:?}"))
-                }
+                Some(old) if old != val => Err(conflict(i, old, val)),
                 _ => {
                     v[i] = Some(val);
                     Ok(())
@@ -280,7 +290,12 @@ impl Program {
         for (part, nodes) in [("layer", &p.layer), ("tail", &p.tail)] {
             let tail = part == "tail";
             for (j, node) in nodes.iter().enumerate() {
-                let at = |e: String| bad(format!("{part} node {j} ({}): {e}", node.label()));
+                let site = ProgramSite::Node {
+                    part,
+                    index: j,
+                    label: node.label(),
+                };
+                let at = |e: ProgramProblem| bad(site, e);
                 let (reads, writes) = node.operands();
                 for c in reads.iter().chain(&writes) {
                     in_bounds(c).map_err(at)?;
@@ -288,22 +303,21 @@ impl Program {
                 let mut row_set = None;
                 for c in &reads {
                     let s = selected[c.act]
-                        .ok_or_else(|| at(format!("`{}` is read before it is written", name(c))))?;
+                        .ok_or_else(|| at(ProgramProblem::ReadBeforeWrite { name: name(c) }))?;
                     if row_set.is_some_and(|r| r != s) {
-                        return Err(at("operands from different row sets".into()));
+                        return Err(at(ProgramProblem::MixedRowSets));
                     }
                     row_set = Some(s);
                 }
                 let row_set = row_set.unwrap_or(false);
                 let same = |a: &Cols, b: &Cols| -> Result<()> {
                     if a.len != b.len {
-                        return Err(at(format!(
-                            "`{}` has {} columns, `{}` {}",
-                            name(a),
-                            a.len,
-                            name(b),
-                            b.len
-                        )));
+                        return Err(at(ProgramProblem::ColumnCounts {
+                            a: name(a),
+                            a_len: a.len,
+                            b: name(b),
+                            b_len: b.len,
+                        }));
                     }
                     Ok(())
                 };
@@ -317,22 +331,24 @@ impl Program {
                     } => {
                         same(x, out)?;
                         if !(eps.is_finite() && *eps >= 0.0) {
-                            return Err(at(format!("eps {eps} is not finite and >= 0")));
+                            return Err(at(ProgramProblem::Eps { value: *eps }));
                         }
                         let v = if tail {
                             &mut tail_vecs
                         } else {
                             &mut layer_vecs
                         };
-                        note(v, *weight, x.len, "vector").map_err(at)?;
+                        let conflict = |index, first, second| ProgramProblem::VectorUse {
+                            index,
+                            first,
+                            second,
+                        };
+                        note(v, *weight, x.len, conflict).map_err(at)?;
                     }
                     Node::MatMul { x, weight, out } => {
                         for c in [x, out] {
                             if c.start != 0 || c.len != p.acts[c.act].1 {
-                                return Err(at(format!(
-                                    "a matmul reads and writes whole activations, not part of `{}`",
-                                    name(c)
-                                )));
+                                return Err(at(ProgramProblem::PartialMatMul { name: name(c) }));
                             }
                         }
                         let m = if tail {
@@ -340,7 +356,12 @@ impl Program {
                         } else {
                             &mut layer_mats
                         };
-                        note(m, *weight, (out.len, x.len), "matrix").map_err(at)?;
+                        let conflict = |index, first, second| ProgramProblem::MatrixUse {
+                            index,
+                            first,
+                            second,
+                        };
+                        note(m, *weight, (out.len, x.len), conflict).map_err(at)?;
                     }
                     Node::Add { acc, x } => same(acc, x)?,
                     Node::SwiGlu { gate, up, out } => {
@@ -349,54 +370,49 @@ impl Program {
                     }
                     Node::Rope { x } => {
                         if !x.len.is_multiple_of(hd) {
-                            return Err(at(format!(
-                                "{} columns are not whole heads of {hd}",
-                                x.len
-                            )));
+                            return Err(at(ProgramProblem::NotWholeHeads {
+                                columns: x.len,
+                                head_dim: hd,
+                            }));
                         }
                     }
                     Node::CacheKeysRoped { x } | Node::CacheValues { x } => {
                         if tail || row_set {
-                            return Err(at("the cache takes the window's rows, in a layer".into()));
+                            return Err(at(ProgramProblem::CacheOutsideWindow));
                         }
                         if x.len != g.kv_heads * hd {
-                            return Err(at(format!(
-                                "{} columns, the cache rows have {}",
-                                x.len,
-                                g.kv_heads * hd
-                            )));
+                            return Err(at(ProgramProblem::CacheWidth {
+                                columns: x.len,
+                                expected: g.kv_heads * hd,
+                            }));
                         }
                     }
                     Node::SelectRows { x, out } => {
                         same(x, out)?;
                         if tail || row_set {
-                            return Err(at("rows are selected once, in the layer".into()));
+                            return Err(at(ProgramProblem::SelectOutsideLayer));
                         }
                         if out.start != 0
                             || out.len != p.acts[out.act].1
                             || kinds[out.act].is_some()
                         {
-                            return Err(at(format!(
-                                "the output must be a whole activation of its own, `{}` is not",
-                                name(out)
-                            )));
+                            return Err(at(ProgramProblem::SelectionOutput { name: name(out) }));
                         }
                     }
                     Node::Attention { q, out, scale } => {
                         same(q, out)?;
                         if tail {
-                            return Err(at(
-                                "attention reads a layer's cache, not in the tail".into()
-                            ));
+                            return Err(at(ProgramProblem::AttentionInTail));
                         }
                         if q.len != g.heads * hd {
-                            return Err(at(format!(
-                                "{} query columns, the stack has {} heads of {hd}",
-                                q.len, g.heads
-                            )));
+                            return Err(at(ProgramProblem::QueryWidth {
+                                columns: q.len,
+                                heads: g.heads,
+                                head_dim: hd,
+                            }));
                         }
                         if !scale.is_finite() {
-                            return Err(at(format!("scale {scale} is not finite")));
+                            return Err(at(ProgramProblem::Scale { value: *scale }));
                         }
                     }
                 }
@@ -422,23 +438,18 @@ impl Program {
                         (None, k) => k,
                         (Some(old), k) if old == k && k != Kind::Selected => k,
                         (Some(Kind::Layer), Kind::Tail) => Kind::Layer,
-                        _ => {
-                            return Err(at(format!(
-                                "`{}` is a selection and is written by another op",
-                                name(c)
-                            )))
-                        }
+                        _ => return Err(at(ProgramProblem::SelectionRewritten { name: name(c) })),
                     });
                 }
             }
             if !tail {
                 let o = &p.layer_output;
-                in_bounds(o).map_err(|e| bad(format!("the layer output: {e}")))?;
+                in_bounds(o).map_err(|e| bad(ProgramSite::LayerOutput, e))?;
                 if selected[o.act].is_none() {
-                    return Err(bad(format!(
-                        "the layer output `{}` is never written",
-                        name(o)
-                    )));
+                    return Err(whole(ProgramProblem::Unwritten {
+                        what: "the layer output",
+                        name: name(o),
+                    }));
                 }
                 // Without selection the layer output must be the input itself.
                 let mut a = o.act;
@@ -454,41 +465,39 @@ impl Program {
                             start += x.start;
                         }
                         None => {
-                            return Err(bad(format!(
-                                "the layer output `{}` is not the input `{}` (or a selection of \
-                                 it): the next layer could not read it in place",
-                                name(o),
-                                p.acts[p.input].0
-                            )))
+                            return Err(whole(ProgramProblem::NotTheInput {
+                                output: name(o),
+                                input: p.acts[p.input].0.clone(),
+                            }))
                         }
                     }
                 }
                 if start != 0 || o.len != p.acts[p.input].1 {
-                    return Err(bad(
-                        "the layer output must be all of the input's columns".into()
-                    ));
+                    return Err(whole(ProgramProblem::PartialLayerOutput));
                 }
             }
         }
-        in_bounds(&p.output).map_err(|e| bad(format!("the output: {e}")))?;
+        in_bounds(&p.output).map_err(|e| bad(ProgramSite::Output, e))?;
         if selected[p.output.act].is_none() {
-            return Err(bad(format!(
-                "the output `{}` is never written",
-                name(&p.output)
-            )));
+            return Err(whole(ProgramProblem::Unwritten {
+                what: "the output",
+                name: name(&p.output),
+            }));
         }
-        let dense = |v: Vec<Option<usize>>, what: &str| -> Result<Vec<usize>> {
+        let unused = |what, index| whole(ProgramProblem::Unused { what, index });
+        let dense = |v: Vec<Option<usize>>, what: &'static str| -> Result<Vec<usize>> {
             v.into_iter()
                 .enumerate()
-                .map(|(i, x)| x.ok_or_else(|| bad(format!("{what} {i} is never used"))))
+                .map(|(i, x)| x.ok_or_else(|| unused(what, i)))
                 .collect()
         };
-        let dense2 = |v: Vec<Option<(usize, usize)>>, what: &str| -> Result<Vec<(usize, usize)>> {
-            v.into_iter()
-                .enumerate()
-                .map(|(i, x)| x.ok_or_else(|| bad(format!("{what} {i} is never used"))))
-                .collect()
-        };
+        let dense2 =
+            |v: Vec<Option<(usize, usize)>>, what: &'static str| -> Result<Vec<(usize, usize)>> {
+                v.into_iter()
+                    .enumerate()
+                    .map(|(i, x)| x.ok_or_else(|| unused(what, i)))
+                    .collect()
+            };
         Ok(Checked {
             program: p.clone(),
             kinds: kinds

@@ -31,7 +31,7 @@ pub use va_window::{page_size, round_up, Mapping, VaStats, VaWindow};
 pub use weights::WeightBytes;
 pub(crate) use weights::{WeightFile, WeightFileBuilder};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::transport::Transport;
 use leases::{Access, BufferLeases, LeaseTable};
 
@@ -173,18 +173,18 @@ impl Memory {
         let page = self.window.page();
         let len = round_up(len.max(1) as u64, page) as usize;
         if !file.shared() || offset.checked_add(len).is_none_or(|e| e > file.shm().len()) {
-            return Err(Error::InvalidInput {
-                op: "weight mapping",
-                detail: format!(
-                    "{len} bytes at {offset} of a {}-byte weight file{}",
-                    file.shm().len(),
-                    if file.shared() {
-                        ""
-                    } else {
-                        " (the transport cannot map it in place)"
-                    }
-                ),
-            });
+            let (offset, len, size) = (offset as u64, len as u64, file.shm().len() as u64);
+            let problem = if file.shared() {
+                InputProblem::OutOfRange {
+                    what: "weight file",
+                    offset,
+                    len,
+                    size,
+                }
+            } else {
+                InputProblem::NotShared { offset, len, size }
+            };
+            return Err(Error::input("weight mapping", problem));
         }
         let mapping = self
             .window
@@ -319,14 +319,10 @@ impl DeviceBuffer {
     fn owned(&self) -> Result<&SharedMemory> {
         match &self.backing {
             Backing::Owned(s) => Ok(s),
-            Backing::Weights { .. } => Err(Error::InvalidInput {
-                op: "device buffer",
-                detail: format!(
-                    "buffer {} maps packed weights in place (read-only): the host reads them \
-                     through their WeightBytes",
-                    self.id
-                ),
-            }),
+            Backing::Weights { .. } => Err(Error::input(
+                "device buffer",
+                InputProblem::ReadOnlyWeights { buffer: self.id },
+            )),
         }
     }
 
@@ -413,14 +409,15 @@ impl DeviceBuffer {
     }
 
     fn bounds(&self, off: usize, n: usize) -> Error {
-        Error::InvalidInput {
-            op: "device buffer",
-            detail: format!(
-                "access of {n} bytes at offset {off} outside buffer {} of {} bytes",
-                self.id,
-                self.len()
-            ),
-        }
+        Error::input(
+            "device buffer",
+            InputProblem::BufferRange {
+                buffer: self.id,
+                offset: off as u64,
+                len: n as u64,
+                size: self.len() as u64,
+            },
+        )
     }
 
     fn check_bounds(&self, off: usize, n: usize) -> Result<()> {

@@ -8,7 +8,7 @@
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 
 type Release = Box<dyn FnOnce() + Send + Sync>;
 
@@ -60,14 +60,15 @@ impl SharedMemory {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn memfd_linux(name: &str, len: usize) -> Result<Self> {
         if len == 0 {
-            return Err(Error::InvalidInput {
-                op: "shared memory",
-                detail: "zero-length allocation".into(),
-            });
+            return Err(Error::input("shared memory", InputProblem::ZeroLength));
         }
-        let cname = std::ffi::CString::new(name).map_err(|_| Error::InvalidInput {
-            op: "shared memory",
-            detail: format!("name {name:?} contains a NUL byte"),
+        let cname = std::ffi::CString::new(name).map_err(|_| {
+            Error::input(
+                "shared memory",
+                InputProblem::NulInName {
+                    name: name.to_string(),
+                },
+            )
         })?;
         // SAFETY: valid C string; flags are plain constants.
         let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
@@ -164,13 +165,15 @@ impl SharedMemory {
 
     fn check(&self, off: usize, n: usize) -> Result<()> {
         if off.checked_add(n).is_none_or(|e| e > self.len) {
-            return Err(Error::InvalidInput {
-                op: "shared memory",
-                detail: format!(
-                    "access of {n} bytes at offset {off} outside a {}-byte buffer",
-                    self.len
-                ),
-            });
+            return Err(Error::input(
+                "shared memory",
+                InputProblem::OutOfRange {
+                    what: "buffer",
+                    offset: off as u64,
+                    len: n as u64,
+                    size: self.len as u64,
+                },
+            ));
         }
         Ok(())
     }

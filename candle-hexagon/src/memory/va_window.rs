@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigProblem, Error, InputProblem, Result};
 
 /// The host page size.
 pub fn page_size() -> u64 {
@@ -149,9 +149,11 @@ impl VaWindow {
     pub fn reserve(size: u64, entry_limit: usize) -> Result<Self> {
         let page = page_size();
         let size = round_up(size.max(1), page);
-        let len = usize::try_from(size).map_err(|_| Error::Config {
-            field: "va_window_bytes",
-            reason: format!("{size} bytes do not fit the host address space"),
+        let len = usize::try_from(size).map_err(|_| {
+            Error::config(
+                "va_window_bytes",
+                ConfigProblem::HostAddressSpace { bytes: size },
+            )
         })?;
         // SAFETY: a fresh anonymous PROT_NONE mapping; MAP_NORESERVE so it costs no commit charge.
         let p = unsafe {
@@ -246,17 +248,25 @@ impl VaWindow {
         writable: bool,
     ) -> Result<Mapping> {
         if !file_offset.is_multiple_of(self.page) {
-            return Err(Error::InvalidInput {
-                op: "NPU window",
-                detail: format!(
-                    "file offset {file_offset} is not a multiple of the {}-byte page",
-                    self.page
-                ),
-            });
+            return Err(Error::input(
+                "NPU window",
+                InputProblem::NotMultiple {
+                    what: "file offset",
+                    value: file_offset,
+                    multiple: self.page,
+                    unit: "byte page",
+                },
+            ));
         }
-        let file_offset = libc::off_t::try_from(file_offset).map_err(|_| Error::InvalidInput {
-            op: "NPU window",
-            detail: format!("file offset {file_offset} does not fit off_t"),
+        let file_offset = libc::off_t::try_from(file_offset).map_err(|_| {
+            Error::input(
+                "NPU window",
+                InputProblem::TooLarge {
+                    what: "file offset",
+                    value: file_offset,
+                    limit: "off_t",
+                },
+            )
         })?;
         let need = round_up(len.max(1), self.page);
         let mut st = self.state.lock().expect("window lock");
@@ -441,7 +451,10 @@ mod tests {
         assert_eq!(unsafe { *p.add(1) }, 9);
         assert!(matches!(
             w.map_range(shm.fd(), 1, 1, false),
-            Err(Error::InvalidInput { .. })
+            Err(Error::InvalidInput {
+                problem: InputProblem::NotMultiple { value: 1, .. },
+                ..
+            })
         ));
         assert_eq!(w.stats().mapped_bytes, page as u64);
         w.unmap(m).unwrap();

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{round_up, Memory, SharedMemory};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 
 /// The weight file being filled at load time: nothing else can see it yet.
 pub(crate) struct WeightFileBuilder {
@@ -56,13 +56,15 @@ impl WeightFileBuilder {
         let off = self.used;
         let end = off + Self::footprint(self.page, len);
         if end > self.shm.len() {
-            return Err(Error::InvalidInput {
-                op: "weight file",
-                detail: format!(
-                    "a weight of {len} bytes at {off} does not fit the {}-byte file",
-                    self.shm.len()
-                ),
-            });
+            return Err(Error::input(
+                "weight file",
+                InputProblem::OutOfRange {
+                    what: "weight file",
+                    offset: off as u64,
+                    len: len as u64,
+                    size: self.shm.len() as u64,
+                },
+            ));
         }
         // SAFETY: the builder owns the file and nothing maps or views it yet (no WeightBytes,
         // no DSP mapping exist before `seal`); the slice lives only during `fill`.

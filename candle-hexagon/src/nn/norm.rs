@@ -3,7 +3,7 @@
 use candle_core::{Module, Tensor};
 
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 
 /// `x * rsqrt(mean(x^2) + eps) * weight` over the last dimension, in f32: on the NPU when routed,
 /// else candle-nn's fused CPU `rms_norm`. The weight stays a host tensor (it is staged per call,
@@ -20,16 +20,17 @@ impl RmsNorm {
     /// finite and `>= 0`.
     pub fn new(dev: &HexagonDevice, weight: Tensor, eps: f64) -> Result<Self> {
         if weight.rank() != 1 {
-            return Err(Error::InvalidInput {
-                op: "RmsNorm",
-                detail: format!("weight {:?} is not 1-D", weight.dims()),
-            });
+            return Err(Error::input(
+                "RmsNorm",
+                InputProblem::Rank {
+                    what: "weight",
+                    expected: "1-D",
+                    found: weight.dims().to_vec(),
+                },
+            ));
         }
         if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::InvalidInput {
-                op: "RmsNorm",
-                detail: format!("eps {eps} must be finite and >= 0"),
-            });
+            return Err(Error::input("RmsNorm", InputProblem::Eps { value: eps }));
         }
         Ok(RmsNorm {
             weight,

@@ -28,7 +28,7 @@ use kernels_dsp::*;
 
 use super::{dtype_of, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::memory::DeviceBuffer;
 use crate::routing::OpDesc;
 use crate::transport::Batch;
@@ -183,13 +183,10 @@ pub fn flash_attn_cpu_with(
 /// `-inf` elsewhere. Needs `kv_len >= q_len` (the queries are the last `q_len` positions).
 pub fn causal_mask(q_len: usize, kv_len: usize, dtype: DType) -> Result<Tensor> {
     if q_len > kv_len {
-        return Err(Error::InvalidInput {
-            op: "causal_mask",
-            detail: format!(
-                "q_len {q_len} > kv_len {kv_len}: causal queries are the last q_len of the \
-                 kv_len positions"
-            ),
-        });
+        return Err(Error::input(
+            "causal_mask",
+            InputProblem::CausalTooLong { q_len, kv_len },
+        ));
     }
     let off = kv_len - q_len;
     let v: Vec<f32> = (0..q_len)
@@ -296,38 +293,37 @@ struct Dims {
     d: usize,
 }
 
-fn invalid(detail: String) -> Error {
-    Error::InvalidInput {
-        op: "flash_attn",
-        detail,
-    }
+fn invalid(problem: InputProblem) -> Error {
+    Error::input("flash_attn", problem)
 }
 
 fn causal_too_long(nq: usize, nk: usize) -> Error {
-    invalid(format!(
-        "causal attention needs kv_len >= q_len (the queries are the last q_len of the kv_len \
-         positions); got q_len {nq}, kv_len {nk}"
-    ))
+    invalid(InputProblem::CausalTooLong {
+        q_len: nq,
+        kv_len: nk,
+    })
 }
+
+const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 
 fn check_qkv(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Dims> {
     let (b, nq, h, d) = q.dims4()?;
     let (kb, nk, hkv, kd) = k.dims4()?;
     if v.dims() != k.dims() || kb != b || kd != d || k.dtype() != v.dtype() {
-        return Err(invalid(format!(
-            "q {:?}, k {:?}, v {:?} are not (b, s, h, d) with matching b, d and k/v shapes",
-            q.dims(),
-            k.dims(),
-            v.dims()
-        )));
+        return Err(invalid(InputProblem::Qkv {
+            q: q.dims().to_vec(),
+            k: k.dims().to_vec(),
+            v: v.dims().to_vec(),
+        }));
     }
     if hkv == 0 || h % hkv != 0 {
-        return Err(invalid(format!(
-            "{h} query heads are not a multiple of {hkv} key/value heads"
-        )));
+        return Err(invalid(InputProblem::Heads {
+            heads: h,
+            kv_heads: hkv,
+        }));
     }
     if !scale.is_finite() {
-        return Err(invalid(format!("scale {scale} is not finite")));
+        return Err(invalid(InputProblem::Scale { value: scale }));
     }
     Ok(Dims {
         b,
@@ -342,21 +338,24 @@ fn check_qkv(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Dims> {
 /// `(mb, mh)` of a mask of an allowed dtype and shape for these sizes.
 fn mask_extent(m: &Tensor, b: usize, h: usize, nq: usize, nk: usize) -> Result<(usize, usize)> {
     if !matches!(m.dtype(), DType::F32 | DType::F16 | DType::BF16) {
-        return Err(invalid(format!(
-            "mask dtype {:?} (use f32, f16 or bf16)",
-            m.dtype()
-        )));
+        return Err(invalid(InputProblem::DType {
+            what: "mask",
+            expected: FLOATS,
+            found: m.dtype(),
+        }));
     }
     match *m.dims() {
         [a, c] if a == nq && c == nk => Ok((1, 1)),
         [mb, mh, a, c] if (mb == 1 || mb == b) && (mh == 1 || mh == h) && a == nq && c == nk => {
             Ok((mb, mh))
         }
-        _ => Err(invalid(format!(
-            "mask {:?} is neither (q_len, kv_len) = ({nq}, {nk}) nor (b or 1, heads or 1, q_len, \
-             kv_len) with b = {b}, heads = {h}",
-            m.dims()
-        ))),
+        _ => Err(invalid(InputProblem::Mask {
+            found: m.dims().to_vec(),
+            q_len: nq,
+            kv_len: nk,
+            batch: b,
+            heads: h,
+        })),
     }
 }
 
@@ -420,7 +419,13 @@ fn cpu_one(
         DType::F32 => cpu_flash::<f32>(q, k, v, scale, mask, None, None)?,
         DType::F16 => cpu_flash::<half::f16>(q, k, v, scale, mask, None, None)?,
         DType::BF16 => cpu_flash::<half::bf16>(q, k, v, scale, mask, None, None)?,
-        dt => return Err(invalid(format!("{dt:?} (use f32, f16 or bf16)"))),
+        dt => {
+            return Err(invalid(InputProblem::DType {
+                what: "q",
+                expected: FLOATS,
+                found: dt,
+            }))
+        }
     })
 }
 
@@ -492,10 +497,12 @@ fn stage_tensor(
     if let Storage::Cpu(c) = &*s {
         stage_in(buf, off, c, l, wire, what)
     } else {
-        Err(Error::InvalidInput {
-            op: what,
-            detail: format!("tensor on {:?}, expected the CPU device", t.device()),
-        })
+        Err(Error::input(
+            what,
+            InputProblem::NotOnCpu {
+                location: t.device().location(),
+            },
+        ))
     }
 }
 

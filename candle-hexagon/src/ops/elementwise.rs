@@ -6,7 +6,7 @@ use kernels_dsp::*;
 
 use super::{dtype_of, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::memory::DeviceBuffer;
 use crate::routing::OpDesc;
 use crate::transport::Batch;
@@ -14,16 +14,15 @@ use crate::transport::Batch;
 /// `silu(gate) * up` (same shapes), on the NPU when routed (else [`swiglu_cpu`]).
 pub fn swiglu(dev: &HexagonDevice, gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     if gate.shape() != up.shape() || gate.dtype() != up.dtype() {
-        return Err(Error::InvalidInput {
-            op: "swiglu",
-            detail: format!(
-                "gate {:?} {:?} and up {:?} {:?} differ",
-                gate.dims(),
-                gate.dtype(),
-                up.dims(),
-                up.dtype()
-            ),
-        });
+        return Err(Error::input(
+            "swiglu",
+            InputProblem::GateUp {
+                gate: gate.dims().to_vec(),
+                gate_dtype: gate.dtype(),
+                up: up.dims().to_vec(),
+                up_dtype: up.dtype(),
+            },
+        ));
     }
     let n = gate.elem_count();
     let wire = Wire::for_dtype(gate.dtype());
@@ -122,15 +121,14 @@ pub fn rope(dev: &HexagonDevice, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Resu
     let (b, n, h, d) = x.dims4()?;
     let (cn, half) = cos.dims2()?;
     if sin.dims() != cos.dims() || half * 2 != d || cn < n {
-        return Err(Error::InvalidInput {
-            op: "rope",
-            detail: format!(
-                "tables {:?} / {:?} do not fit x {:?}",
-                cos.dims(),
-                sin.dims(),
-                x.dims()
-            ),
-        });
+        return Err(Error::input(
+            "rope",
+            InputProblem::RopeTables {
+                cos: cos.dims().to_vec(),
+                sin: sin.dims().to_vec(),
+                x: x.dims().to_vec(),
+            },
+        ));
     }
     let wire = Wire::for_dtype(x.dtype());
     let mut plan = StagePlan::default();

@@ -20,7 +20,7 @@ use kernels_dsp::*;
 
 use super::{dtype_of, rows, stage_in, stage_out, tiled, to_f32_vec, StagePlan, Wire};
 use crate::device::{HexagonDevice, PlanKey};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::layout;
 use crate::memory::{DeviceBuffer, WeightSlot};
 use crate::routing::{Decision, OpDesc, Reason, Support, WeightFormat};
@@ -140,10 +140,14 @@ impl HexLinear {
         let kind = desc.kind();
         if let Some(b) = bias {
             if b.dims() != [n] {
-                return Err(Error::InvalidInput {
-                    op: "HexLinear",
-                    detail: format!("bias {:?} does not match {n} outputs", b.dims()),
-                });
+                return Err(Error::input(
+                    "HexLinear",
+                    InputProblem::Shape {
+                        what: "bias",
+                        expected: vec![n],
+                        found: b.dims().to_vec(),
+                    },
+                ));
             }
         }
         let reason = match dev.supports(desc) {
@@ -233,10 +237,7 @@ impl HexLinear {
     /// The ggml `block_q4_0` rows recovered from the Q4_0 tiles (Q4_0 layers only).
     pub fn q4_0_blocks(&self) -> Result<Vec<u8>> {
         if self.inner.format != PackedFormat::Q4_0Tiles {
-            return Err(Error::InvalidInput {
-                op: "HexLinear",
-                detail: "not a Q4_0 layer".into(),
-            });
+            return Err(Error::input("HexLinear", InputProblem::NotQ4_0));
         }
         let (n, k) = self.dims();
         layout::unpack_q4_0_tiles(&self.inner.weight.bytes()?, n, k)
@@ -266,10 +267,13 @@ impl HexLinear {
         let (n, k) = self.dims();
         let dims = x.dims();
         if dims.last() != Some(&k) {
-            return Err(Error::InvalidInput {
-                op: "HexLinear",
-                detail: format!("input {dims:?} does not end in {k} features"),
-            });
+            return Err(Error::input(
+                "HexLinear",
+                InputProblem::Features {
+                    found: dims.to_vec(),
+                    features: k,
+                },
+            ));
         }
         let m = x.elem_count() / k;
         let (aw, ow) = self.wires(x.dtype());

@@ -31,7 +31,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use kernels_dsp::*;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::memory::{align_tensor, DeviceBuffer};
 
 /// Element types whose every bit pattern is a valid value (so shared bytes can be viewed as them).
@@ -46,14 +46,13 @@ pub(crate) fn typed_mut<T: Plain>(b: &mut [u8]) -> Result<&mut [T]> {
     if !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
         || !b.len().is_multiple_of(size)
     {
-        return Err(Error::InvalidInput {
-            op: "stage",
-            detail: format!(
-                "{} bytes at {:p} are not a whole, aligned slice",
-                b.len(),
-                b.as_ptr()
-            ),
-        });
+        return Err(Error::input(
+            "stage",
+            InputProblem::Unaligned {
+                len: b.len(),
+                addr: b.as_ptr() as usize,
+            },
+        ));
     }
     // SAFETY: aligned, whole elements, every bit pattern of T is valid; same lifetime as `b`.
     Ok(unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut T, b.len() / size) })
@@ -65,14 +64,13 @@ pub(crate) fn typed<T: Plain>(b: &[u8]) -> Result<&[T]> {
     if !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>())
         || !b.len().is_multiple_of(size)
     {
-        return Err(Error::InvalidInput {
-            op: "read",
-            detail: format!(
-                "{} bytes at {:p} are not a whole, aligned slice",
-                b.len(),
-                b.as_ptr()
-            ),
-        });
+        return Err(Error::input(
+            "read",
+            InputProblem::Unaligned {
+                len: b.len(),
+                addr: b.as_ptr() as usize,
+            },
+        ));
     }
     // SAFETY: aligned, whole elements, every bit pattern of T is valid; same lifetime as `b`.
     Ok(unsafe { std::slice::from_raw_parts(b.as_ptr() as *const T, b.len() / size) })
@@ -87,6 +85,15 @@ pub(crate) enum Wire {
 }
 
 impl Wire {
+    /// The wire type's name in messages.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Wire::F32 => "f32",
+            Wire::F16 => "f16",
+            Wire::I32 => "i32",
+        }
+    }
+
     pub(crate) fn size(self) -> usize {
         match self {
             Wire::F32 | Wire::I32 => 4,
@@ -177,16 +184,18 @@ pub(crate) fn dtype_of(s: &CpuStorage) -> DType {
 }
 
 fn contiguous<'a, T>(v: &'a [T], l: &Layout, what: &'static str) -> Result<&'a [T]> {
-    let (a, b) = l.contiguous_offsets().ok_or_else(|| Error::InvalidInput {
-        op: what,
-        detail: "input is not contiguous".into(),
-    })?;
-    v.get(a..b).ok_or_else(|| Error::InvalidInput {
-        op: what,
-        detail: format!(
-            "layout range {a}..{b} outside a storage of {} elements",
-            v.len()
-        ),
+    let (a, b) = l
+        .contiguous_offsets()
+        .ok_or(Error::input(what, InputProblem::NotContiguous))?;
+    v.get(a..b).ok_or_else(|| {
+        Error::input(
+            what,
+            InputProblem::LayoutRange {
+                start: a,
+                end: b,
+                storage: v.len(),
+            },
+        )
     })
 }
 
@@ -229,10 +238,13 @@ pub(crate) fn stage_in(
                 }
             }
             (s, w) => {
-                return Err(Error::InvalidInput {
-                    op: what,
-                    detail: format!("cannot stage {:?} as {w:?}", dtype_of(s)),
-                })
+                return Err(Error::input(
+                    what,
+                    InputProblem::Stage {
+                        found: dtype_of(s),
+                        wire: w.name(),
+                    },
+                ))
             }
         }
         Ok(())
@@ -287,10 +299,7 @@ pub(crate) fn storage_from(bytes: &[u8], wire: Wire, dtype: DType) -> Result<Cpu
 }
 
 fn unstageable(dt: DType) -> Error {
-    Error::InvalidInput {
-        op: "stage",
-        detail: format!("cannot return {dt:?} from the NPU"),
-    }
+    Error::input("stage", InputProblem::Unreturnable { dtype: dt })
 }
 
 /// The `f32` values of a (small) tensor, e.g. a norm weight or rope table.

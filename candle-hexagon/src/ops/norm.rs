@@ -5,7 +5,7 @@ use kernels_dsp::*;
 
 use super::{dtype_of, rows, stage_in, stage_out, to_f32_vec, StagePlan, Wire};
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, Result};
 use crate::memory::DeviceBuffer;
 use crate::routing::OpDesc;
 use crate::transport::Batch;
@@ -15,16 +15,21 @@ use crate::transport::Batch;
 pub fn rms_norm(dev: &HexagonDevice, x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
     let hidden = x.dim(D::Minus1)?;
     if w.dims() != [hidden] {
-        return Err(Error::InvalidInput {
-            op: "rms_norm",
-            detail: format!("weight {:?} does not match hidden size {hidden}", w.dims()),
-        });
+        return Err(Error::input(
+            "rms_norm",
+            InputProblem::NormWeight {
+                found: w.dims().to_vec(),
+                hidden,
+            },
+        ));
     }
     if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::InvalidInput {
-            op: "rms_norm",
-            detail: format!("eps {eps} must be finite and >= 0"),
-        });
+        return Err(Error::input(
+            "rms_norm",
+            InputProblem::Eps {
+                value: f64::from(eps),
+            },
+        ));
     }
     let n_rows = x.elem_count() / hidden.max(1);
     let wire = Wire::for_dtype(x.dtype());

@@ -53,7 +53,7 @@ pub(crate) fn check(dev: &HexagonDevice, lens: &[Vec<usize>], pinned: u64) -> Re
     };
     if need > free {
         return Err(Error::WontFit {
-            policy: policy.to_string(),
+            policy: policy.name(),
             what,
             need,
             free,

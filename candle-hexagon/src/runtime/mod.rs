@@ -44,7 +44,7 @@ pub use report::{MemoryPlan, PlanRow};
 pub use stats::SwapStats;
 
 use crate::device::HexagonDevice;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TransportFault};
 use crate::memory::{WeightBytes, WeightFileBuilder};
 use crate::transport::{Batch, Completion};
 use pager::Pager;
@@ -140,11 +140,13 @@ pub(crate) fn relocate(batch: &mut Batch, locs: &[(usize, Loc)]) -> Result<()> {
         let n = (op.n_src as usize).min(kernels_dsp::KDSP_MAX_SRC as usize);
         for t in op.src[..n].iter_mut() {
             if let Some(w) = weight_of(t.buffer_id) {
-                let loc = locs
-                    .iter()
-                    .find(|(x, _)| *x == w)
-                    .map(|(_, l)| *l)
-                    .ok_or_else(|| Error::Transport(format!("weight {w} was not prepared")))?;
+                let loc =
+                    locs.iter()
+                        .find(|(x, _)| *x == w)
+                        .map(|(_, l)| *l)
+                        .ok_or(Error::Transport(TransportFault::WeightNotPrepared {
+                            weight: w,
+                        }))?;
                 t.buffer_id = loc.buffer;
                 t.offset += loc.offset as u64;
             }

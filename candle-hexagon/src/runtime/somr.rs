@@ -31,7 +31,7 @@ use super::packing::{pack_in_order, MappingPlan};
 use super::placement::{self, Placement, Segment, WeightInfo};
 use super::report::{MemoryPlan, PlanRow};
 use super::{cost, op_weight, Loc, Policy, Runtime, State};
-use crate::error::{fmt_bytes, Error, Result};
+use crate::error::{fmt_bytes, Error, Result, TransportFault};
 use crate::memory::{align_tensor, round_up, DeviceBuffer, TENSOR_ALIGN};
 use crate::transport::{Batch, Completion};
 
@@ -424,10 +424,10 @@ impl Somr {
                     offset: off as usize,
                 },
                 _ => {
-                    return Err(Error::Transport(format!(
-                        "weight `{}` has no place in stage {j} of the plan",
-                        rt.weights[w].name
-                    )))
+                    return Err(Error::Transport(TransportFault::WeightUnplaced {
+                        weight: rt.weights[w].name.clone(),
+                        stage: j,
+                    }))
                 }
             };
             locs.push((w, loc));

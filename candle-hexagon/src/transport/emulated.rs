@@ -16,7 +16,7 @@ use std::ffi::CStr;
 use kernels_dsp::*;
 
 use super::{check_status, Batch, Completion, Fence, JobQueue, OpCheck, Transport};
-use crate::error::{Error, KernelStatus, Result};
+use crate::error::{ConfigProblem, Error, KernelStatus, Result, TransportFault};
 use crate::memory::{Mapping, SharedMemory};
 
 /// A 128-byte aligned, zeroed heap allocation.
@@ -27,16 +27,21 @@ struct Aligned {
 
 impl Aligned {
     fn new(len: usize) -> Result<Self> {
-        let layout = Layout::from_size_align(len.max(1), 128).map_err(|e| Error::Config {
-            field: "scratch_bytes",
-            reason: e.to_string(),
+        let layout = Layout::from_size_align(len.max(1), 128).map_err(|_| {
+            Error::config(
+                "scratch_bytes",
+                ConfigProblem::Unallocatable {
+                    bytes: len,
+                    align: 128,
+                },
+            )
         })?;
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::Transport(format!(
-                "cannot allocate {len} bytes for the DSP context"
-            )));
+            return Err(Error::Transport(TransportFault::ContextAlloc {
+                bytes: len,
+            }));
         }
         Ok(Aligned { ptr, layout })
     }
@@ -90,13 +95,13 @@ impl EmulatedTransport {
             // SAFETY: cfg is a valid pointer; returns 0 for an invalid config.
             let bytes = unsafe { kdsp_ctx_bytes(&cfg) };
             if bytes == 0 {
-                return Err(Error::Config {
-                    field: "workers",
-                    reason: format!(
-                        "kernels-dsp rejects {} workers / {} buffers",
-                        cfg.n_workers, cfg.max_buffers
-                    ),
-                });
+                return Err(Error::config(
+                    "workers",
+                    ConfigProblem::KernelsReject {
+                        workers: cfg.n_workers as usize,
+                        buffers: cfg.max_buffers as usize,
+                    },
+                ));
             }
             let mem = Aligned::new(bytes as usize)?;
             let scratch = Aligned::new(scratch_bytes as usize)?;
@@ -159,9 +164,10 @@ impl Transport for EmulatedTransport {
         _range: std::ops::Range<usize>,
         mapping: &Mapping,
     ) -> Result<()> {
-        let addr = mapping.npu_addr().ok_or_else(|| {
-            Error::Transport("the emulated DSP needs buffers mapped into a reserved window".into())
-        })? as usize;
+        let addr = mapping
+            .npu_addr()
+            .ok_or(Error::Transport(TransportFault::NotInWindow { buffer: id }))?
+            as usize;
         let len = mapping.len();
         self.queue.call(move |d: &mut Dsp| {
             // SAFETY: [addr, addr + len) is a live window mapping until detach() runs, which
@@ -203,10 +209,9 @@ impl Transport for EmulatedTransport {
             };
             if first != KDSP_STATUS_OK && !statuses.contains(&first) {
                 // The header itself was rejected: no op ran.
-                return Err(Error::Transport(format!(
-                    "the DSP rejected the batch header: {}",
-                    KernelStatus(first)
-                )));
+                return Err(Error::Transport(TransportFault::BatchHeader {
+                    status: KernelStatus(first),
+                }));
             }
             Ok(statuses)
         })

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use kernels_dsp::*;
 
 use super::{check_status, Batch, Completion, Fence, JobQueue, OpCheck, Transport};
-use crate::error::{Error, Result};
+use crate::error::{Error, InputProblem, LibraryProblem, Result, TransportFault};
 use crate::memory::{Mapping, SharedMemory};
 
 /// Domain id of the compute DSP.
@@ -126,27 +126,29 @@ fn dlopen(library: &Path) -> Result<(*mut c_void, String)> {
     let name = library.display().to_string();
     let c = CString::new(name.clone()).map_err(|_| Error::Library {
         library: name.clone(),
-        reason: "the name contains a NUL byte".into(),
+        problem: LibraryProblem::NulInName,
     })?;
     // SAFETY: valid C string; RTLD_LOCAL keeps its symbols out of the global namespace.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
         return Err(Error::Library {
             library: name,
-            reason: dl_error(),
+            problem: LibraryProblem::Dlopen {
+                system_message: dl_error(),
+            },
         });
     }
     Ok((h, name))
 }
 
-fn sym(h: *mut c_void, lib: &str, name: &str) -> Result<*mut c_void> {
+fn sym(h: *mut c_void, lib: &str, name: &'static str) -> Result<*mut c_void> {
     let c = CString::new(name).expect("symbol names have no NUL");
     // SAFETY: h is a live dlopen handle, c a valid C string.
     let p = unsafe { libc::dlsym(h, c.as_ptr()) };
     if p.is_null() {
         return Err(Error::Library {
             library: lib.into(),
-            reason: format!("missing symbol `{name}`"),
+            problem: LibraryProblem::MissingSymbol { symbol: name },
         });
     }
     Ok(p)
@@ -357,17 +359,21 @@ impl Transport for FastRpcTransport {
     }
 
     fn alloc(&self, len: usize) -> Result<SharedMemory> {
-        let size = c_int::try_from(len).map_err(|_| Error::InvalidInput {
-            op: "rpcmem_alloc",
-            detail: format!("{len} bytes exceed rpcmem_alloc's 2 GB limit"),
+        let size = c_int::try_from(len).map_err(|_| {
+            Error::input(
+                "rpcmem_alloc",
+                InputProblem::TooLarge {
+                    what: "size",
+                    value: len as u64,
+                    limit: "rpcmem_alloc's 2 GB limit",
+                },
+            )
         })?;
         // SAFETY: plain call; NULL on failure.
         let p =
             unsafe { (self.lib.rpcmem_alloc)(RPCMEM_HEAP_ID_SYSTEM, RPCMEM_DEFAULT_FLAGS, size) };
         let Some(ptr) = NonNull::new(p.cast::<u8>()) else {
-            return Err(Error::Transport(format!(
-                "rpcmem_alloc of {len} bytes failed"
-            )));
+            return Err(Error::Transport(TransportFault::RpcmemAlloc { bytes: len }));
         };
         // SAFETY: p is a live rpcmem buffer.
         let fd = unsafe { (self.lib.rpcmem_to_fd)(p) };
@@ -413,15 +419,26 @@ impl Transport for FastRpcTransport {
         _mapping: &Mapping,
     ) -> Result<()> {
         let (fd, len) = (shm.fd(), range.len());
-        let offset = i32::try_from(range.start).map_err(|_| Error::InvalidInput {
-            op: "fastrpc_mmap",
-            detail: format!("offset {} does not fit its 32-bit argument", range.start),
+        let offset = i32::try_from(range.start).map_err(|_| {
+            Error::input(
+                "fastrpc_mmap",
+                InputProblem::TooLarge {
+                    what: "offset",
+                    value: range.start as u64,
+                    limit: "its 32-bit argument",
+                },
+            )
         })?;
         if range.end > shm.len() {
-            return Err(Error::InvalidInput {
-                op: "fastrpc_mmap",
-                detail: format!("range {range:?} of a {}-byte buffer", shm.len()),
-            });
+            return Err(Error::input(
+                "fastrpc_mmap",
+                InputProblem::OutOfRange {
+                    what: "buffer",
+                    offset: range.start as u64,
+                    len: range.len() as u64,
+                    size: shm.len() as u64,
+                },
+            ));
         }
         // The host address of the range: fastrpc_mmap takes the fd's mapping plus the offset.
         let addr = shm.as_ptr() as usize + range.start;

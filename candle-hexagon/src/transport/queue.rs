@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TransportFault};
 
 /// Set once a submitted job has finished running, or is known never to run; it never goes back.
 /// The device ties the leases of a batch (the memory it may touch, the crate's leases) to it,
@@ -124,9 +124,7 @@ impl<R> Drop for Completer<R> {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             let mut v = slot.value.lock().expect("fence lock");
-            *v = Some(Err(Error::Transport(
-                "the DSP queue stopped before running the job".into(),
-            )));
+            *v = Some(Err(Error::Transport(TransportFault::QueueStopped)));
             slot.done.set();
             drop(v);
             slot.cv.notify_all();
@@ -199,9 +197,7 @@ impl<S: 'static> JobQueue<S> {
             }
             Err(_) => {
                 let _ = thread.join();
-                Err(Error::Transport(
-                    "the DSP queue thread died during start-up".into(),
-                ))
+                Err(Error::Transport(TransportFault::QueueDiedAtStart))
             }
         }
     }
@@ -232,9 +228,9 @@ impl<S: 'static> JobQueue<S> {
         let tx = self.tx.lock().expect("queue lock");
         let tx = tx
             .as_ref()
-            .ok_or_else(|| Error::Transport("the DSP queue is shut down".into()))?;
+            .ok_or(Error::Transport(TransportFault::QueueShutDown))?;
         tx.send(job)
-            .map_err(|_| Error::Transport("the DSP queue thread is gone".into()))?;
+            .map_err(|_| Error::Transport(TransportFault::QueueThreadGone))?;
         Ok(Fence { slot })
     }
 
@@ -296,15 +292,26 @@ mod tests {
         assert_eq!(f1.wait().unwrap(), 1);
         assert_eq!(f2.wait().unwrap(), vec![1, 2]);
         let e = q
-            .call(|_: &mut Vec<u32>| -> Result<()> { Err(Error::Transport("boom".into())) })
+            .call(|_: &mut Vec<u32>| -> Result<()> {
+                Err(Error::Transport(TransportFault::RpcmemAlloc { bytes: 77 }))
+            })
             .unwrap_err();
-        assert!(e.to_string().contains("boom"));
+        assert!(
+            matches!(
+                e,
+                Error::Transport(TransportFault::RpcmemAlloc { bytes: 77 })
+            ),
+            "{e}"
+        );
     }
 
     #[test]
     fn init_failure_is_returned() {
-        let r = JobQueue::<()>::start("bad", || Err(Error::Transport("no dsp".into())));
-        assert!(r.err().unwrap().to_string().contains("no dsp"));
+        let r = JobQueue::<()>::start("bad", || {
+            Err(Error::Transport(TransportFault::ContextAlloc { bytes: 5 }))
+        });
+        let e = r.err().unwrap().to_string();
+        assert!(e.contains("cannot allocate 5 bytes"), "{e}");
     }
 
     #[test]

@@ -4,8 +4,22 @@
 pub mod block_ref;
 pub mod llama_program;
 
+use std::ops::Range;
+
 use candle_core::{DType, Device, Tensor};
-use candle_hexagon::{HexagonConfig, HexagonDevice};
+use candle_hexagon::{DeviceKv, HexagonConfig, HexagonDevice};
+
+/// Make the K/V of positions `range` cached rows, as a model crate's cache protocol does after a
+/// forward of the window starting at position `ws` whose rows went to `[base, ..)` (the cache
+/// length then): a move of the rows when they are not already in place, then the new length.
+pub fn commit_rows(
+    kv: &mut DeviceKv,
+    (ws, base): (usize, usize),
+    range: Range<usize>,
+) -> candle_hexagon::Result<()> {
+    kv.move_rows(base + (range.start - ws), range.start, range.len())?;
+    kv.set_len(kv.len().max(range.end))
+}
 
 /// Uniform values in [-1, 1) from a fixed SplitMix64 stream (hermetic, version independent).
 pub fn uniform(n: usize, seed: u64) -> Vec<f32> {

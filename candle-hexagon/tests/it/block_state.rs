@@ -141,7 +141,7 @@ fn host_access_beside_a_forward_in_flight_follows_the_leases() {
     // Warm-up: plans the shape and leaves the activation buffer in the pool, so the held forward
     // below needs no DSP round trip before its batches.
     t.forward(&mut kv, &x(1), 0, None).unwrap();
-    kv.commit(0..8).unwrap();
+    commit_rows(&mut kv, (0, 0), 0..8).unwrap();
     let (k0, v0) = kv.read_rows(0, 0..8).unwrap();
 
     dev.pause_queue();
@@ -155,7 +155,7 @@ fn host_access_beside_a_forward_in_flight_follows_the_leases() {
         &k0.narrow(1, 0, 2).unwrap(),
         &v0.narrow(1, 0, 2).unwrap(),
     );
-    let moving_commit = kv.commit(4..12); // a memmove from the rows the NPU is writing
+    let moving_commit = commit_rows(&mut kv, (4, 8), 4..12); // a memmove from the rows the NPU writes
     let done_while_held = handle
         .as_ref()
         .map(|h| h.is_done())
@@ -175,7 +175,7 @@ fn host_access_beside_a_forward_in_flight_follows_the_leases() {
         assert!(matches!(r, Err(Error::Busy { .. })), "{what}: {r:?}");
     }
     handle.wait().unwrap();
-    kv.commit(4..12).unwrap();
+    commit_rows(&mut kv, (4, 8), 4..12).unwrap();
     assert_eq!(kv.len(), 12);
     kv.write_rows(
         0,
@@ -185,17 +185,17 @@ fn host_access_beside_a_forward_in_flight_follows_the_leases() {
     )
     .unwrap();
     assert_eq!(
-        kv.pending(),
-        Some(4..12),
-        "a write of cached rows keeps the window"
+        (kv.len(), kv.filled()),
+        (12, 16),
+        "a write of cached rows keeps the rows after them"
     );
-    // A new window appends at [12, 20); a host write over those rows ends it.
+    // A new window writes rows [12, 20); a host write over those rows makes them cached.
     t.forward(&mut kv, &x(3), 12, None).unwrap();
+    assert_eq!((kv.len(), kv.filled()), (12, 20));
     let (k8, v8) = kv.read_rows(0, 4..12).unwrap();
     kv.write_rows(0, 12, &k8, &v8).unwrap();
-    assert_eq!((kv.pending(), kv.len()), (None, 20));
-    let e = kv.commit(12..20).unwrap_err().to_string();
-    assert!(e.contains("without a preceding forward"), "{e}");
+    assert_eq!((kv.len(), kv.filled()), (20, 20));
+    assert!(identical(&kv.read_rows(0, 12..20).unwrap().0, &k8));
 }
 
 #[test]
@@ -288,7 +288,7 @@ fn one_stack_serves_two_sequences_on_two_threads() {
     let run = |x: &Tensor| {
         let mut kv = t.new_kv(1, 16).unwrap();
         let a = t.forward(&mut kv, x, 0, None).unwrap();
-        kv.commit(0..9).unwrap();
+        commit_rows(&mut kv, (0, 0), 0..9).unwrap();
         let b = t
             .forward(&mut kv, &x.narrow(1, 0, 3).unwrap(), 9, None)
             .unwrap();

@@ -103,7 +103,7 @@ fn run_all(dev: &HexagonDevice) -> Vec<Tensor> {
         t.forward(&mut kv, &tensor(&[1, 10, 64], 16, 1.0, DType::F32), 0, None)
             .unwrap(),
     );
-    kv.commit(0..10).unwrap();
+    commit_rows(&mut kv, (0, 0), 0..10).unwrap();
     out.push(
         t.forward(
             &mut kv,
@@ -113,7 +113,7 @@ fn run_all(dev: &HexagonDevice) -> Vec<Tensor> {
         )
         .unwrap(),
     );
-    kv.commit(7..13).unwrap();
+    commit_rows(&mut kv, (7, 10), 7..13).unwrap();
     assert_eq!(
         dev.counters().since(&before).dsp_batches,
         4,

@@ -1,7 +1,19 @@
 //! The crate's one error type, with structured variants, converting into `candle_core::Error` at
-//! the candle boundary (custom ops, `Module::forward`).
+//! the candle boundary (custom ops, `Module::forward`). Every variant carries facts (numbers,
+//! names, ids, dtypes, small enums of reasons), never a prebuilt message: [`InputProblem`] (with
+//! [`CacheProblem`] and [`ProgramProblem`]) says what is wrong with an op's arguments,
+//! [`TransportFault`] what went wrong in the DSP transport, [`ConfigProblem`] what is wrong with
+//! a configuration value and [`LibraryProblem`] why the FastRPC library cannot be used.
 
 use std::fmt;
+
+mod faults;
+mod input;
+mod program;
+
+pub use faults::{ConfigProblem, LibraryProblem, TransportFault, Unit};
+pub use input::{CacheProblem, InputProblem};
+pub use program::{ProgramProblem, ProgramSite};
 
 /// A per-op status code returned by the DSP kernels (`KDSP_STATUS_*` of `kdsp_ops.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,7 +94,7 @@ pub enum Error {
     )]
     WontFit {
         /// The policy (`naive`, `paging`, `somr`).
-        policy: String,
+        policy: &'static str,
         /// What must be mapped at once under that policy.
         what: &'static str,
         /// Bytes it needs (page-rounded mappings).
@@ -99,12 +111,12 @@ pub enum Error {
         limit: usize,
     },
     /// An invalid configuration value.
-    #[error("hexagon config: `{field}`: {reason}")]
+    #[error("hexagon config: `{field}`: {problem}")]
     Config {
         /// The field (or command-line spelling) at fault.
         field: &'static str,
-        /// Why.
-        reason: String,
+        /// What is wrong with it.
+        problem: ConfigProblem,
     },
     /// A DSP kernel rejected or failed an op.
     #[error("{op}: the DSP returned {status} for op {index} of the batch")]
@@ -126,12 +138,12 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The FastRPC library could not be loaded or lacks a symbol.
-    #[error("FastRPC library `{library}`: {reason}")]
+    #[error("FastRPC library `{library}`: {problem}")]
     Library {
         /// Library name or path.
         library: String,
-        /// Why.
-        reason: String,
+        /// Why it cannot be used.
+        problem: LibraryProblem,
     },
     /// A FastRPC call returned an error code (AEE codes, see `AEEStdErr.h`).
     #[error("FastRPC {call} returned error {code:#x}")]
@@ -173,16 +185,16 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
-    /// The DSP queue or session is gone.
+    /// The DSP queue or session failed.
     #[error("DSP transport: {0}")]
-    Transport(String),
-    /// Bad arguments to an op (dtypes, shapes).
-    #[error("{op}: {detail}")]
+    Transport(TransportFault),
+    /// Bad arguments to an op (dtypes, shapes, ranges, weights, cache use).
+    #[error("{op}: {problem}")]
     InvalidInput {
         /// The op.
         op: &'static str,
         /// What is wrong.
-        detail: String,
+        problem: InputProblem,
     },
     /// The backend cannot run on this target: it needs memfd shared memory (Linux, Android).
     /// Elsewhere the crate builds as a stub whose device never opens; use the CPU path.
@@ -202,6 +214,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// Bad arguments to `op`.
+    pub(crate) fn input(op: &'static str, problem: impl Into<InputProblem>) -> Self {
+        Error::InvalidInput {
+            op,
+            problem: problem.into(),
+        }
+    }
+
+    /// A bad configuration value of `field`.
+    pub(crate) fn config(field: &'static str, problem: ConfigProblem) -> Self {
+        Error::Config { field, problem }
+    }
+
     /// The last OS error for `call`.
     pub(crate) fn last_os(call: &'static str) -> Self {
         Error::Os {
@@ -245,6 +270,110 @@ mod tests {
         assert!(m.contains("have 3145728 bytes (3.0 MiB)"), "{m}");
         let c: candle_core::Error = e.into();
         assert!(c.to_string().contains("need 8388608"), "{c}");
+    }
+
+    #[test]
+    fn input_problems_carry_the_facts_and_name_them() {
+        use candle_core::DType;
+        let e = Error::input(
+            "HexTransformer::submit",
+            InputProblem::DType {
+                what: "input",
+                expected: &[DType::F32, DType::F16, DType::BF16],
+                found: DType::U32,
+            },
+        );
+        assert!(matches!(
+            e,
+            Error::InvalidInput {
+                op: "HexTransformer::submit",
+                problem: InputProblem::DType {
+                    found: DType::U32,
+                    ..
+                },
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "HexTransformer::submit: input dtype U32 (use f32, f16 or bf16)"
+        );
+        let e = Error::input(
+            "DeviceKv",
+            CacheProblem::Move {
+                src: 20..21,
+                dst: 3,
+                filled: 14,
+            },
+        );
+        assert!(matches!(
+            &e,
+            Error::InvalidInput {
+                problem: InputProblem::Cache(CacheProblem::Move { src, .. }),
+                ..
+            } if *src == (20..21)
+        ));
+        assert_eq!(
+            e.to_string(),
+            "DeviceKv: move of rows 20..21 to 3: the source must lie in the filled [0, 14) and \
+             the destination start at or before its end"
+        );
+        let e = Error::input(
+            "HexTransformer program",
+            InputProblem::Program {
+                site: ProgramSite::Node {
+                    part: "layer",
+                    index: 7,
+                    label: "flash_attn",
+                },
+                problem: ProgramProblem::ReadBeforeWrite { name: "att".into() },
+            },
+        );
+        assert_eq!(
+            e.to_string(),
+            "HexTransformer program: layer node 7 (flash_attn): `att` is read before it is written"
+        );
+    }
+
+    #[test]
+    fn transport_config_and_library_problems_name_their_values() {
+        let e = Error::Transport(TransportFault::WeightNotPrepared { weight: 12 });
+        assert_eq!(e.to_string(), "DSP transport: weight 12 was not prepared");
+        let e = Error::config(
+            "memory_policy",
+            ConfigProblem::Unknown {
+                value: "lru".into(),
+                expected: &["naive", "paging", "somr"],
+            },
+        );
+        assert_eq!(
+            e.to_string(),
+            "hexagon config: `memory_policy`: unknown `lru` (expected naive, paging or somr)"
+        );
+        let e = Error::config(
+            "va_window_bytes",
+            ConfigProblem::NotInRange {
+                value: 5 << 30,
+                min: 1 << 20,
+                max: 4 << 30,
+                unit: Unit::Bytes,
+                note: "",
+            },
+        );
+        let m = e.to_string();
+        assert!(
+            m.contains("5368709120 bytes (5.0 GiB) is not in 1048576 bytes (1.0 MiB)..="),
+            "{m}"
+        );
+        let e = Error::Library {
+            library: "libx.so".into(),
+            problem: LibraryProblem::MissingSymbol {
+                symbol: "rpcmem_alloc",
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "FastRPC library `libx.so`: missing symbol `rpcmem_alloc`"
+        );
     }
 
     #[test]
