@@ -235,7 +235,16 @@ fn mbsd_without_sliding_decides_again_what_verification_sends_back_in_a_past_blo
             sliding: false,
             ..Default::default()
         }),
-        Decide::Staged(Staged::default()),
+        // The staged decisions under which the fault showed (the defaults of the time).
+        Decide::Staged(Staged {
+            visible: 0.8,
+            stable: 0.9,
+            verify: Some(dllm_decode::Verify {
+                tau_back: 0.9,
+                ..Default::default()
+            }),
+            ..Staged::default()
+        }),
     );
     let (scores, answered) = evaluate(&mut m.model, tok.inner(), &qs, &params, |_, _, _| {})
         .unwrap_or_else(|e| panic!("mbsd without sliding: {e}"));
