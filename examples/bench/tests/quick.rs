@@ -168,7 +168,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
     assert!(stderr.contains("answers"), "no estimate printed: {stderr}");
     let md = std::fs::read_to_string(out.join("pareto.md")).unwrap();
     for want in [
-        "defaults are chosen on the tuning set only; the confirmation set chose nothing",
+        "the fresh set chose nothing",
         "## The tuning set",
         "## The confirmation set",
         "| mbsd (defaults) |",
@@ -201,10 +201,10 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
     assert!(j["note"]
         .as_str()
         .unwrap()
-        .contains("confirmation set chose nothing"));
+        .contains("the fresh set chose nothing"));
     assert_eq!(j["projection"]["logits_on"], "cpu");
     assert_eq!(j["projection"]["contention"], 0.98);
-    for set in ["tuning", "confirmation"] {
+    for set in ["tuning", "confirmation", "fresh"] {
         let s = &j["sets"][set];
         assert_eq!(s["questions"], 2, "{set}");
         let pts = s["points"]
@@ -319,7 +319,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
             o["mechanism"] != "verification",
             "{o}"
         );
-        for set in ["tuning", "confirmation"] {
+        for set in ["tuning", "confirmation", "fresh"] {
             assert!(
                 num(&o["numbers"][set], "projected_s_per_answer") > 0.0,
                 "{o}"

@@ -549,7 +549,7 @@ mod tests {
             assert!(s.same.contains(&(defaults_point, DEFAULTS.to_string())));
         }
         assert!(
-            (38..=52).contains(&s.rows.len()),
+            (38..=60).contains(&s.rows.len()),
             "{} configurations",
             s.rows.len()
         );
