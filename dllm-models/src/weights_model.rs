@@ -69,7 +69,6 @@ pub struct TransformerWeights {
     rope: Rope,
 }
 
-
 impl TransformerWeights {
     /// Build on `backend`: with [`Backend::Hexagon`] the linear layers' weights are packed into
     /// NPU memory (where the device takes them) and the fused ops run on the NPU. CPU options

@@ -22,7 +22,10 @@ fn main() {
         let len = rest[open..]
             .find("```")
             .unwrap_or_else(|| panic!("the block after `{marker}` is not closed"));
-        std::fs::write(Path::new(&out).join(format!("{name}.rs")), &rest[open..open + len])
-            .expect("writing the snippet");
+        std::fs::write(
+            Path::new(&out).join(format!("{name}.rs")),
+            &rest[open..open + len],
+        )
+        .expect("writing the snippet");
     }
 }

@@ -128,7 +128,11 @@ fn json_output_matches_the_library() {
             g.forwards,
             "{strategy}"
         );
-        assert_eq!(v["drafts"].as_u64().unwrap() as usize, g.drafts, "{strategy}");
+        assert_eq!(
+            v["drafts"].as_u64().unwrap() as usize,
+            g.drafts,
+            "{strategy}"
+        );
         assert_eq!(
             v["verified"].as_u64().unwrap() as usize,
             g.verified,
