@@ -3,16 +3,12 @@
 
 use std::ops::Range;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use dllm_decode::states::TokenState;
 use dllm_decode::{Control, Decide, DecodeParams, MbsdParams, Staged, StepEvent, Strategy};
-use dllm_models::{
-    Arch, DiffusionLm, ModelId, ModelInfo, Refresh, Rows, SequenceToken, SpecialTokens,
-};
+use dllm_models::{DiffusionLm, ModelId, ModelInfo, Refresh, Rows, SequenceToken};
 
-const VOCAB: usize = 8;
-const MASK: u32 = 7;
-const PROMPT: &[u32] = &[1, 2, 3];
+use crate::scripted::{info, row, MASK, PROMPT};
 
 /// A scripted model: a masked position `p` is predicted as `p % 5` with confidence 0.95 when `p`
 /// is even, 0.5 when `p % 4 == 3` (promoted one per step) and 0.8 otherwise; a *masked re-score*
@@ -38,37 +34,9 @@ struct Scripted {
     requested: Vec<(Vec<u32>, Vec<usize>)>,
 }
 
-fn row(token: usize, conf: f64) -> Vec<f32> {
-    // softmax: p(token) = e^x / (e^x + VOCAB - 1) = conf
-    let x = (conf * (VOCAB - 1) as f64 / (1.0 - conf)).ln() as f32;
-    (0..VOCAB)
-        .map(|t| if t == token { x } else { 0.0 })
-        .collect()
-}
-
 impl Scripted {
     fn new() -> Self {
-        let info = ModelInfo {
-            arch: Arch::Llada,
-            vocab_size: VOCAB,
-            hidden_size: 8,
-            num_layers: 1,
-            num_heads: 1,
-            num_kv_heads: 1,
-            head_dim: 8,
-            intermediate_size: 8,
-            max_seq_len: 128,
-            shift_logits: false,
-            special: SpecialTokens {
-                mask: MASK,
-                eos: 6,
-                eot: None,
-                bos: None,
-                pad: None,
-            },
-            dtype: DType::F32,
-            num_params: 0,
-        };
+        let info = info();
         Self {
             info,
             device: Device::Cpu,
@@ -84,8 +52,7 @@ impl Scripted {
     }
 
     fn logits(&self, rows: &[Vec<f32>]) -> Tensor {
-        let flat: Vec<f32> = rows.concat();
-        Tensor::from_vec(flat, (1, rows.len(), VOCAB), &self.device).unwrap()
+        crate::scripted::logits(rows)
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod drafts;
 mod mbsd;
+mod scripted;
 mod strategies;
 mod verify;
 mod window_contract;

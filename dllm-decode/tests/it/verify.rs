@@ -13,13 +13,11 @@ use dllm_decode::{
     Verify,
 };
 use dllm_models::{
-    load, Answer, Arch, Ask, DiffusionLm, LoadOptions, ModelId, ModelInfo, ModelSource, Refresh,
-    Rows, SequenceToken, SpecialTokens,
+    load, Answer, Ask, DiffusionLm, LoadOptions, ModelId, ModelInfo, ModelSource, Refresh, Rows,
+    SequenceToken,
 };
 
-const VOCAB: usize = 8;
-const MASK: u32 = 7;
-const PROMPT: &[u32] = &[1, 2, 3];
+use crate::scripted::{info, logits, row, MASK, PROMPT, VOCAB};
 
 /// A scripted model: a masked position `p` is predicted as `p % 5` with confidence 0.95 when `p`
 /// is even, 0.5 when `p % 4 == 3` (promoted one per step) and 0.8 otherwise. A shadow row of `p`
@@ -33,41 +31,9 @@ struct Scripted {
     asks: Vec<Ask>,
 }
 
-fn row(token: usize, conf: f64) -> Vec<f32> {
-    // softmax: p(token) = e^x / (e^x + VOCAB - 1) = conf
-    let x = (conf * (VOCAB - 1) as f64 / (1.0 - conf)).ln() as f32;
-    (0..VOCAB)
-        .map(|t| if t == token { x } else { 0.0 })
-        .collect()
-}
-
-fn logits(rows: &[Vec<f32>]) -> Tensor {
-    Tensor::from_vec(rows.concat(), (1, rows.len(), VOCAB), &Device::Cpu).unwrap()
-}
-
 impl Scripted {
     fn new() -> Self {
-        let info = ModelInfo {
-            arch: Arch::Llada,
-            vocab_size: VOCAB,
-            hidden_size: 8,
-            num_layers: 1,
-            num_heads: 1,
-            num_kv_heads: 1,
-            head_dim: 8,
-            intermediate_size: 8,
-            max_seq_len: 128,
-            shift_logits: false,
-            special: SpecialTokens {
-                mask: MASK,
-                eos: 6,
-                eot: None,
-                bos: None,
-                pad: None,
-            },
-            dtype: DType::F32,
-            num_params: 0,
-        };
+        let info = info();
         Self {
             info,
             cache_len: 0,
