@@ -209,6 +209,8 @@ pub struct Verify {
     /// Shadow rows beyond the bucket's free rows may add at most this fraction of the forward's
     /// latency (the latency table's price).
     pub allowance: f64,
+    /// The joint check (see [`Joint`]).
+    pub joint: Joint,
 }
 
 impl Default for Verify {
@@ -219,6 +221,71 @@ impl Default for Verify {
             suspect_dependents: false,
             hold_on_remask: true,
             allowance: DEFAULT_SHADOW_ALLOWANCE,
+            joint: Joint::Auto,
+        }
+    }
+}
+
+/// Joint check: a token decided in the same step as another decision at most this many positions
+/// away waits for a fresh look ...
+pub const DEFAULT_JOINT_WITHIN: usize = 8;
+/// ... unless it was decided at least this confident.
+pub const DEFAULT_JOINT_UNLESS_ABOVE: f32 = 0.9999;
+
+/// The joint check ([`Verify::joint`]): tokens decided in one step beside another decision were
+/// each predicted with the other still masked (a result digit decided with its operand), so they
+/// are tentative — verified by a shadow row before they are final — unless nearly certain.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Joint {
+    /// On for models whose logits are not shifted (LLaDA), off for shifted ones (Dream): chosen
+    /// per family on the tuning and confirmation sets (README, *Default decoding*).
+    Auto,
+    /// Never.
+    Off,
+    /// Always, with this rule.
+    On(JointRule),
+}
+
+/// What the joint check holds back: see [`Joint`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JointRule {
+    /// Another decision of the same step at most this many positions away.
+    pub within: usize,
+    /// Decisions at least this confident are exempt.
+    pub unless_above: f32,
+}
+
+impl Default for JointRule {
+    fn default() -> Self {
+        Self {
+            within: DEFAULT_JOINT_WITHIN,
+            unless_above: DEFAULT_JOINT_UNLESS_ABOVE,
+        }
+    }
+}
+
+impl Joint {
+    /// The rule for a model with (`true`) or without shifted logits.
+    pub fn resolve(self, shift_logits: bool) -> Option<JointRule> {
+        match self {
+            Joint::Auto => (!shift_logits).then(JointRule::default),
+            Joint::Off => None,
+            Joint::On(r) => Some(r),
+        }
+    }
+}
+
+impl std::str::FromStr for Joint {
+    type Err = DecodeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim() {
+            "auto" => Ok(Joint::Auto),
+            "off" => Ok(Joint::Off),
+            "on" => Ok(Joint::On(JointRule::default())),
+            other => Err(DecodeError::param(
+                "joint",
+                format!("`{other}` is not auto, on or off"),
+            )),
         }
     }
 }
@@ -706,6 +773,20 @@ impl Verify {
                 format!("{} must be a finite fraction >= 0", self.allowance),
             );
         }
+        if let Joint::On(r) = self.joint {
+            if r.within == 0 {
+                return p(
+                    "joint.within",
+                    "0 holds nothing back: no other decision is 0 positions away".into(),
+                );
+            }
+            if !(r.unless_above > 0.0 && r.unless_above <= 1.0) {
+                return p(
+                    "joint.unless_above",
+                    format!("{} is not in (0, 1]", r.unless_above),
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -714,6 +795,44 @@ impl Verify {
 mod tests {
     use super::*;
     use dllm_models::source::DecodeDefaults;
+
+    #[test]
+    fn the_joint_check_resolves_per_family_and_is_checked() {
+        assert_eq!(Joint::Auto.resolve(false), Some(JointRule::default()));
+        assert_eq!(Joint::Auto.resolve(true), None);
+        assert_eq!(Joint::Off.resolve(false), None);
+        let r = JointRule {
+            within: 3,
+            unless_above: 0.5,
+        };
+        assert_eq!(Joint::On(r).resolve(true), Some(r));
+        assert_eq!(
+            "on".parse::<Joint>().unwrap(),
+            Joint::On(JointRule::default())
+        );
+        assert_eq!(" off ".parse::<Joint>().unwrap(), Joint::Off);
+        assert!("maybe"
+            .parse::<Joint>()
+            .unwrap_err()
+            .to_string()
+            .contains("joint"));
+        for (within, unless_above, field) in [
+            (0, 0.9, "within"),
+            (2, 0.0, "unless_above"),
+            (2, 1.5, "unless_above"),
+        ] {
+            let v = Verify {
+                joint: Joint::On(JointRule {
+                    within,
+                    unless_above,
+                }),
+                ..Verify::default()
+            };
+            let e = v.check().unwrap_err().to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        assert!(Verify::default().check().is_ok());
+    }
 
     #[test]
     fn one_rule_for_asked_and_checkpoint_lengths() {

@@ -65,6 +65,8 @@ pub(crate) struct Verifier {
     standing: HashMap<usize, usize>,
     /// Flip-flops: positions decided again with the token they were remasked from.
     pub flip_flops: usize,
+    /// The joint check for this model (resolved from `cfg.joint`).
+    pub joint: Option<crate::params::JointRule>,
 }
 
 impl Verifier {
@@ -87,6 +89,8 @@ impl Verifier {
             origin: vec![0; len],
             standing: HashMap::new(),
             flip_flops: 0,
+            // Two rows per shadow: the model shifts its logits (Dream).
+            joint: cfg.joint.resolve(group_rows > 1),
         }
     }
 

@@ -222,7 +222,18 @@ impl Blocks<'_> {
                 .verifier
                 .as_ref()
                 .is_some_and(|v| v.cfg.suspect_dependents && pl.unlooked_in_window);
-            if suspect && self.states[pos] == TokenState::Stable {
+            // Decided beside another decision of this step: each saw the other masked.
+            let joint = self
+                .verifier
+                .as_ref()
+                .and_then(|v| v.joint)
+                .is_some_and(|r| {
+                    s.confidence < f64::from(r.unless_above)
+                        && chosen
+                            .iter()
+                            .any(|&q| q != pos && q.abs_diff(pos) <= r.within)
+                });
+            if (suspect || joint) && self.states[pos] == TokenState::Stable {
                 // It may rest on a token nobody has checked: tentative until looked at.
                 self.states[pos] = TokenState::Visible;
             }

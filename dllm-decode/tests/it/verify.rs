@@ -7,10 +7,11 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
+use dllm_decode::params::JointRule;
 use dllm_decode::states::TokenState;
 use dllm_decode::{
-    generate, Control, Decide, DecodeParams, MbsdParams, Outcome, Staged, StepEvent, Strategy,
-    Verify,
+    generate, Control, Decide, DecodeParams, Joint, MbsdParams, Outcome, Staged, StepEvent,
+    Strategy, Verify,
 };
 use dllm_models::{
     load, Answer, Ask, DiffusionLm, LoadOptions, ModelId, ModelInfo, ModelSource, Refresh, Rows,
@@ -174,6 +175,7 @@ fn verify() -> Verify {
         suspect_dependents: false,
         hold_on_remask: false,
         allowance: 1e9,
+        joint: Joint::Off,
     }
 }
 
@@ -411,4 +413,66 @@ fn deterministic_over_runs_and_thread_counts_with_verification() {
             (first.forwards, first.verified, &first.remasked)
         );
     }
+}
+
+#[test]
+fn the_joint_check_holds_back_confident_tokens_decided_beside_each_other() {
+    // The script decides every even position at 0.95 (>= theta_stable 0.9): two positions apart,
+    // several in one step.
+    let on = Verify {
+        joint: Joint::On(JointRule {
+            within: 2,
+            unless_above: 0.99,
+        }),
+        ..verify()
+    };
+    let looked = |m: &Scripted| -> Vec<usize> {
+        let mut v: Vec<usize> = m.asks.iter().flat_map(|a| a.verify.clone()).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let (g_off, m_off, seen_off) = run(&params(Some(verify())));
+    let (g_on, m_on, seen_on) = run(&params(Some(on)));
+    let gen = PROMPT.len()..PROMPT.len() + 24;
+    // Off: an even position is final the step it is decided, and never looked at.
+    for p in gen.clone().filter(|p| p % 2 == 0) {
+        if let Some(&first) = seen_off.decided_at[p].first() {
+            assert_eq!(seen_off.stable_at[p], Some(first), "position {p}");
+        }
+    }
+    assert!(
+        looked(&m_off).iter().all(|p| p % 2 == 1),
+        "{:?}",
+        looked(&m_off)
+    );
+    // On: the even positions decided together wait for a shadow row; those whose shadow rejects
+    // their token (p % 3 == 0) go back to the mask.
+    let even_looked: Vec<usize> = looked(&m_on).into_iter().filter(|p| p % 2 == 0).collect();
+    assert!(!even_looked.is_empty(), "{:?}", looked(&m_on));
+    for &p in &even_looked {
+        let first = seen_on.decided_at[p][0];
+        assert!(
+            seen_on.stable_at[p].is_none_or(|s| s > first),
+            "position {p} was final the step it was decided"
+        );
+    }
+    assert!(
+        g_on.remasked.iter().any(|r| r.0 % 2 == 0 && r.0 % 3 == 0),
+        "{:?}",
+        g_on.remasked
+    );
+    assert!(g_on.verified > g_off.verified);
+    assert!(!g_on.generated().contains(&MASK));
+    // A decision at or above `unless_above` is exempt: at 0.9 every even position is exempt.
+    let exempt = Verify {
+        joint: Joint::On(JointRule {
+            within: 2,
+            unless_above: 0.9,
+        }),
+        ..verify()
+    };
+    let (g_ex, _, _) = run(&params(Some(exempt)));
+    assert_eq!(g_ex.generated(), g_off.generated());
+    assert_eq!(g_ex.verified, g_off.verified);
 }

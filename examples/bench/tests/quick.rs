@@ -307,6 +307,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
             "sliding",
             "bucket fit",
             "adjacency rule",
+            "joint check",
             "verification",
             "staged decisions",
             "selective logits skipping"

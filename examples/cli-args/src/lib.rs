@@ -14,8 +14,8 @@ use dllm_decode::params::{
     DEFAULT_THETA_VISIBLE,
 };
 use dllm_decode::{
-    Decide, DecodeParams, Decoder, DreamParams, MbsdParams, Outcome, Requested, Staged, Strategy,
-    Verify,
+    Decide, DecodeParams, Decoder, DreamParams, Joint, MbsdParams, Outcome, Requested, Staged,
+    Strategy, Verify,
 };
 use dllm_models::source::DecodeDefaults;
 use dllm_models::Backend;
@@ -139,6 +139,12 @@ pub struct DecodeArgs {
     /// looked at is tentative too.
     #[arg(long)]
     pub suspect_dependents: bool,
+    /// mbsd verification: a token decided in the same step as another decision at most 8
+    /// positions away waits for a fresh look (a shadow row) before it is final, unless decided at
+    /// least 0.9999 confident: `on`, `off`, or `auto` (on for LLaDA, off for Dream, as chosen on
+    /// the tuning and confirmation sets) [default: auto].
+    #[arg(long)]
+    pub joint_check: Option<String>,
     /// mbsd verification: a step that sends a token back still takes all its other decisions
     /// (by default it takes only its most confident candidate: the others saw the rejected token).
     #[arg(long)]
@@ -325,6 +331,10 @@ impl DecodeArgs {
             suspect_dependents: self.suspect_dependents,
             hold_on_remask: !self.no_hold,
             allowance: self.verify_allowance,
+            joint: match &self.joint_check {
+                Some(j) => j.parse()?,
+                None => Joint::Auto,
+            },
         };
         if strategy.is_mbsd() && !self.no_sts {
             return Ok(Decide::Staged(Staged {
@@ -342,6 +352,7 @@ impl DecodeArgs {
             ("--tau-back", verify.tau_back != d.tau_back),
             ("--max-remasks", verify.max_remasks != d.max_remasks),
             ("--suspect-dependents", self.suspect_dependents),
+            ("--joint-check", self.joint_check.is_some()),
             ("--no-hold", self.no_hold),
             ("--allow-adjacent", self.allow_adjacent),
             ("--verify-allowance", verify.allowance != d.allowance),

@@ -1,5 +1,5 @@
 //! What each mechanism contributes to a headline configuration: the headline with lookahead,
-//! sliding, bucket fit, verification, staged decisions (`--no-sts`: final decisions at threshold
+//! sliding, bucket fit, the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
 //! 0.9) and selective logits skipping switched off in turn, each as a configuration of its own —
 //! taken from the run where it is one of the picture's configurations, run for the table
 //! otherwise.
@@ -75,6 +75,19 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             v.push((
                 "adjacency rule",
                 "adjacent allowed (--allow-adjacent)".into(),
+                q,
+            ));
+        }
+        if let Some(on) = s.verify.filter(|v| v.joint != dllm_decode::Joint::Off) {
+            let mut q = *p;
+            let verify = Some(dllm_decode::Verify {
+                joint: dllm_decode::Joint::Off,
+                ..on
+            });
+            q.decide = Decide::Staged(dllm_decode::Staged { verify, ..s });
+            v.push((
+                "joint check",
+                "no joint check (--joint-check off)".into(),
                 q,
             ));
         }
@@ -270,6 +283,7 @@ mod tests {
                 "sliding",
                 "bucket fit",
                 "adjacency rule",
+                "joint check",
                 "verification",
                 "staged decisions",
                 "selective logits skipping"
@@ -284,6 +298,10 @@ mod tests {
                 !m.sliding,
                 !m.fit_bucket,
                 q.decide.staged().is_some_and(|s| !s.no_adjacent),
+                q.decide
+                    .staged()
+                    .and_then(|s| s.verify)
+                    .is_some_and(|v| v.joint == dllm_decode::Joint::Off),
                 q.decide.staged().is_some_and(|s| s.verify.is_none()),
                 q.decide.threshold() == Some(0.9),
                 !q.sls,

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use dllm_decode::{Decide, DecodeParams, MbsdParams, Staged, Strategy, Verify};
+use dllm_decode::{Decide, DecodeParams, Joint, MbsdParams, Staged, Strategy, Verify};
 use dllm_tasks::eval::QuestionSet;
 use dllm_tasks::Example;
 
@@ -146,6 +146,11 @@ pub fn verify_label(v: Option<Verify>) -> String {
             if v.suspect_dependents {
                 s += ", suspect dependents";
             }
+            match v.joint {
+                Joint::Auto => s += ", joint check auto",
+                Joint::Off => s += ", no joint check",
+                Joint::On(_) => s += ", joint check",
+            }
             if v.max_remasks != d.max_remasks {
                 s += &format!(", max remasks {}", v.max_remasks);
             }
@@ -273,6 +278,8 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         tau_back,
         hold_on_remask: hold,
         suspect_dependents: suspect,
+        // The grid is the mechanisms before the joint check (the defaults' rows have it).
+        joint: Joint::Off,
         ..Verify::default()
     };
     let at = |visible: f32, stable: f32, no_adjacent: bool, verify: Option<Verify>| Staged {
@@ -292,6 +299,12 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         v.push(point(at(tv, 0.9, false, Some(tau(0.9, true, false)))));
         v.push(point(at(tv, 0.9, true, Some(tau(0.9, true, true)))));
     }
+    // The joint check at the paper's thresholds (the defaults' rows have it on LLaDA).
+    let joint = Verify {
+        joint: Joint::On(dllm_decode::JointRule::default()),
+        ..tau(0.9, true, false)
+    };
+    v.push(point(at(0.7, 0.9, true, Some(joint))));
     for tv in [0.8f32, 0.9] {
         v.push(point(at(tv, 0.95, true, Some(tau(0.95, true, false)))));
         v.push(point(at(tv, 0.95, false, None)));
@@ -510,9 +523,10 @@ mod tests {
             DEFAULTS,
             "mbsd, no selective logits (--no-sls)",
             "mbsd, no STS, threshold 0.9",
-            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, adjacent apart",
+            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, no joint check, adjacent apart",
+            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, joint check, adjacent apart",
             "mbsd, theta 0.8 / 0.95, no verification",
-            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold",
+            "mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, no joint check",
             "mbsd, theta 0.6 / 0.9, no verification, adjacent apart",
             "mbsd, theta 0.5 / 0.9, no verification, oracle revision",
         ] {
@@ -520,14 +534,20 @@ mod tests {
         }
         // A label says what runs.
         let find = |l: &str| &s.rows[labels.iter().position(|x| *x == l).unwrap()];
-        let st = find("mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, adjacent apart")
-            .params
-            .decide
-            .staged()
-            .unwrap();
+        let st =
+            find("mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, no joint check, adjacent apart")
+                .params
+                .decide
+                .staged()
+                .unwrap();
         assert_eq!((st.visible, st.stable, st.no_adjacent), (0.7, 0.9, true));
         let v = st.verify.unwrap();
         assert!(v.tau_back == 0.9 && v.hold_on_remask && !v.suspect_dependents);
+        assert_eq!(v.joint, Joint::Off);
+        let joint =
+            find("mbsd, theta 0.7 / 0.9, verify tau 0.9, hold, joint check, adjacent apart");
+        let jv = joint.params.decide.staged().unwrap().verify.unwrap();
+        assert!(matches!(jv.joint, Joint::On(_)));
         let plain = find("mbsd, theta 0.7 / 0.9, no verification");
         let ps = plain.params.decide.staged().unwrap();
         assert!(!ps.no_adjacent && ps.verify.is_none());
