@@ -6,6 +6,7 @@ pub mod confidence;
 mod dream;
 mod error;
 pub mod generation;
+mod joint;
 pub mod latency;
 pub mod observer;
 pub mod params;
