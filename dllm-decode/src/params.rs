@@ -251,6 +251,10 @@ pub struct MbsdParams {
     /// Show drafts at least this confident to later forwards instead of the mask (`None`: drafts
     /// stay masked until their block decides them).
     pub draft_context: Option<f32>,
+    /// Start each block's first window at the canvas's start: the block begins on K/V of the
+    /// prompt and of everything generated before it recomputed with every decision so far
+    /// (Fast-dLLM dual cache's block-start refresh without the masked suffix). Off by default.
+    pub refresh: bool,
 }
 
 impl Default for MbsdParams {
@@ -263,6 +267,7 @@ impl Default for MbsdParams {
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
             budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
             draft_context: None,
+            refresh: false,
         }
     }
 }

@@ -33,6 +33,11 @@
 //!   older drafts are dropped. With `draft_context`, drafts at least that confident are shown to
 //!   later forwards instead of the mask (still not decided).
 //!
+//! * **Block-start refresh** (`refresh`, off by default). A block's first window starts at the
+//!   canvas's start: the K/V of the prompt and of every generated position before the block are
+//!   recomputed with everything decided since they were cached (Fast-dLLM's dual cache recomputes
+//!   the whole canvas at each block start; this leaves the masked suffix as cached).
+//!
 //! With sliding and lookahead off, the window is the current block against the cache: the dual
 //! cache without its per-block whole-canvas forward.
 
@@ -223,7 +228,12 @@ impl WindowPolicy for MbsdWindow {
             // to the mask (the block has moved on; that position is undecided again).
             v.block.start.min(v.frontier())
         };
-        let start = v.stale.first().map_or(anchor, |&s| s.min(anchor));
+        let mut start = v.stale.first().map_or(anchor, |&s| s.min(anchor));
+        if v.step_in_block == 0 && self.params.refresh {
+            // The block starts on fresh K/V of everything before it (a model with shifted logits
+            // has no row before position 0).
+            start = usize::from(v.info.shift_logits);
+        }
         let mut end = v.block.end;
         let fitted = if self.params.fit_bucket {
             self.fit_bucket(v, start, end)

@@ -232,7 +232,9 @@ pub fn questions(kinds: &[TaskKind], limit: Option<usize>) -> Vec<Example> {
 /// Defaults were first chosen on [`QuestionSet::Tuning`] alone and reported on
 /// [`QuestionSet::Confirmation`]; that choice fell below threshold-0.9 decoding there, so the
 /// defaults were chosen again on both, and [`QuestionSet::Fresh`], which chose nothing, reports
-/// them. Held-out questions past the first 200 are not excluded from training by construction,
+/// them. The joint check (verification, 2026-12-04) was chosen after the fresh set had judged the
+/// default before it, so [`QuestionSet::Fresh2`], read by nothing until the defaults of that day were
+/// fixed, judges the final choice. Held-out questions past the first 200 are not excluded from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
@@ -246,16 +248,19 @@ pub enum QuestionSet {
     Confirmation,
     /// The confirmation generator's questions 301-600 and held-out long-math questions 401-700.
     Fresh,
+    /// The confirmation generator's questions 601-900 and held-out long-math questions 701-1000.
+    Fresh2,
 }
 
 impl QuestionSet {
     /// Questions of the tuning set.
     pub const TUNING_SIZE: usize = 100;
     /// Every set, in order.
-    pub const ALL: [QuestionSet; 3] = [
+    pub const ALL: [QuestionSet; 4] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
         QuestionSet::Fresh,
+        QuestionSet::Fresh2,
     ];
 
     /// Its questions, always the same, in order.
@@ -286,15 +291,24 @@ impl QuestionSet {
                 v.extend(held_out(400, 700));
                 v
             }
+            QuestionSet::Fresh2 => {
+                let mut v: Vec<Example> = confirmation_stream(3 * CONFIRMATION_SIZE)
+                    .into_iter()
+                    .skip(2 * CONFIRMATION_SIZE)
+                    .collect();
+                v.extend(held_out(700, 1000));
+                v
+            }
         }
     }
 
-    /// `tuning`, `confirmation` or `fresh`.
+    /// `tuning`, `confirmation`, `fresh` or `fresh2`.
     pub fn name(self) -> &'static str {
         match self {
             QuestionSet::Tuning => "tuning",
             QuestionSet::Confirmation => "confirmation",
             QuestionSet::Fresh => "fresh",
+            QuestionSet::Fresh2 => "fresh2",
         }
     }
 }
@@ -306,8 +320,9 @@ impl std::str::FromStr for QuestionSet {
             "tuning" => Ok(QuestionSet::Tuning),
             "confirmation" => Ok(QuestionSet::Confirmation),
             "fresh" => Ok(QuestionSet::Fresh),
+            "fresh2" => Ok(QuestionSet::Fresh2),
             _ => Err(Error::InvalidArgument(format!(
-                "unknown question set {s:?} (expected tuning, confirmation or fresh)"
+                "unknown question set {s:?} (expected tuning, confirmation, fresh or fresh2)"
             ))),
         }
     }
@@ -564,6 +579,7 @@ mod tests {
         assert_eq!(sets[0].len(), 100);
         assert_eq!(sets[1].len(), 600);
         assert_eq!(sets[2].len(), 600);
+        assert_eq!(sets[3].len(), 600);
         let mut seen = std::collections::HashSet::new();
         for (set, qs) in QuestionSet::ALL.iter().zip(&sets) {
             for q in qs {

@@ -388,6 +388,36 @@ fn a_window_just_past_a_bucket_edge_is_cut_back_to_it() {
 }
 
 #[test]
+fn the_block_start_refresh_recomputes_everything_before_the_block_once_per_block() {
+    let plen = PROMPT.len();
+    let base = MbsdParams {
+        sliding: false,
+        lookahead: false,
+        fit_bucket: false,
+        ..Default::default()
+    };
+    let refresh = MbsdParams {
+        refresh: true,
+        ..base
+    };
+    let plain = windows(flat_table(8, 100.0), base);
+    // After the whole-canvas first forward no window reaches back into the prompt.
+    assert!(plain.iter().skip(1).all(|r| r.start >= plen), "{plain:?}");
+    let w = windows(flat_table(8, 100.0), refresh);
+    for b in 1..3 {
+        let end = plen + 8 * (b + 1);
+        let in_block: Vec<&Range<usize>> = w.iter().skip(1).filter(|r| r.end == end).collect();
+        assert!(!in_block.is_empty(), "block {b}: {w:?}");
+        // The block's first window starts at the canvas start, its later ones at the block.
+        assert_eq!(in_block[0].start, 0, "block {b}: {w:?}");
+        assert!(
+            in_block[1..].iter().all(|r| r.start >= plen + 8 * b),
+            "block {b}: {w:?}"
+        );
+    }
+}
+
+#[test]
 fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
     let look = MbsdParams {
         sliding: false,

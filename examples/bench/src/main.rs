@@ -83,8 +83,9 @@ struct Args {
     #[arg(long)]
     pareto: bool,
     /// --pareto: the question sets, comma-separated: `tuning` (held-out long-math 1-100),
-    /// `confirmation` (the confirmation generator's 1-300, held-out 101-400) and `fresh` (the
-    /// confirmation generator's 301-600, held-out 401-700) [default: tuning,confirmation,fresh].
+    /// `confirmation` (the confirmation generator's 1-300, held-out 101-400), `fresh` (the
+    /// confirmation generator's 301-600, held-out 401-700) and `fresh2` (its 601-900, held-out
+    /// 701-1000) [default: all four].
     #[arg(long, value_delimiter = ',', value_parser = parse_set)]
     sets: Vec<QuestionSet>,
     /// --pareto: ask only the first N questions of each set (a smoke run) [default: all].

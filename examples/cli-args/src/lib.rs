@@ -112,6 +112,11 @@ pub struct DecodeArgs {
     /// mbsd: show drafts at least this confident to later forwards instead of the mask.
     #[arg(long)]
     pub draft_context: Option<f32>,
+    /// mbsd: start each block's first window at the canvas's start, recomputing the K/V of the
+    /// prompt and of everything generated before the block (dual cache's block-start refresh
+    /// without the masked suffix; see the README on Dream).
+    #[arg(long)]
+    pub refresh: bool,
     /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule).
     #[arg(long)]
     pub no_sts: bool,
@@ -297,6 +302,7 @@ impl DecodeArgs {
             allowance: self.lookahead_allowance,
             budget_mib: self.lookahead_budget,
             draft_context: self.draft_context,
+            refresh: self.refresh,
         };
         let strategy: Strategy = self.strategy.parse()?;
         if strategy.is_mbsd() {
@@ -312,6 +318,7 @@ impl DecodeArgs {
             ("--lookahead-allowance", m.allowance != d.allowance),
             ("--lookahead-budget", m.budget_mib != d.budget_mib),
             ("--draft-context", m.draft_context.is_some()),
+            ("--refresh", self.refresh),
             ("--latency-table", self.latency_table.is_some()),
             ("--no-sts", self.no_sts),
         ];
@@ -709,6 +716,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("theta_stable", "--theta-stable"),
     ("tau_back", "--tau-back"),
     ("mbsd.draft_context", "--draft-context"),
+    ("mbsd.refresh", "--refresh"),
     ("mbsd.budget_mib", "--lookahead-budget"),
     ("mbsd.allowance", "--lookahead-allowance"),
     ("mbsd.trigger", "--lookahead-trigger"),

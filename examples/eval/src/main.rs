@@ -40,9 +40,11 @@ struct Args {
     /// long-choice, long-story) [default: every task of the suite].
     #[arg(long, value_delimiter = ',')]
     tasks: Option<Vec<String>>,
-    /// The long-math question set: tuning (held-out questions 1-100, where defaults are chosen)
-    /// or confirmation (a separately written generator's 300 and held-out 101-400, which chose
-    /// nothing) [default: the held-out test sets of the tasks].
+    /// The long-math question set: tuning (held-out questions 1-100), confirmation (a separately
+    /// written generator's 300 and held-out 101-400), fresh (that generator's 301-600 and held-out
+    /// 401-700) or fresh2 (its 601-900 and held-out 701-1000); defaults are chosen on the first
+    /// two or three and judged on the next (README, *Default decoding*) [default: the held-out
+    /// test sets of the tasks].
     #[arg(long)]
     set: Option<String>,
     /// Decoding: `generate`'s flags (its defaults; the generated length defaults to the

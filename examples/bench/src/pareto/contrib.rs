@@ -168,7 +168,8 @@ pub fn headlines(specs: &[RowSpec], sets: &[SetRun]) -> Vec<(usize, String)> {
     }
     let Some(pick) = sets
         .iter()
-        .find(|s| s.set == QuestionSet::Fresh)
+        .find(|s| s.set == QuestionSet::Fresh2)
+        .or_else(|| sets.iter().find(|s| s.set == QuestionSet::Fresh))
         .or_else(|| sets.iter().find(|s| s.set == QuestionSet::Confirmation))
         .or(sets.first())
     else {

@@ -178,7 +178,8 @@ pub fn staged_label(s: &Staged) -> String {
 }
 
 /// The configurations: the baselines (vanilla and dual-cache at thresholds 0.9 / 0.8 / 0.7,
-/// prefix-cache, dual-cache), mbsd at its defaults and with each mechanism off, and a grid of
+/// prefix-cache, dual-cache), mbsd at its defaults and with each mechanism off, mbsd reduced to
+/// a block-start refresh at threshold 0.9 (no sliding, no bucket fit), and a grid of
 /// staged decisions: theta_visible 0.6..0.9 at theta_stable 0.9, each without verification and
 /// adjacency rule (the decoder before verification), with the adjacency rule alone, with
 /// verification (tau_back 0.5; tau_back 0.9 holding a step's other decisions when it remasks),
@@ -264,6 +265,21 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
                 m.lookahead = false
             },
             d,
+        ),
+        false,
+    ));
+    // Dual cache's block-start refresh without its suffix rows, decisions at threshold 0.9: what
+    // closes Dream's gap to dual-cache (README, *Where the forwards go*).
+    v.push(spec(
+        "mbsd, no sliding, refresh (--refresh), threshold 0.9, no bucket fit",
+        mbsd_with(
+            &|m| {
+                m.sliding = false;
+                m.lookahead = false;
+                m.fit_bucket = false;
+                m.refresh = true
+            },
+            Decide::Threshold(0.9),
         ),
         false,
     ));

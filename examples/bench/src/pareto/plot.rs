@@ -41,11 +41,13 @@ fn color(r: &RowResult) -> RGBColor {
 pub fn write(out: &Path, pic: &Picture) -> Result<()> {
     let path = out.join("pareto.svg");
     let mut order: Vec<&SetRun> = pic.sets.iter().collect();
-    // The set that chose nothing first, then the confirmation set, then the tuning set.
+    // The sets that chose nothing first (the newest first), then the confirmation set, then the
+    // tuning set.
     order.sort_by_key(|s| match s.set {
-        QuestionSet::Fresh => 0,
-        QuestionSet::Confirmation => 1,
-        QuestionSet::Tuning => 2,
+        QuestionSet::Fresh2 => 0,
+        QuestionSet::Fresh => 1,
+        QuestionSet::Confirmation => 2,
+        QuestionSet::Tuning => 3,
     });
     let n = order.len().max(1) as u32;
     let root = SVGBackend::new(&path, (720 * n, 640)).into_drawing_area();

@@ -20,7 +20,8 @@ use crate::stats::{discordant, mcnemar_exact, wilson, Z95};
 /// The sentence every picture carries.
 pub const CHOSEN_ON_TUNING: &str =
     "defaults are chosen on the tuning and confirmation sets (a first choice on the tuning set \
-     alone fell below threshold-0.9 decoding on the confirmation set); the fresh set chose nothing";
+     alone fell below threshold-0.9 decoding on the confirmation set); the fresh set judged them, \
+     and again the joint check chosen after its first verdict; the fresh2 set chose nothing";
 
 /// What the run was.
 pub struct Context {
@@ -223,6 +224,10 @@ fn set_title(set: &SetRun) -> String {
         dllm_tasks::eval::QuestionSet::Fresh => {
             "the confirmation generator's questions 301-600, then held-out long-math questions \
              401-700"
+        }
+        dllm_tasks::eval::QuestionSet::Fresh2 => {
+            "the confirmation generator's questions 601-900, then held-out long-math questions \
+             701-1000"
         }
     };
     format!("{} set ({what}; {} asked)", set.set.name(), set.questions)
