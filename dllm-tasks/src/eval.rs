@@ -232,13 +232,15 @@ pub fn questions(kinds: &[TaskKind], limit: Option<usize>) -> Vec<Example> {
 /// Defaults were first chosen on [`QuestionSet::Tuning`] alone and reported on
 /// [`QuestionSet::Confirmation`]; that choice fell below threshold-0.9 decoding there, so the
 /// defaults were chosen again on both, and [`QuestionSet::Fresh`], which chose nothing, reports
-/// them. The joint check (verification, 2026-12-04) was chosen after the fresh set had judged the
-/// default before it, so [`QuestionSet::Fresh2`], read by nothing until the defaults of that day were
-/// fixed, judges the final choice. Held-out questions past the first 200 are not excluded from training by construction,
+/// them. The joint check (verification, 2026-12-04) was chosen after the fresh set had judged
+/// the default before it, so [`QuestionSet::Fresh2`], read by nothing until the defaults of that
+/// day were fixed, judges the final choice. Held-out questions past the first 200 are not excluded
+/// from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The sets are ordered as they were made (and used): `Tuning < Confirmation < Fresh < Fresh2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionSet {
     /// Held-out long-math questions 1-100 (the set every earlier default was chosen on).
@@ -263,42 +265,61 @@ impl QuestionSet {
         QuestionSet::Fresh2,
     ];
 
-    /// Its questions, always the same, in order.
+    /// Its questions, always the same, in order: the tuning set is held-out long-math 1-100; the
+    /// k-th set after it (k = 1, 2, 3) is the confirmation generator's k-th 300 questions, then
+    /// the k-th 300 held-out long-math questions after the first 100.
     pub fn questions(self) -> Vec<Example> {
         use crate::tasks::long::confirm::{confirmation_stream, CONFIRMATION_SIZE};
-        let held_out = |from: usize, to: usize| {
-            crate::tasks::held_out_stream(TaskKind::LongMath, to)
-                .into_iter()
-                .skip(from)
-                .collect::<Vec<_>>()
+        let Some((generator, held_out)) = self.ranges() else {
+            let mut v = test_set(TaskKind::LongMath);
+            v.truncate(Self::TUNING_SIZE);
+            return v;
         };
-        match self {
-            QuestionSet::Tuning => {
-                let mut v = test_set(TaskKind::LongMath);
-                v.truncate(Self::TUNING_SIZE);
-                v
-            }
-            QuestionSet::Confirmation => {
-                let mut v = confirmation_stream(CONFIRMATION_SIZE);
-                v.extend(held_out(Self::TUNING_SIZE, 400));
-                v
-            }
-            QuestionSet::Fresh => {
-                let mut v: Vec<Example> = confirmation_stream(2 * CONFIRMATION_SIZE)
-                    .into_iter()
-                    .skip(CONFIRMATION_SIZE)
-                    .collect();
-                v.extend(held_out(400, 700));
-                v
-            }
-            QuestionSet::Fresh2 => {
-                let mut v: Vec<Example> = confirmation_stream(3 * CONFIRMATION_SIZE)
-                    .into_iter()
-                    .skip(2 * CONFIRMATION_SIZE)
-                    .collect();
-                v.extend(held_out(700, 1000));
-                v
-            }
+        debug_assert_eq!(generator.len(), CONFIRMATION_SIZE);
+        let mut v: Vec<Example> = confirmation_stream(generator.end)
+            .into_iter()
+            .skip(generator.start)
+            .collect();
+        v.extend(
+            crate::tasks::held_out_stream(TaskKind::LongMath, held_out.end)
+                .into_iter()
+                .skip(held_out.start),
+        );
+        v
+    }
+
+    /// The confirmation generator's and the held-out questions of a set after the tuning set
+    /// (0-based ranges); `None` for the tuning set.
+    fn ranges(self) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+        use crate::tasks::long::confirm::CONFIRMATION_SIZE as N;
+        let k = match self {
+            QuestionSet::Tuning => return None,
+            QuestionSet::Confirmation => 0,
+            QuestionSet::Fresh => 1,
+            QuestionSet::Fresh2 => 2,
+        };
+        let held = Self::TUNING_SIZE + k * N;
+        Some((k * N..(k + 1) * N, held..held + N))
+    }
+
+    /// What the set is, in words (1-based question numbers).
+    pub fn describe(self) -> String {
+        match self.ranges() {
+            None => format!("held-out long-math questions 1-{}", Self::TUNING_SIZE),
+            Some((g, h)) if g.start == 0 => format!(
+                "the confirmation generator's {} questions, then held-out long-math questions {}-{}",
+                g.len(),
+                h.start + 1,
+                h.end
+            ),
+            Some((g, h)) => format!(
+                "the confirmation generator's questions {}-{}, then held-out long-math questions \
+                 {}-{}",
+                g.start + 1,
+                g.end,
+                h.start + 1,
+                h.end
+            ),
         }
     }
 
@@ -599,6 +620,22 @@ mod tests {
         for s in QuestionSet::ALL {
             assert_eq!(s.name().parse::<QuestionSet>().unwrap(), s);
         }
+        // The titles the speed/quality picture prints (pareto.md's section headings).
+        let described: Vec<String> = QuestionSet::ALL.iter().map(|s| s.describe()).collect();
+        assert_eq!(
+            described,
+            [
+                "held-out long-math questions 1-100",
+                "the confirmation generator's 300 questions, then held-out long-math questions 101-400",
+                "the confirmation generator's questions 301-600, then held-out long-math questions 401-700",
+                "the confirmation generator's questions 601-900, then held-out long-math questions 701-1000",
+            ]
+        );
+        // The held-out part of a set follows the previous set's: fresh2's first held-out question
+        // is held-out question 701 (0-based 700).
+        let held = crate::tasks::held_out_stream(TaskKind::LongMath, 701);
+        assert_eq!(sets[3][300].prompt, held[700].prompt);
+        assert!(QuestionSet::Tuning < QuestionSet::Fresh2);
     }
 
     #[test]

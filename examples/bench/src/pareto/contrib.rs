@@ -168,9 +168,9 @@ pub fn headlines(specs: &[RowSpec], sets: &[SetRun]) -> Vec<(usize, String)> {
     }
     let Some(pick) = sets
         .iter()
-        .find(|s| s.set == QuestionSet::Fresh2)
-        .or_else(|| sets.iter().find(|s| s.set == QuestionSet::Fresh))
-        .or_else(|| sets.iter().find(|s| s.set == QuestionSet::Confirmation))
+        .filter(|s| s.set != QuestionSet::Tuning)
+        // The newest set: the one that chose nothing.
+        .max_by_key(|s| s.set)
         .or(sets.first())
     else {
         return v;

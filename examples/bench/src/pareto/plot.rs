@@ -7,7 +7,6 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use dllm_tasks::eval::QuestionSet;
 use plotters::prelude::*;
 
 use super::{frontier_of, placed, verifies, Picture, SetRun};
@@ -41,14 +40,8 @@ fn color(r: &RowResult) -> RGBColor {
 pub fn write(out: &Path, pic: &Picture) -> Result<()> {
     let path = out.join("pareto.svg");
     let mut order: Vec<&SetRun> = pic.sets.iter().collect();
-    // The sets that chose nothing first (the newest first), then the confirmation set, then the
-    // tuning set.
-    order.sort_by_key(|s| match s.set {
-        QuestionSet::Fresh2 => 0,
-        QuestionSet::Fresh => 1,
-        QuestionSet::Confirmation => 2,
-        QuestionSet::Tuning => 3,
-    });
+    // The newest set first (the one that chose nothing), the tuning set last.
+    order.sort_by_key(|s| std::cmp::Reverse(s.set));
     let n = order.len().max(1) as u32;
     let root = SVGBackend::new(&path, (720 * n, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;

@@ -216,21 +216,12 @@ fn defaults_text() -> String {
 }
 
 fn set_title(set: &SetRun) -> String {
-    let what = match set.set {
-        dllm_tasks::eval::QuestionSet::Tuning => "held-out long-math questions 1-100",
-        dllm_tasks::eval::QuestionSet::Confirmation => {
-            "the confirmation generator's 300 questions, then held-out long-math questions 101-400"
-        }
-        dllm_tasks::eval::QuestionSet::Fresh => {
-            "the confirmation generator's questions 301-600, then held-out long-math questions \
-             401-700"
-        }
-        dllm_tasks::eval::QuestionSet::Fresh2 => {
-            "the confirmation generator's questions 601-900, then held-out long-math questions \
-             701-1000"
-        }
-    };
-    format!("{} set ({what}; {} asked)", set.set.name(), set.questions)
+    format!(
+        "{} set ({}; {} asked)",
+        set.set.name(),
+        set.set.describe(),
+        set.questions
+    )
 }
 
 /// The main table of one set.
