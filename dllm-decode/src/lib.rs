@@ -14,6 +14,7 @@ pub mod rng;
 pub mod roles;
 pub mod select;
 pub mod states;
+mod strategy;
 pub mod stream;
 mod verify;
 pub mod window;

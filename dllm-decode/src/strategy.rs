@@ -1,0 +1,161 @@
+//! The window policy a generation uses ([`Strategy`]) and multi-block speculative decoding's
+//! parameters ([`MbsdParams`]), re-exported by `params`.
+
+use crate::error::{DecodeError, Result};
+use crate::params::{Decide, Staged};
+
+/// Multi-block speculative decoding: look ahead once the current block has at most this many
+/// undecided positions (the paper's operating point, §5.5).
+pub const DEFAULT_LOOKAHEAD_TRIGGER: usize = 4;
+/// Multi-block speculative decoding: lookahead may add at most this fraction of the window's own
+/// latency (per the latency table).
+pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
+/// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
+pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
+
+/// How the canvas is recomputed between steps (the window policy), with the parameters only that
+/// policy reads. Parsed from its command-line spelling (`mbsd` with its default parameters):
+///
+/// ```
+/// use dllm_decode::{MbsdParams, Strategy};
+///
+/// let s: Strategy = "mbsd".parse()?;
+/// assert_eq!((s, s.name()), (Strategy::Mbsd(MbsdParams::default()), "mbsd"));
+/// assert!("fastest".parse::<Strategy>().unwrap_err().to_string().contains("strategy"));
+/// # Ok::<(), dllm_decode::DecodeError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Strategy {
+    /// The model family's reference algorithm: every step forwards the whole canvas (LLaDA's
+    /// semi-autoregressive `generate`; for Dream models, Dream's `diffusion_generate`).
+    Vanilla,
+    /// Fast-dLLM prefix cache: a full forward at each block start caches the prompt and finished
+    /// blocks; later steps forward the current block and everything after it.
+    PrefixCache,
+    /// Fast-dLLM dual cache: the full forward at block start caches prefix *and* suffix; later steps
+    /// forward only the current block.
+    DualCache,
+    /// Multi-block speculative decoding (paper §3.2): one whole-canvas forward, then a decoding
+    /// window that slides along the commit frontier into future blocks and looks ahead when the
+    /// block is nearly done (see [`MbsdParams`] and `window::MbsdWindow`).
+    Mbsd(MbsdParams),
+}
+
+impl Strategy {
+    /// The command-line spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Vanilla => "vanilla",
+            Strategy::PrefixCache => "prefix-cache",
+            Strategy::DualCache => "dual-cache",
+            Strategy::Mbsd(_) => "mbsd",
+        }
+    }
+
+    /// Multi-block speculative decoding's parameters, for that strategy.
+    pub fn mbsd(self) -> Option<MbsdParams> {
+        match self {
+            Strategy::Mbsd(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Whether this is multi-block speculative decoding.
+    pub fn is_mbsd(self) -> bool {
+        matches!(self, Strategy::Mbsd(_))
+    }
+
+    /// The decision rule the tools use with this strategy when none is asked for: staged
+    /// decisions at their defaults for mbsd, else the schedule (a checkpoint's recommended
+    /// threshold replaces it, see [`crate::DecodeParams::resolve`]).
+    pub fn default_decide(self) -> Decide {
+        match self {
+            Strategy::Mbsd(_) => Decide::Staged(Staged::default()),
+            _ => Decide::Schedule,
+        }
+    }
+}
+
+/// Multi-block speculative decoding's switches ([`Strategy::Mbsd`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MbsdParams {
+    /// Slide the window along the commit frontier into future blocks.
+    pub sliding: bool,
+    /// Extend the window late in a block while the latency table says it is nearly free (off by
+    /// default: with the LM head's logits priced on the phone's CPU, the drafts' logits rows cost
+    /// more than they save on the tuning set; see the README).
+    pub lookahead: bool,
+    /// Fit the window to the latency table's bucket: on a table in tile buckets (step
+    /// interpolation), a window a few positions wider than a bucket edge is cut back to the edge
+    /// (the block's last undecided positions wait for the next forward) instead of paying for the
+    /// next bucket.
+    pub fit_bucket: bool,
+    /// Look ahead once the current block has at most this many undecided positions.
+    pub trigger: usize,
+    /// The extra latency lookahead may add, as a fraction of the window's own latency.
+    pub allowance: f64,
+    /// The extra memory lookahead may add (K/V and activations of the added positions), MiB.
+    pub budget_mib: f64,
+    /// Show drafts at least this confident to later forwards instead of the mask (`None`: drafts
+    /// stay masked until their block decides them).
+    pub draft_context: Option<f32>,
+    /// Start each block's first window at the canvas's start: the block begins on K/V of the
+    /// prompt and of everything generated before it recomputed with every decision so far
+    /// (Fast-dLLM dual cache's block-start refresh without the masked suffix). Off by default.
+    pub refresh: bool,
+}
+
+impl Default for MbsdParams {
+    fn default() -> Self {
+        Self {
+            sliding: true,
+            lookahead: false,
+            fit_bucket: true,
+            trigger: DEFAULT_LOOKAHEAD_TRIGGER,
+            allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
+            budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
+            draft_context: None,
+            refresh: false,
+        }
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = DecodeError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "vanilla" => Ok(Strategy::Vanilla),
+            "prefix-cache" => Ok(Strategy::PrefixCache),
+            "dual-cache" => Ok(Strategy::DualCache),
+            "mbsd" => Ok(Strategy::Mbsd(MbsdParams::default())),
+            _ => Err(DecodeError::param(
+                "strategy",
+                format!("`{s}` (expected vanilla, prefix-cache, dual-cache or mbsd)"),
+            )),
+        }
+    }
+}
+
+impl MbsdParams {
+    pub(crate) fn check(&self) -> Result<()> {
+        let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
+        if !(self.allowance.is_finite() && self.allowance >= 0.0) {
+            return p(
+                "mbsd.allowance",
+                format!("{} must be a finite fraction >= 0", self.allowance),
+            );
+        }
+        if !(self.budget_mib.is_finite() && self.budget_mib >= 0.0) {
+            return p(
+                "mbsd.budget_mib",
+                format!("{} MiB must be a finite value >= 0", self.budget_mib),
+            );
+        }
+        if let Some(t) = self.draft_context {
+            if !(t > 0.0 && t <= 1.0) {
+                return p("mbsd.draft_context", format!("{t} is not in (0, 1]"));
+            }
+        }
+        Ok(())
+    }
+}
