@@ -371,6 +371,7 @@ impl<'a> Decoder<'a> {
                     stable: s.stable as f64,
                 },
                 no_adjacent: s.no_adjacent,
+                wait_left: s.wait_left,
             }),
             (None, Decide::Threshold(t)) => Box::new(select::ThresholdSelector {
                 threshold: t as f64,

@@ -44,6 +44,9 @@ pub const DEFAULT_TAU_BACK: f32 = 0.95;
 /// Staged decisions: keep decisions below the stable threshold apart (never two adjacent in one
 /// step).
 pub const DEFAULT_NO_ADJACENT: bool = true;
+/// Staged decisions: a candidate below the stable threshold waits while an undecided position lies
+/// at most this many positions before it (see [`Staged::wait_left`]).
+pub const DEFAULT_WAIT_LEFT: usize = 8;
 /// Verification: a position is remasked at most this many times.
 pub const DEFAULT_MAX_REMASKS: usize = 2;
 /// Verification: shadow rows beyond the free rows of the window's latency bucket may add at most
@@ -103,6 +106,10 @@ pub struct Staged {
     /// Below `stable`, never decide two adjacent positions in the same step (two neighbours
     /// decided together each predicted the other as a mask).
     pub no_adjacent: bool,
+    /// Below `stable`, a candidate waits while an undecided position of its block lies at most
+    /// this many positions before it (0: never): it was predicted without its left context, and
+    /// the step's fallback decision is the most confident candidate that does not wait.
+    pub wait_left: usize,
     /// Verification of tentative tokens (`None`: Visible tokens are never looked at again).
     pub verify: Option<Verify>,
 }
@@ -113,6 +120,7 @@ impl Default for Staged {
             visible: DEFAULT_THETA_VISIBLE,
             stable: DEFAULT_THETA_STABLE,
             no_adjacent: DEFAULT_NO_ADJACENT,
+            wait_left: DEFAULT_WAIT_LEFT,
             verify: Some(Verify::default()),
         }
     }

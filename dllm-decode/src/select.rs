@@ -175,31 +175,58 @@ impl crate::roles::Selector for ThresholdSelector {
 /// drafts are accepted at `theta_visible`. With `no_adjacent`, a candidate below `theta_stable`
 /// is not decided beside a position decided in the same step (two neighbours decided together
 /// each predicted the other as a mask: the "1+5=5" error of a result digit decided with its
-/// operand).
+/// operand). With `wait_left` = n > 0, a candidate below `theta_stable` *waits* while another
+/// candidate (an undecided position of the block) lies at most n positions before it: it was
+/// predicted without its left context (a result digit before its operand, an operand copied
+/// before the line it comes from), and is decided once that context is. The step's fallback
+/// decision is then the most confident candidate that does not wait (the first undecided
+/// position never does, so every step decides something).
 #[derive(Debug, Clone, Copy)]
 pub struct StsSelector {
     /// The two thresholds.
     pub thresholds: crate::states::Thresholds,
     /// Never decide two adjacent positions in one step below the stable threshold.
     pub no_adjacent: bool,
+    /// Below the stable threshold, wait while an undecided position lies at most this many
+    /// positions before (0: never wait).
+    pub wait_left: usize,
+}
+
+impl StsSelector {
+    /// Whether the candidate at `pos` has another candidate at most `wait_left` positions before
+    /// it (`candidates` sorted by position or not).
+    fn left_open(&self, candidates: &[(usize, f64)], pos: usize) -> bool {
+        self.wait_left > 0
+            && candidates
+                .iter()
+                .any(|&(q, _)| q < pos && q + self.wait_left >= pos)
+    }
 }
 
 impl crate::roles::Selector for StsSelector {
     fn select(&mut self, candidates: &[(usize, f64)], _step: usize) -> Vec<usize> {
         let t = self.thresholds;
-        if !self.no_adjacent {
+        if !self.no_adjacent && self.wait_left == 0 {
             return above_threshold(candidates, t.visible);
         }
+        let waits = |pos: usize, c: f64| !(c >= t.stable) && self.left_open(candidates, pos);
         let mut chosen: Vec<usize> = Vec::new();
-        for (i, (pos, c)) in ranked(candidates).into_iter().enumerate() {
-            if i > 0 && !(c >= t.visible) {
+        let ranked = ranked(candidates);
+        for &(pos, c) in &ranked {
+            if !(c >= t.visible) {
                 break;
             }
-            let beside = chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
-            if beside && !(c >= t.stable) {
+            let beside =
+                self.no_adjacent && chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
+            if (beside && !(c >= t.stable)) || waits(pos, c) {
                 continue;
             }
             chosen.push(pos);
+        }
+        if chosen.is_empty() {
+            // Nothing reached the visible threshold (or everything that did waits): the most
+            // confident candidate that does not wait.
+            chosen.extend(ranked.iter().find(|&&(p, c)| !waits(p, c)).map(|c| c.0));
         }
         chosen
     }
@@ -294,11 +321,13 @@ mod tests {
         let mut plain = StsSelector {
             thresholds,
             no_adjacent: false,
+            wait_left: 0,
         };
         assert_eq!(plain.select(&c, 0), vec![10, 13, 11, 12, 15]);
         let mut apart = StsSelector {
             thresholds,
             no_adjacent: true,
+            wait_left: 0,
         };
         // 11 sits beside 10, 12 beside 13 (both decided first); 15 has no decided neighbour.
         assert_eq!(apart.select(&c, 0), vec![10, 13, 15]);
@@ -308,6 +337,34 @@ mod tests {
             vec![3, 4]
         );
         assert_eq!(apart.select(&[(3, 0.2), (4, 0.3)], 0), vec![4]);
+    }
+
+    #[test]
+    fn below_stable_a_candidate_waits_for_its_left_context() {
+        use crate::roles::Selector;
+        let thresholds = crate::states::Thresholds {
+            visible: 0.9,
+            stable: 0.95,
+        };
+        let mut wait = StsSelector {
+            thresholds,
+            no_adjacent: true,
+            wait_left: 8,
+        };
+        // 20 is undecided: 24 (0.93, visible) waits for it, 26 (stable) does not, 40 is too far
+        // to wait; 20 itself (0.5) is not visible.
+        let c = [(20, 0.5), (24, 0.93), (26, 0.99), (40, 0.92)];
+        assert_eq!(wait.select(&c, 0), vec![26, 40]);
+        // Nothing visible: the fallback is the most confident candidate that does not wait, not
+        // the most confident one (a result digit before its operand).
+        assert_eq!(wait.select(&[(30, 0.3), (33, 0.8)], 0), vec![30]);
+        assert_eq!(wait.select(&[(30, 0.3), (39, 0.8)], 0), vec![39]);
+        // A visible candidate that waits does not stop the fallback.
+        assert_eq!(wait.select(&[(30, 0.3), (31, 0.93)], 0), vec![30]);
+        // Off, the same candidates are decided as before.
+        wait.wait_left = 0;
+        assert_eq!(wait.select(&c, 0), vec![26, 24, 40]);
+        assert_eq!(wait.select(&[(30, 0.3), (33, 0.8)], 0), vec![33]);
     }
 
     #[test]

@@ -257,6 +257,7 @@ fn accepted_drafts_enter_visible_never_final_at_once() {
             visible: 0.9,
             stable: 0.9,
             no_adjacent: false,
+            wait_left: 0,
             verify: None,
         }),
         early_stop: false,

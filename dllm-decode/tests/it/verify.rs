@@ -160,6 +160,7 @@ fn params(verify: Option<Verify>) -> DecodeParams {
             visible: 0.7,
             stable: 0.9,
             no_adjacent: false,
+            wait_left: 0,
             verify,
         }),
         early_stop: false,
@@ -339,6 +340,7 @@ fn staged_decisions_without_mbsd_and_bad_thetas_are_named_errors() {
             visible: 0.9,
             stable: 0.8,
             no_adjacent: false,
+            wait_left: 0,
             verify: None,
         }),
         ..params(None)
@@ -390,6 +392,7 @@ fn deterministic_over_runs_and_thread_counts_with_verification() {
             visible: 0.3,
             stable: 0.99,
             no_adjacent: true,
+            wait_left: 0,
             verify: Some(verify()),
         }),
         ..params(None)

@@ -84,8 +84,8 @@ struct Args {
     pareto: bool,
     /// --pareto: the question sets, comma-separated: `tuning` (held-out long-math 1-100),
     /// `confirmation` (the confirmation generator's 1-300, held-out 101-400), `fresh` (the
-    /// confirmation generator's 301-600, held-out 401-700) and `fresh2` (its 601-900, held-out
-    /// 701-1000) [default: all four].
+    /// confirmation generator's 301-600, held-out 401-700), `fresh2` (its 601-900, held-out
+    /// 701-1000) and `fresh3` (its 901-1200, held-out 1001-1300) [default: all five].
     #[arg(long, value_delimiter = ',', value_parser = parse_set)]
     sets: Vec<QuestionSet>,
     /// --pareto: ask only the first N questions of each set (a smoke run) [default: all].
@@ -226,8 +226,8 @@ fn staged((visible, stable): (f32, f32), verify: bool) -> Decide {
     Decide::Staged(Staged {
         visible,
         stable,
-        no_adjacent: dllm_decode::params::DEFAULT_NO_ADJACENT,
         verify: verify.then(Verify::default),
+        ..Staged::default()
     })
 }
 

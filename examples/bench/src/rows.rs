@@ -363,6 +363,7 @@ mod tests {
                 visible: 0.5,
                 stable: 0.9,
                 no_adjacent: false,
+                wait_left: 0,
                 verify: Some(Verify::default()),
             }),
             ..DecodeParams::default().resolve(asked, &loaded.defaults)

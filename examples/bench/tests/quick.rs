@@ -168,10 +168,11 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
     assert!(stderr.contains("answers"), "no estimate printed: {stderr}");
     let md = std::fs::read_to_string(out.join("pareto.md")).unwrap();
     for want in [
-        "the fresh2 set chose nothing",
+        "the fresh3 set chose nothing",
         "## The tuning set",
         "## The confirmation set",
         "## The fresh2 set",
+        "## The fresh3 set",
         "| mbsd (defaults) |",
         "Wilson 95%",
         "vs vanilla: b / c, p",
@@ -202,10 +203,10 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
     assert!(j["note"]
         .as_str()
         .unwrap()
-        .contains("the fresh2 set chose nothing"));
+        .contains("the fresh3 set chose nothing"));
     assert_eq!(j["projection"]["logits_on"], "cpu");
     assert_eq!(j["projection"]["contention"], 0.98);
-    for set in ["tuning", "confirmation", "fresh", "fresh2"] {
+    for set in ["tuning", "confirmation", "fresh", "fresh2", "fresh3"] {
         let s = &j["sets"][set];
         assert_eq!(s["questions"], 2, "{set}");
         let pts = s["points"]
@@ -308,6 +309,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
             "sliding",
             "bucket fit",
             "adjacency rule",
+            "left wait",
             "joint check",
             "verification",
             "staged decisions",
@@ -321,7 +323,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
             o["mechanism"] != "verification",
             "{o}"
         );
-        for set in ["tuning", "confirmation", "fresh", "fresh2"] {
+        for set in ["tuning", "confirmation", "fresh", "fresh2", "fresh3"] {
             assert!(
                 num(&o["numbers"][set], "projected_s_per_answer") > 0.0,
                 "{o}"

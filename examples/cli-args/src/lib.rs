@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_hexagon::{HexagonConfig, HexagonDevice, OpKind, TransportConfig};
 use dllm_decode::latency::LatencyTable;
 use dllm_decode::params::{
-    DEFAULT_MAX_REMASKS, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE,
+    DEFAULT_MAX_REMASKS, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE, DEFAULT_WAIT_LEFT,
     DEFAULT_THETA_VISIBLE,
 };
 use dllm_decode::{
@@ -158,6 +158,11 @@ pub struct DecodeArgs {
     /// --theta-stable (by default they are kept apart).
     #[arg(long)]
     pub allow_adjacent: bool,
+    /// mbsd staged decisions: a candidate below --theta-stable waits while an undecided position
+    /// lies at most this many positions before it (it was predicted without its left context: a
+    /// result digit before its operand); 0 never waits.
+    #[arg(long, default_value_t = DEFAULT_WAIT_LEFT)]
+    pub wait_left: usize,
     /// mbsd verification: shadow rows beyond the latency bucket's free rows may add this fraction
     /// of the forward's latency.
     #[arg(long, default_value_t = DEFAULT_SHADOW_ALLOWANCE)]
@@ -348,6 +353,7 @@ impl DecodeArgs {
                 visible: self.theta_visible.unwrap_or(DEFAULT_THETA_VISIBLE),
                 stable: self.theta_stable.unwrap_or(DEFAULT_THETA_STABLE),
                 no_adjacent: !self.allow_adjacent,
+                wait_left: self.wait_left,
                 verify: (!self.no_verify).then_some(verify),
             }));
         }
@@ -362,6 +368,7 @@ impl DecodeArgs {
             ("--joint-check", self.joint_check.is_some()),
             ("--no-hold", self.no_hold),
             ("--allow-adjacent", self.allow_adjacent),
+            ("--wait-left", self.wait_left != DEFAULT_WAIT_LEFT),
             ("--verify-allowance", verify.allowance != d.allowance),
         ];
         match given.iter().find(|g| g.1) {

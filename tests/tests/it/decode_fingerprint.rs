@@ -120,6 +120,7 @@ fn mbsd(p: fn(Strategy) -> DecodeParams, visible: f32, stable: f32) -> DecodePar
             visible,
             stable,
             no_adjacent: false,
+            wait_left: 0,
             verify: None,
         }),
         ..p(Strategy::Mbsd(legacy()))
@@ -207,6 +208,7 @@ fn long_cases() -> Vec<Case> {
             visible: v,
             stable: 0.9,
             no_adjacent: false,
+            wait_left: 0,
             verify: None,
         })
     };

@@ -56,6 +56,7 @@ fn params() -> Vec<DecodeParams> {
             visible,
             stable: 0.9,
             no_adjacent: false,
+            wait_left: 0,
             verify,
         })
     };

@@ -78,6 +78,11 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
                 q,
             ));
         }
+        if s.wait_left > 0 {
+            let mut q = *p;
+            q.decide = Decide::Staged(dllm_decode::Staged { wait_left: 0, ..s });
+            v.push(("left wait", "no left wait (--wait-left 0)".into(), q));
+        }
         if let Some(on) = s.verify.filter(|v| v.joint != dllm_decode::Joint::Off) {
             let mut q = *p;
             let verify = Some(dllm_decode::Verify {

@@ -122,16 +122,6 @@ impl Specs {
     }
 }
 
-/// Staged decisions at `visible` / `stable`, with `no_adjacent` and `verify`.
-fn staged(visible: f32, stable: f32, no_adjacent: bool, verify: Option<Verify>) -> Decide {
-    Decide::Staged(Staged {
-        visible,
-        stable,
-        no_adjacent,
-        verify,
-    })
-}
-
 /// The verification part of a label: `verify tau 0.5` (with `, hold` / `, suspect dependents` /
 /// other non-default settings), or `no verification`.
 pub fn verify_label(v: Option<Verify>) -> String {
@@ -165,7 +155,7 @@ pub fn verify_label(v: Option<Verify>) -> String {
 /// The label of a staged configuration.
 pub fn staged_label(s: &Staged) -> String {
     format!(
-        "mbsd, theta {} / {}, {}{}",
+        "mbsd, theta {} / {}, {}{}{}",
         s.visible,
         s.stable,
         verify_label(s.verify),
@@ -173,6 +163,11 @@ pub fn staged_label(s: &Staged) -> String {
             ", adjacent apart"
         } else {
             ""
+        },
+        if s.wait_left > 0 {
+            format!(", wait left {}", s.wait_left)
+        } else {
+            String::new()
         }
     )
 }
@@ -213,7 +208,7 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         with(Strategy::Vanilla, Decide::Threshold(0.9)),
         false,
     ));
-    let no_verify = mbsd_with(&|_| {}, staged(ds.visible, ds.stable, ds.no_adjacent, None));
+    let no_verify = mbsd_with(&|_| {}, Decide::Staged(Staged { verify: None, ..ds }));
     if quick {
         v.push(spec(
             "dual-cache, threshold 0.9",
@@ -298,10 +293,12 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         joint: Joint::Off,
         ..Verify::default()
     };
+    // The grid is the decisions before the left wait too (a row below adds it).
     let at = |visible: f32, stable: f32, no_adjacent: bool, verify: Option<Verify>| Staged {
         visible,
         stable,
         no_adjacent,
+        wait_left: 0,
         verify,
     };
     for tv in [0.6f32, 0.7, 0.8, 0.85, 0.9] {
@@ -321,6 +318,11 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         ..tau(0.9, true, false)
     };
     v.push(point(at(0.7, 0.9, true, Some(joint))));
+    // ... and with the left wait (both in the defaults).
+    v.push(point(Staged {
+        wait_left: ds.wait_left,
+        ..at(0.7, 0.9, true, Some(joint))
+    }));
     for tv in [0.8f32, 0.9] {
         v.push(point(at(tv, 0.95, true, Some(tau(0.95, true, false)))));
         v.push(point(at(tv, 0.95, false, None)));
@@ -340,7 +342,7 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
     for tv in [0.5f32, 0.7, 0.8] {
         v.push(spec(
             format!("mbsd, theta {tv} / 0.9, no verification, oracle revision"),
-            mbsd_with(&|_| {}, staged(tv, 0.9, false, None)),
+            mbsd_with(&|_| {}, Decide::Staged(at(tv, 0.9, false, None))),
             true,
         ));
     }

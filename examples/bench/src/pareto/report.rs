@@ -21,7 +21,8 @@ use crate::stats::{discordant, mcnemar_exact, wilson, Z95};
 pub const CHOSEN_ON_TUNING: &str =
     "defaults are chosen on the tuning and confirmation sets (a first choice on the tuning set \
      alone fell below threshold-0.9 decoding on the confirmation set); the fresh set judged them, \
-     and again the joint check chosen after its first verdict; the fresh2 set chose nothing";
+     and again the joint check chosen after its first verdict; the fresh2 set judged that, and the \
+     left wait was chosen on all four sets after; the fresh3 set chose nothing";
 
 /// What the run was.
 pub struct Context {
