@@ -216,8 +216,7 @@ impl crate::roles::Selector for StsSelector {
             if !(c >= t.visible) {
                 break;
             }
-            let beside =
-                self.no_adjacent && chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
+            let beside = self.no_adjacent && chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
             if (beside && !(c >= t.stable)) || waits(pos, c) {
                 continue;
             }

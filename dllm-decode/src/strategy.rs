@@ -79,8 +79,9 @@ impl Strategy {
 /// Multi-block speculative decoding's switches ([`Strategy::Mbsd`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MbsdParams {
-    /// Slide the window along the commit frontier into future blocks.
-    pub sliding: bool,
+    /// Slide the window along the commit frontier into future blocks (`None`: the model family's
+    /// default, see [`MbsdParams::resolved`]).
+    pub sliding: Option<bool>,
     /// Extend the window late in a block while the latency table says it is nearly free (off by
     /// default: with the LM head's logits priced on the phone's CPU, the drafts' logits rows cost
     /// more than they save on the tuning set; see the README).
@@ -101,21 +102,22 @@ pub struct MbsdParams {
     pub draft_context: Option<f32>,
     /// Start each block's first window at the canvas's start: the block begins on K/V of the
     /// prompt and of everything generated before it recomputed with every decision so far
-    /// (Fast-dLLM dual cache's block-start refresh without the masked suffix). Off by default.
-    pub refresh: bool,
+    /// (Fast-dLLM dual cache's block-start refresh without the masked suffix). `None`: the model
+    /// family's default, see [`MbsdParams::resolved`].
+    pub refresh: Option<bool>,
 }
 
 impl Default for MbsdParams {
     fn default() -> Self {
         Self {
-            sliding: true,
+            sliding: None,
             lookahead: false,
             fit_bucket: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
             budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
             draft_context: None,
-            refresh: false,
+            refresh: None,
         }
     }
 }
@@ -137,6 +139,20 @@ impl std::str::FromStr for Strategy {
 }
 
 impl MbsdParams {
+    /// Sliding and the block-start refresh for a model with (`true`) or without shifted logits,
+    /// where the parameters leave them to the family: a model without shifted logits (LLaDA)
+    /// slides and does not refresh; a model with them (Dream) refreshes at each block start and
+    /// does not slide (chosen per family on the tuning, confirmation, fresh and fresh2 sets: on
+    /// tiny-dream-long sliding cost accuracy, and the refresh is what dual cache has that the
+    /// sliding window lacks; on tiny-llada-long the refresh bought nothing; README, *Default
+    /// decoding*).
+    pub fn resolved(self, shift_logits: bool) -> (bool, bool) {
+        (
+            self.sliding.unwrap_or(!shift_logits),
+            self.refresh.unwrap_or(shift_logits),
+        )
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         let p = |name: &'static str, reason: String| Err(DecodeError::param(name, reason));
         if !(self.allowance.is_finite() && self.allowance >= 0.0) {
@@ -157,5 +173,29 @@ impl MbsdParams {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_family_has_its_window_unless_the_parameters_say_otherwise() {
+        let d = MbsdParams::default();
+        // LLaDA slides; Dream refreshes at each block start instead.
+        assert_eq!(d.resolved(false), (true, false));
+        assert_eq!(d.resolved(true), (false, true));
+        let given = MbsdParams {
+            sliding: Some(true),
+            refresh: Some(false),
+            ..d
+        };
+        assert_eq!(given.resolved(true), (true, false));
+        let given = MbsdParams {
+            sliding: Some(false),
+            ..d
+        };
+        assert_eq!(given.resolved(false), (false, false));
     }
 }

@@ -12,7 +12,7 @@
 //! window's K/V are written back** into it, so the cache always holds the latest K/V of every
 //! position (a new block's K/V come from its own window forwards).
 //!
-//! * **Continuous sliding.** The window starts at the commit frontier: the first undecided
+//! * **Continuous sliding** (`sliding`; by default on for LLaDA, off for Dream). The window starts at the commit frontier: the first undecided
 //!   position of the block, or an earlier decided one whose cached K/V are stale (decided after the
 //!   last forward that computed it, [`DecodeView::stale`]). Positions decided and recomputed leave
 //!   it on the left, so as the block fills the window shrinks to the undecided region.
@@ -33,10 +33,11 @@
 //!   older drafts are dropped. With `draft_context`, drafts at least that confident are shown to
 //!   later forwards instead of the mask (still not decided).
 //!
-//! * **Block-start refresh** (`refresh`, off by default). A block's first window starts at the
-//!   canvas's start: the K/V of the prompt and of every generated position before the block are
-//!   recomputed with everything decided since they were cached (Fast-dLLM's dual cache recomputes
-//!   the whole canvas at each block start; this leaves the masked suffix as cached).
+//! * **Block-start refresh** (`refresh`; by default on for models with shifted logits, Dream, in
+//!   place of sliding, off for LLaDA: [`MbsdParams::resolved`]). A block's first window starts at
+//!   the canvas's start: the K/V of the prompt and of every generated position before the block
+//!   are recomputed with everything decided since they were cached (Fast-dLLM's dual cache
+//!   recomputes the whole canvas at each block start; this leaves the masked suffix as cached).
 //!
 //! With sliding and lookahead off, the window is the current block against the cache: the dual
 //! cache without its per-block whole-canvas forward.
@@ -221,7 +222,8 @@ impl WindowPolicy for MbsdWindow {
             // The generation's first forward: nothing is cached yet.
             return Ok(full(v));
         }
-        let anchor = if self.params.sliding {
+        let (sliding, refresh) = self.params.resolved(v.info.shift_logits);
+        let anchor = if sliding {
             v.frontier()
         } else {
             // The block's start, or earlier when verification sent a token of a past block back
@@ -229,7 +231,7 @@ impl WindowPolicy for MbsdWindow {
             v.block.start.min(v.frontier())
         };
         let mut start = v.stale.first().map_or(anchor, |&s| s.min(anchor));
-        if v.step_in_block == 0 && self.params.refresh {
+        if v.step_in_block == 0 && refresh {
             // The block starts on fresh K/V of everything before it (a model with shifted logits
             // has no row before position 0).
             start = usize::from(v.info.shift_logits);

@@ -63,7 +63,7 @@ impl RowSpec {
             "gen_length": p.gen_length,
             "block_length": p.block_length,
             "steps": p.steps,
-            "sliding": m.is_some_and(|m| m.sliding),
+            "sliding": m.map(|m| m.sliding),
             "lookahead": m.is_some_and(|m| m.lookahead),
             "lookahead_trigger": m.map(|m| m.trigger),
             "threshold": p.decide.threshold(),

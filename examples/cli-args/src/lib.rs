@@ -10,8 +10,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_hexagon::{HexagonConfig, HexagonDevice, OpKind, TransportConfig};
 use dllm_decode::latency::LatencyTable;
 use dllm_decode::params::{
-    DEFAULT_MAX_REMASKS, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE, DEFAULT_WAIT_LEFT,
-    DEFAULT_THETA_VISIBLE,
+    DEFAULT_MAX_REMASKS, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE,
+    DEFAULT_THETA_VISIBLE, DEFAULT_WAIT_LEFT,
 };
 use dllm_decode::{
     Decide, DecodeParams, Decoder, DreamParams, Joint, MbsdParams, Outcome, Requested, Staged,
@@ -82,9 +82,14 @@ pub struct DecodeArgs {
     /// Dream: top-k sampling.
     #[arg(long)]
     pub top_k: Option<usize>,
-    /// mbsd: keep the window on the current block (no sliding into future blocks).
-    #[arg(long)]
+    /// mbsd: keep the window on the current block (no sliding into future blocks; the default
+    /// for Dream models, which refresh at each block start instead).
+    #[arg(long, conflicts_with = "sliding")]
     pub no_sliding: bool,
+    /// mbsd: slide the window along the commit frontier into future blocks (the default for LLaDA
+    /// models).
+    #[arg(long)]
+    pub sliding: bool,
     /// mbsd: extend the window into the next block late in a block while the latency table says
     /// it is nearly free (off by default: see the README's speed/quality picture).
     #[arg(long, conflicts_with = "no_lookahead")]
@@ -114,9 +119,13 @@ pub struct DecodeArgs {
     pub draft_context: Option<f32>,
     /// mbsd: start each block's first window at the canvas's start, recomputing the K/V of the
     /// prompt and of everything generated before the block (dual cache's block-start refresh
-    /// without the masked suffix; see the README on Dream).
-    #[arg(long)]
+    /// without the masked suffix; the default for Dream models, see the README's *Default
+    /// decoding*).
+    #[arg(long, conflicts_with = "no_refresh")]
     pub refresh: bool,
+    /// mbsd: never refresh at a block start (the default for LLaDA models).
+    #[arg(long)]
+    pub no_refresh: bool,
     /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule).
     #[arg(long)]
     pub no_sts: bool,
@@ -222,6 +231,12 @@ pub fn staged_threshold(
 }
 
 /// A flag that only one decoder reads, given where it does not apply.
+/// A setting given on the command line as `--x` / `--no-x` (clap refuses both), else `None`: the
+/// decoder's per-family default.
+fn flag_pair(on: bool, off: bool) -> Option<bool> {
+    (on || off).then_some(on)
+}
+
 fn only(flag: &str, who: &str) -> dllm_decode::DecodeError {
     dllm_decode::DecodeError::InvalidParam {
         name: "strategy",
@@ -300,14 +315,14 @@ impl DecodeArgs {
     /// The window policy these flags ask for, and an error for mbsd flags without mbsd.
     fn strategy(&self) -> std::result::Result<Strategy, dllm_decode::DecodeError> {
         let m = MbsdParams {
-            sliding: !self.no_sliding,
+            sliding: flag_pair(self.sliding, self.no_sliding),
             lookahead: self.lookahead,
             fit_bucket: !self.no_bucket_fit,
             trigger: self.lookahead_trigger,
             allowance: self.lookahead_allowance,
             budget_mib: self.lookahead_budget,
             draft_context: self.draft_context,
-            refresh: self.refresh,
+            refresh: flag_pair(self.refresh, self.no_refresh),
         };
         let strategy: Strategy = self.strategy.parse()?;
         if strategy.is_mbsd() {
@@ -315,7 +330,8 @@ impl DecodeArgs {
         }
         let d = MbsdParams::default();
         let given = [
-            ("--no-sliding", m.sliding != d.sliding),
+            ("--no-sliding", self.no_sliding),
+            ("--sliding", self.sliding),
             ("--lookahead", self.lookahead),
             ("--no-lookahead", self.no_lookahead),
             ("--no-bucket-fit", m.fit_bucket != d.fit_bucket),
@@ -324,6 +340,7 @@ impl DecodeArgs {
             ("--lookahead-budget", m.budget_mib != d.budget_mib),
             ("--draft-context", m.draft_context.is_some()),
             ("--refresh", self.refresh),
+            ("--no-refresh", self.no_refresh),
             ("--latency-table", self.latency_table.is_some()),
             ("--no-sts", self.no_sts),
         ];

@@ -252,7 +252,7 @@ fn long_cases() -> Vec<Case> {
         case(
             "mbsd no sliding/lookahead",
             mbsd_with(p, staged(0.9), |m| {
-                m.sliding = false;
+                m.sliding = Some(false);
                 m.lookahead = false;
             }),
         ),
@@ -448,12 +448,13 @@ const TINY_DREAM_CPU: &[(&str, u64)] = &[
     ("dream origin sampled", 0xa2a9868366990e72),
     ("dream alg_temp sampled", 0x518a783f6040bf2d),
     ("dual-cache threshold 0.9", 0x0c828b5692141b1d),
-    ("mbsd", 0x1cfc858958c9fb84),
+    // Dream's mbsd refreshes at each block start instead of sliding (the family's window).
+    ("mbsd", 0x8b1a16ad58b74c7d),
 ];
 const TINY_DREAM_LONG_CPU: &[(&str, u64)] = &[
     ("prefix-cache threshold 0.9", 0x0024569763108b17),
-    ("mbsd", 0x9c147119a56d675c),
-    ("mbsd 0.7/0.9", 0x1016dd8afd66246a),
+    ("mbsd", 0xff981ce9e7301df4),
+    ("mbsd 0.7/0.9", 0xa753ace06e243695),
 ];
 const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("dual-cache threshold 0.9", 0x4fc242637f657d87),

@@ -232,13 +232,14 @@ fn mbsd_without_sliding_decides_again_what_verification_sends_back_in_a_past_blo
     let qs = dllm_tasks::eval::QuestionSet::Tuning.questions()[50..60].to_vec();
     let params = long_params(
         Strategy::Mbsd(MbsdParams {
-            sliding: false,
+            sliding: Some(false),
             ..Default::default()
         }),
         // The staged decisions under which the fault showed (the defaults of the time).
         Decide::Staged(Staged {
             visible: 0.8,
             stable: 0.9,
+            wait_left: 0,
             verify: Some(dllm_decode::Verify {
                 tau_back: 0.9,
                 joint: dllm_decode::Joint::Off,

@@ -51,11 +51,11 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             with_m(&|m| m.lookahead = true),
         ));
     }
-    if m.sliding {
+    if m.sliding != Some(false) {
         v.push((
             "sliding",
             "no sliding".into(),
-            with_m(&|m| m.sliding = false),
+            with_m(&|m| m.sliding = Some(false)),
         ));
     }
     if m.fit_bucket {
@@ -301,7 +301,7 @@ mod tests {
             let (m, pm) = (q.strategy.mbsd().unwrap(), p.strategy.mbsd().unwrap());
             let diffs = [
                 m.lookahead != pm.lookahead,
-                !m.sliding,
+                m.sliding == Some(false),
                 !m.fit_bucket,
                 q.decide.staged().is_some_and(|s| !s.no_adjacent),
                 q.decide

@@ -199,8 +199,8 @@ fn defaults_text() -> String {
     let on_off = |b: bool| if b { "on" } else { "off" };
     format!(
         "`mbsd (defaults)` is mbsd at the decoder's defaults: theta {} / {}, {}; decisions below \
-         theta_stable {}; sliding {}, lookahead {} (trigger {}), bucket fit {}, selective logits \
-         on.",
+         theta_stable {}, waiting for their left context within {} positions; {}, lookahead {} \
+         (trigger {}), bucket fit {}, selective logits on.",
         s.visible,
         s.stable,
         verify_label(s.verify),
@@ -209,7 +209,19 @@ fn defaults_text() -> String {
         } else {
             "may be adjacent"
         },
-        on_off(m.sliding),
+        s.wait_left,
+        match (m.resolved(false), m.resolved(true)) {
+            ((true, false), (false, true)) => "sliding on LLaDA models; on Dream models (shifted \
+                 logits) no sliding and a refresh at each block start"
+                .to_string(),
+            ((sl, rl), (sd, rd)) => format!(
+                "sliding {} / refresh {} on LLaDA, sliding {} / refresh {} on Dream",
+                on_off(sl),
+                on_off(rl),
+                on_off(sd),
+                on_off(rd)
+            ),
+        },
         on_off(m.lookahead),
         m.trigger,
         on_off(m.fit_bucket),
