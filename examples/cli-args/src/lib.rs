@@ -35,9 +35,9 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub steps: Option<usize>,
     /// mbsd (multi-block speculative decoding with staged decisions and verification: on 600
-    /// long-math questions nothing was chosen on, tiny-llada-long 98.5% vs threshold-0.9's 96.8%
-    /// and vanilla's 99.7%, at 0.70x dual-cache's projected latency but more forwards; below
-    /// dual-cache on tiny-dream-long, see the README), vanilla (the model's reference
+    /// long-math questions nothing was chosen on, tiny-llada-long 99.8% vs threshold-0.9's 97.2%
+    /// and vanilla's 99.3%, at 0.70x dual-cache's projected latency but more forwards; Dream
+    /// models refresh at each block start instead of sliding, see the README), vanilla (the model's reference
     /// algorithm, one token per step by default), prefix-cache or dual-cache (Fast-dLLM).
     #[arg(long, default_value = "mbsd")]
     pub strategy: String,

@@ -289,6 +289,7 @@ mod tests {
                 "sliding",
                 "bucket fit",
                 "adjacency rule",
+                "left wait",
                 "joint check",
                 "verification",
                 "staged decisions",
@@ -304,6 +305,7 @@ mod tests {
                 m.sliding == Some(false),
                 !m.fit_bucket,
                 q.decide.staged().is_some_and(|s| !s.no_adjacent),
+                q.decide.staged().is_some_and(|s| s.wait_left == 0),
                 q.decide
                     .staged()
                     .and_then(|s| s.verify)

@@ -611,7 +611,7 @@ mod tests {
             assert!(s.same.contains(&(defaults_point, DEFAULTS.to_string())));
         }
         assert!(
-            (38..=60).contains(&s.rows.len()),
+            (38..=70).contains(&s.rows.len()),
             "{} configurations",
             s.rows.len()
         );
