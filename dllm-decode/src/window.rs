@@ -12,8 +12,9 @@
 //! window's K/V are written back** into it, so the cache always holds the latest K/V of every
 //! position (a new block's K/V come from its own window forwards).
 //!
-//! * **Continuous sliding** (`sliding`; by default on for LLaDA, off for Dream). The window starts at the commit frontier: the first undecided
-//!   position of the block, or an earlier decided one whose cached K/V are stale (decided after the
+//! * **Continuous sliding** (`sliding`; by default on for LLaDA, off for Dream). The window
+//!   starts at the commit frontier: the first undecided position of the block, or an earlier
+//!   decided one whose cached K/V are stale (decided after the
 //!   last forward that computed it, [`DecodeView::stale`]). Positions decided and recomputed leave
 //!   it on the left, so as the block fills the window shrinks to the undecided region.
 //! * **Bucket fit.** On a latency table in tile buckets, a window a few positions wider than a

@@ -37,8 +37,9 @@ pub struct DecodeArgs {
     /// mbsd (multi-block speculative decoding with staged decisions and verification: on 600
     /// long-math questions nothing was chosen on, tiny-llada-long 99.8% vs threshold-0.9's 97.2%
     /// and vanilla's 99.3%, at 0.70x dual-cache's projected latency but more forwards; Dream
-    /// models refresh at each block start instead of sliding, see the README), vanilla (the model's reference
-    /// algorithm, one token per step by default), prefix-cache or dual-cache (Fast-dLLM).
+    /// models refresh at each block start instead of sliding, see the README), vanilla (the
+    /// model's reference algorithm, one token per step by default), prefix-cache or dual-cache
+    /// (Fast-dLLM).
     #[arg(long, default_value = "mbsd")]
     pub strategy: String,
     /// Parallel decoding: unmask every masked token of the block with confidence >= this
