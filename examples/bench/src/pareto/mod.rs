@@ -280,28 +280,16 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
     ));
     // The defaults with each family's window: the block-start refresh in place of sliding
     // (Dream's default), and sliding without it (LLaDA's).
-    v.push(spec(
-        "mbsd, no sliding, refresh (--no-sliding --refresh)",
-        mbsd_with(
-            &|m| {
-                m.sliding = Some(false);
-                m.refresh = Some(true)
-            },
-            d,
-        ),
-        false,
-    ));
-    v.push(spec(
-        "mbsd, sliding, no refresh (--sliding --no-refresh)",
-        mbsd_with(
-            &|m| {
-                m.sliding = Some(true);
-                m.refresh = Some(false)
-            },
-            d,
-        ),
-        false,
-    ));
+    for (label, sliding) in [
+        ("mbsd, no sliding, refresh (--no-sliding --refresh)", false),
+        ("mbsd, sliding, no refresh (--sliding --no-refresh)", true),
+    ] {
+        let window = |m: &mut MbsdParams| {
+            m.sliding = Some(sliding);
+            m.refresh = Some(!sliding)
+        };
+        v.push(spec(label, mbsd_with(&window, d), false));
+    }
     let point = |s: Staged| {
         spec(
             staged_label(&s),
