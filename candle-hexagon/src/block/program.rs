@@ -228,10 +228,55 @@ pub(crate) struct Heads {
     pub(crate) head_dim: usize,
 }
 
-impl Program {
-    /// Check every operand, row set and weight use; returns the sizes the weights must have.
-    pub(crate) fn check(&self, g: Heads) -> Result<Checked> {
-        let p = self;
+/// A problem found at a node or output, before its site is attached.
+type Found<T> = std::result::Result<T, ProgramProblem>;
+
+/// Record that weight `i` is used with `val` (its size): a second use must agree.
+fn note<T: PartialEq + Copy>(
+    v: &mut Vec<Option<T>>,
+    i: usize,
+    val: T,
+    conflict: fn(usize, T, T) -> ProgramProblem,
+) -> Found<()> {
+    if v.len() <= i {
+        v.resize(i + 1, None);
+    }
+    match v[i] {
+        Some(old) if old != val => Err(conflict(i, old, val)),
+        _ => {
+            v[i] = Some(val);
+            Ok(())
+        }
+    }
+}
+
+/// Weight indices and their sizes, every index used.
+fn dense<T>(v: Vec<Option<T>>, what: &'static str) -> Result<Vec<T>> {
+    v.into_iter()
+        .enumerate()
+        .map(|(index, x)| x.ok_or_else(|| whole(ProgramProblem::Unused { what, index })))
+        .collect()
+}
+
+/// One check of a [`Program`], node by node: per activation the row set and kind its last write
+/// gave it, per weight index the size its first use gave it.
+struct Checker<'a> {
+    p: &'a Program,
+    g: Heads,
+    /// Per activation: `Some(false)` window rows, `Some(true)` selected rows, `None` unwritten.
+    selected: Vec<Option<bool>>,
+    kinds: Vec<Option<Kind>>,
+    layer_mats: Vec<Option<(usize, usize)>>,
+    tail_mats: Vec<Option<(usize, usize)>>,
+    layer_vecs: Vec<Option<usize>>,
+    tail_vecs: Vec<Option<usize>>,
+    layer_sel: Vec<bool>,
+    tail_sel: Vec<bool>,
+}
+
+impl<'a> Checker<'a> {
+    /// The activations as declared: the input among them, none without columns.
+    fn new(p: &'a Program, g: Heads) -> Result<Self> {
         let na = p.acts.len();
         if na == 0 || p.input >= na {
             return Err(whole(ProgramProblem::InputIndex {
@@ -239,279 +284,285 @@ impl Program {
                 count: na,
             }));
         }
-        for (name, w) in &p.acts {
-            if *w == 0 {
-                return Err(whole(ProgramProblem::ZeroColumns { name: name.clone() }));
-            }
+        if let Some((name, _)) = p.acts.iter().find(|(_, w)| *w == 0) {
+            return Err(whole(ProgramProblem::ZeroColumns { name: name.clone() }));
         }
-        let name = |c: &Cols| p.acts.get(c.act).map_or("?", |a| a.0.as_str()).to_string();
-        let in_bounds = |c: &Cols| -> std::result::Result<(), ProgramProblem> {
-            match p.acts.get(c.act) {
-                Some((_, w)) if c.len > 0 && c.start + c.len <= *w => Ok(()),
-                Some((n, w)) => Err(ProgramProblem::Columns {
-                    name: n.clone(),
-                    start: c.start,
-                    end: c.start + c.len,
-                    width: *w,
-                }),
-                None => Err(ProgramProblem::NoActivation {
-                    act: c.act,
-                    count: na,
-                }),
-            }
+        let mut c = Checker {
+            p,
+            g,
+            selected: vec![None; na],
+            kinds: vec![None; na],
+            layer_mats: Vec::new(),
+            tail_mats: Vec::new(),
+            layer_vecs: Vec::new(),
+            tail_vecs: Vec::new(),
+            layer_sel: Vec::new(),
+            tail_sel: Vec::new(),
         };
-        // Row sets: false = window rows, true = selected rows.
-        let mut selected: Vec<Option<bool>> = vec![None; na];
-        let mut kinds: Vec<Option<Kind>> = vec![None; na];
-        selected[p.input] = Some(false);
-        kinds[p.input] = Some(Kind::Layer);
-        let mut layer_mats: Vec<Option<(usize, usize)>> = Vec::new();
-        let mut tail_mats: Vec<Option<(usize, usize)>> = Vec::new();
-        let mut layer_vecs: Vec<Option<usize>> = Vec::new();
-        let (mut layer_sel, mut tail_sel) = (Vec::new(), Vec::new());
-        let mut tail_vecs: Vec<Option<usize>> = Vec::new();
-        fn note<T: PartialEq + Copy>(
-            v: &mut Vec<Option<T>>,
-            i: usize,
-            val: T,
-            conflict: fn(usize, T, T) -> ProgramProblem,
-        ) -> std::result::Result<(), ProgramProblem> {
-            if v.len() <= i {
-                v.resize(i + 1, None);
-            }
-            match v[i] {
-                Some(old) if old != val => Err(conflict(i, old, val)),
-                _ => {
-                    v[i] = Some(val);
-                    Ok(())
-                }
-            }
+        c.selected[p.input] = Some(false);
+        c.kinds[p.input] = Some(Kind::Layer);
+        Ok(c)
+    }
+
+    fn name(&self, c: &Cols) -> String {
+        self.p
+            .acts
+            .get(c.act)
+            .map_or("?", |a| a.0.as_str())
+            .to_string()
+    }
+
+    fn in_bounds(&self, c: &Cols) -> Found<()> {
+        match self.p.acts.get(c.act) {
+            Some((_, w)) if c.len > 0 && c.start + c.len <= *w => Ok(()),
+            Some((n, w)) => Err(ProgramProblem::Columns {
+                name: n.clone(),
+                start: c.start,
+                end: c.start + c.len,
+                width: *w,
+            }),
+            None => Err(ProgramProblem::NoActivation {
+                act: c.act,
+                count: self.p.acts.len(),
+            }),
         }
-        for (part, nodes) in [("layer", &p.layer), ("tail", &p.tail)] {
-            let tail = part == "tail";
-            for (j, node) in nodes.iter().enumerate() {
-                let site = ProgramSite::Node {
-                    part,
-                    index: j,
-                    label: node.label(),
-                };
-                let at = |e: ProgramProblem| bad(site, e);
-                let (reads, writes) = node.operands();
-                for c in reads.iter().chain(&writes) {
-                    in_bounds(c).map_err(at)?;
+    }
+
+    fn same(&self, a: &Cols, b: &Cols) -> Found<()> {
+        if a.len != b.len {
+            return Err(ProgramProblem::ColumnCounts {
+                a: self.name(a),
+                a_len: a.len,
+                b: self.name(b),
+                b_len: b.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// One node: operands in bounds and on one row set, its shape, then what it writes.
+    fn node(&mut self, tail: bool, node: &Node) -> Found<()> {
+        let (reads, writes) = node.operands();
+        for c in reads.iter().chain(&writes) {
+            self.in_bounds(c)?;
+        }
+        let mut row_set = None;
+        for c in &reads {
+            let s = self.selected[c.act]
+                .ok_or_else(|| ProgramProblem::ReadBeforeWrite { name: self.name(c) })?;
+            if row_set.is_some_and(|r| r != s) {
+                return Err(ProgramProblem::MixedRowSets);
+            }
+            row_set = Some(s);
+        }
+        let row_set = row_set.unwrap_or(false);
+        self.shape(tail, row_set, node)?;
+        if tail {
+            self.tail_sel.push(row_set)
+        } else {
+            self.layer_sel.push(row_set)
+        }
+        let out_set = matches!(node, Node::SelectRows { .. }) || row_set;
+        for c in &writes {
+            // An activation holds the rows of its last write; in-place updates keep them.
+            self.selected[c.act] = Some(out_set);
+            if reads.contains(c) {
+                continue;
+            }
+            let kind = match (node, tail) {
+                (Node::SelectRows { .. }, _) => Kind::Selected,
+                (_, false) => Kind::Layer,
+                (_, true) => Kind::Tail,
+            };
+            self.kinds[c.act] = Some(match (self.kinds[c.act], kind) {
+                (None, k) => k,
+                (Some(old), k) if old == k && k != Kind::Selected => k,
+                (Some(Kind::Layer), Kind::Tail) => Kind::Layer,
+                _ => return Err(ProgramProblem::SelectionRewritten { name: self.name(c) }),
+            });
+        }
+        Ok(())
+    }
+
+    /// A node's own rules: column counts, weight sizes, head geometry, where it may run.
+    fn shape(&mut self, tail: bool, row_set: bool, node: &Node) -> Found<()> {
+        let (g, hd) = (self.g, self.g.head_dim);
+        let whole_act = |c: &Cols| c.start == 0 && c.len == self.p.acts[c.act].1;
+        match node {
+            Node::RmsNorm {
+                x,
+                weight,
+                out,
+                eps,
+            } => {
+                self.same(x, out)?;
+                if !(eps.is_finite() && *eps >= 0.0) {
+                    return Err(ProgramProblem::Eps { value: *eps });
                 }
-                let mut row_set = None;
-                for c in &reads {
-                    let s = selected[c.act]
-                        .ok_or_else(|| at(ProgramProblem::ReadBeforeWrite { name: name(c) }))?;
-                    if row_set.is_some_and(|r| r != s) {
-                        return Err(at(ProgramProblem::MixedRowSets));
-                    }
-                    row_set = Some(s);
-                }
-                let row_set = row_set.unwrap_or(false);
-                let same = |a: &Cols, b: &Cols| -> Result<()> {
-                    if a.len != b.len {
-                        return Err(at(ProgramProblem::ColumnCounts {
-                            a: name(a),
-                            a_len: a.len,
-                            b: name(b),
-                            b_len: b.len,
-                        }));
-                    }
-                    Ok(())
-                };
-                let hd = g.head_dim;
-                match node {
-                    Node::RmsNorm {
-                        x,
-                        weight,
-                        out,
-                        eps,
-                    } => {
-                        same(x, out)?;
-                        if !(eps.is_finite() && *eps >= 0.0) {
-                            return Err(at(ProgramProblem::Eps { value: *eps }));
-                        }
-                        let v = if tail {
-                            &mut tail_vecs
-                        } else {
-                            &mut layer_vecs
-                        };
-                        let conflict = |index, first, second| ProgramProblem::VectorUse {
-                            index,
-                            first,
-                            second,
-                        };
-                        note(v, *weight, x.len, conflict).map_err(at)?;
-                    }
-                    Node::MatMul { x, weight, out } => {
-                        for c in [x, out] {
-                            if c.start != 0 || c.len != p.acts[c.act].1 {
-                                return Err(at(ProgramProblem::PartialMatMul { name: name(c) }));
-                            }
-                        }
-                        let m = if tail {
-                            &mut tail_mats
-                        } else {
-                            &mut layer_mats
-                        };
-                        let conflict = |index, first, second| ProgramProblem::MatrixUse {
-                            index,
-                            first,
-                            second,
-                        };
-                        note(m, *weight, (out.len, x.len), conflict).map_err(at)?;
-                    }
-                    Node::Add { acc, x } => same(acc, x)?,
-                    Node::SwiGlu { gate, up, out } => {
-                        same(gate, up)?;
-                        same(gate, out)?;
-                    }
-                    Node::Rope { x } => {
-                        if !x.len.is_multiple_of(hd) {
-                            return Err(at(ProgramProblem::NotWholeHeads {
-                                columns: x.len,
-                                head_dim: hd,
-                            }));
-                        }
-                    }
-                    Node::CacheKeysRoped { x } | Node::CacheValues { x } => {
-                        if tail || row_set {
-                            return Err(at(ProgramProblem::CacheOutsideWindow));
-                        }
-                        if x.len != g.kv_heads * hd {
-                            return Err(at(ProgramProblem::CacheWidth {
-                                columns: x.len,
-                                expected: g.kv_heads * hd,
-                            }));
-                        }
-                    }
-                    Node::SelectRows { x, out } => {
-                        same(x, out)?;
-                        if tail || row_set {
-                            return Err(at(ProgramProblem::SelectOutsideLayer));
-                        }
-                        if out.start != 0
-                            || out.len != p.acts[out.act].1
-                            || kinds[out.act].is_some()
-                        {
-                            return Err(at(ProgramProblem::SelectionOutput { name: name(out) }));
-                        }
-                    }
-                    Node::Attention { q, out, scale } => {
-                        same(q, out)?;
-                        if tail {
-                            return Err(at(ProgramProblem::AttentionInTail));
-                        }
-                        if q.len != g.heads * hd {
-                            return Err(at(ProgramProblem::QueryWidth {
-                                columns: q.len,
-                                heads: g.heads,
-                                head_dim: hd,
-                            }));
-                        }
-                        if !scale.is_finite() {
-                            return Err(at(ProgramProblem::Scale { value: *scale }));
-                        }
-                    }
-                }
-                let out_set = matches!(node, Node::SelectRows { .. }) || row_set;
-                if tail {
-                    tail_sel.push(row_set)
+                let v = if tail {
+                    &mut self.tail_vecs
                 } else {
-                    layer_sel.push(row_set)
+                    &mut self.layer_vecs
+                };
+                let conflict = |index, first, second| ProgramProblem::VectorUse {
+                    index,
+                    first,
+                    second,
+                };
+                note(v, *weight, x.len, conflict)?;
+            }
+            Node::MatMul { x, weight, out } => {
+                if let Some(c) = [x, out].into_iter().find(|c| !whole_act(c)) {
+                    return Err(ProgramProblem::PartialMatMul { name: self.name(c) });
                 }
-                for c in &writes {
-                    // An activation holds the rows of its last write; in-place updates keep them.
-                    let in_place = reads.contains(c);
-                    selected[c.act] = Some(out_set);
-                    if in_place {
-                        continue;
-                    }
-                    let kind = match (node, tail) {
-                        (Node::SelectRows { .. }, _) => Kind::Selected,
-                        (_, false) => Kind::Layer,
-                        (_, true) => Kind::Tail,
-                    };
-                    kinds[c.act] = Some(match (kinds[c.act], kind) {
-                        (None, k) => k,
-                        (Some(old), k) if old == k && k != Kind::Selected => k,
-                        (Some(Kind::Layer), Kind::Tail) => Kind::Layer,
-                        _ => return Err(at(ProgramProblem::SelectionRewritten { name: name(c) })),
+                let m = if tail {
+                    &mut self.tail_mats
+                } else {
+                    &mut self.layer_mats
+                };
+                let conflict = |index, first, second| ProgramProblem::MatrixUse {
+                    index,
+                    first,
+                    second,
+                };
+                note(m, *weight, (out.len, x.len), conflict)?;
+            }
+            Node::Add { acc, x } => self.same(acc, x)?,
+            Node::SwiGlu { gate, up, out } => {
+                self.same(gate, up)?;
+                self.same(gate, out)?;
+            }
+            Node::Rope { x } => {
+                if !x.len.is_multiple_of(hd) {
+                    return Err(ProgramProblem::NotWholeHeads {
+                        columns: x.len,
+                        head_dim: hd,
                     });
                 }
             }
-            if !tail {
-                let o = &p.layer_output;
-                in_bounds(o).map_err(|e| bad(ProgramSite::LayerOutput, e))?;
-                if selected[o.act].is_none() {
-                    return Err(whole(ProgramProblem::Unwritten {
-                        what: "the layer output",
-                        name: name(o),
-                    }));
+            Node::CacheKeysRoped { x } | Node::CacheValues { x } => {
+                if tail || row_set {
+                    return Err(ProgramProblem::CacheOutsideWindow);
                 }
-                // Without selection the layer output must be the input itself.
-                let mut a = o.act;
-                let mut start = o.start;
-                while a != p.input {
-                    let src = p.layer.iter().find_map(|n| match n {
-                        Node::SelectRows { x, out } if out.act == a => Some(*x),
-                        _ => None,
+                if x.len != g.kv_heads * hd {
+                    return Err(ProgramProblem::CacheWidth {
+                        columns: x.len,
+                        expected: g.kv_heads * hd,
                     });
-                    match src {
-                        Some(x) => {
-                            a = x.act;
-                            start += x.start;
-                        }
-                        None => {
-                            return Err(whole(ProgramProblem::NotTheInput {
-                                output: name(o),
-                                input: p.acts[p.input].0.clone(),
-                            }))
-                        }
-                    }
                 }
-                if start != 0 || o.len != p.acts[p.input].1 {
-                    return Err(whole(ProgramProblem::PartialLayerOutput));
+            }
+            Node::SelectRows { x, out } => {
+                self.same(x, out)?;
+                if tail || row_set {
+                    return Err(ProgramProblem::SelectOutsideLayer);
+                }
+                if !whole_act(out) || self.kinds[out.act].is_some() {
+                    return Err(ProgramProblem::SelectionOutput {
+                        name: self.name(out),
+                    });
+                }
+            }
+            Node::Attention { q, out, scale } => {
+                self.same(q, out)?;
+                if tail {
+                    return Err(ProgramProblem::AttentionInTail);
+                }
+                if q.len != g.heads * hd {
+                    return Err(ProgramProblem::QueryWidth {
+                        columns: q.len,
+                        heads: g.heads,
+                        head_dim: hd,
+                    });
+                }
+                if !scale.is_finite() {
+                    return Err(ProgramProblem::Scale { value: *scale });
                 }
             }
         }
-        in_bounds(&p.output).map_err(|e| bad(ProgramSite::Output, e))?;
-        if selected[p.output.act].is_none() {
+        Ok(())
+    }
+
+    /// The layer's output: written, and the whole input itself (through row selections only),
+    /// so the next layer reads what this one wrote.
+    fn layer_output(&self) -> Result<()> {
+        let p = self.p;
+        let o = &p.layer_output;
+        self.in_bounds(o)
+            .map_err(|e| bad(ProgramSite::LayerOutput, e))?;
+        if self.selected[o.act].is_none() {
             return Err(whole(ProgramProblem::Unwritten {
-                what: "the output",
-                name: name(&p.output),
+                what: "the layer output",
+                name: self.name(o),
             }));
         }
-        let unused = |what, index| whole(ProgramProblem::Unused { what, index });
-        let dense = |v: Vec<Option<usize>>, what: &'static str| -> Result<Vec<usize>> {
-            v.into_iter()
-                .enumerate()
-                .map(|(i, x)| x.ok_or_else(|| unused(what, i)))
-                .collect()
-        };
-        let dense2 =
-            |v: Vec<Option<(usize, usize)>>, what: &'static str| -> Result<Vec<(usize, usize)>> {
-                v.into_iter()
-                    .enumerate()
-                    .map(|(i, x)| x.ok_or_else(|| unused(what, i)))
-                    .collect()
+        let (mut a, mut start) = (o.act, o.start);
+        while a != p.input {
+            let src = p.layer.iter().find_map(|n| match n {
+                Node::SelectRows { x, out } if out.act == a => Some(*x),
+                _ => None,
+            });
+            let Some(x) = src else {
+                return Err(whole(ProgramProblem::NotTheInput {
+                    output: self.name(o),
+                    input: p.acts[p.input].0.clone(),
+                }));
             };
+            a = x.act;
+            start += x.start;
+        }
+        if start != 0 || o.len != p.acts[p.input].1 {
+            return Err(whole(ProgramProblem::PartialLayerOutput));
+        }
+        Ok(())
+    }
+
+    /// The program's output written; every weight index used.
+    fn finish(self) -> Result<Checked> {
+        let p = self.p;
+        self.in_bounds(&p.output)
+            .map_err(|e| bad(ProgramSite::Output, e))?;
+        if self.selected[p.output.act].is_none() {
+            return Err(whole(ProgramProblem::Unwritten {
+                what: "the output",
+                name: self.name(&p.output),
+            }));
+        }
         Ok(Checked {
             program: p.clone(),
-            kinds: kinds
+            kinds: self
+                .kinds
                 .into_iter()
                 .map(|k| k.unwrap_or(Kind::Layer))
                 .collect(),
             selects: p.layer.iter().any(|n| matches!(n, Node::SelectRows { .. })),
-            layer_sel,
-            tail_sel,
-            layer_mats: dense2(layer_mats, "layer matrix")?,
-            tail_mats: dense2(tail_mats, "tail matrix")?,
-            layer_vecs: dense(layer_vecs, "layer vector")?,
-            tail_vecs: dense(tail_vecs, "tail vector")?,
+            layer_sel: self.layer_sel,
+            tail_sel: self.tail_sel,
+            layer_mats: dense(self.layer_mats, "layer matrix")?,
+            tail_mats: dense(self.tail_mats, "tail matrix")?,
+            layer_vecs: dense(self.layer_vecs, "layer vector")?,
+            tail_vecs: dense(self.tail_vecs, "tail vector")?,
         })
+    }
+}
+
+impl Program {
+    /// Check every operand, row set and weight use; returns the sizes the weights must have.
+    pub(crate) fn check(&self, g: Heads) -> Result<Checked> {
+        let mut c = Checker::new(self, g)?;
+        for (part, nodes) in [("layer", &self.layer), ("tail", &self.tail)] {
+            for (index, node) in nodes.iter().enumerate() {
+                let site = ProgramSite::Node {
+                    part,
+                    index,
+                    label: node.label(),
+                };
+                c.node(part == "tail", node).map_err(|e| bad(site, e))?;
+            }
+            if part == "layer" {
+                c.layer_output()?;
+            }
+        }
+        c.finish()
     }
 
     /// The widest activation (for the routing entry point).
