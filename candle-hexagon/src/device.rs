@@ -74,6 +74,15 @@ impl std::fmt::Debug for HexagonDevice {
     }
 }
 
+/// A dimension the kernels cannot take (`0`, or past [`MAX_DIM`]), as the reason.
+fn too_big(what: &str, v: usize) -> Option<Support> {
+    (v == 0 || v > MAX_DIM).then(|| {
+        Support::No(Reason::Shape(format!(
+            "{what} = {v} is outside 1..={MAX_DIM}"
+        )))
+    })
+}
+
 impl HexagonDevice {
     /// Open a session ([`Error::Unsupported`] on targets without memfd shared memory).
     pub fn open(cfg: HexagonConfig) -> Result<Self> {
@@ -221,13 +230,6 @@ impl HexagonDevice {
                 "{dt:?} activations (the kernels take f32 and f16; bf16 is converted)"
             )));
         }
-        let too_big = |what: &str, v: usize| -> Option<Support> {
-            (v == 0 || v > MAX_DIM).then(|| {
-                Support::No(Reason::Shape(format!(
-                    "{what} = {v} is outside 1..={MAX_DIM}"
-                )))
-            })
-        };
         match op {
             OpDesc::Linear {
                 weights,
@@ -235,47 +237,7 @@ impl HexagonDevice {
                 k,
                 rows,
                 ..
-            } => {
-                let tier = match weights {
-                    WeightFormat::Dense(wdt) => {
-                        if !matches!(wdt, DType::F32 | DType::F16 | DType::BF16) {
-                            return Support::No(Reason::Dtype(format!(
-                                "{wdt:?} weights (dense weights must be float)"
-                            )));
-                        }
-                        Tier::Hmx
-                    }
-                    WeightFormat::Q4_0 => {
-                        if k % 32 != 0 {
-                            return Support::No(Reason::Alignment(format!(
-                                "Q4_0 rows of {k} values are not whole 32-value blocks"
-                            )));
-                        }
-                        Tier::Hvx
-                    }
-                    WeightFormat::OtherQuant(name) => {
-                        return Support::No(Reason::Dtype(format!(
-                            "{name} weights (the NPU kernels take Q4_0 and dense weights)"
-                        )))
-                    }
-                };
-                if let Some(s) = too_big("n", *n).or_else(|| too_big("k", *k)) {
-                    return s;
-                }
-                if *rows == 0 {
-                    let bytes = crate::layout::packed_len(weights, *n, *k);
-                    let arena = self.inner.arena.lock().expect("arena lock");
-                    if let Err(e) = arena.check(&self.inner.mem, bytes) {
-                        return Support::No(Reason::from_error(&e).unwrap_or(Reason::VaBudget {
-                            need: bytes as u64,
-                            have: 0,
-                        }));
-                    }
-                } else if let Some(s) = too_big("rows", *rows) {
-                    return s;
-                }
-                Support::Yes(tier)
-            }
+            } => self.supports_linear(weights, *n, *k, *rows),
             OpDesc::FlashAttn {
                 q_len,
                 kv_len,
@@ -341,6 +303,50 @@ impl HexagonDevice {
                     .unwrap_or(Support::Yes(Tier::Hvx))
             }
         }
+    }
+
+    /// [`Self::supports`] for a linear layer: its weight format's unit and alignment, its shape,
+    /// and at load time (`rows == 0`) whether its packed weights fit the NPU address window.
+    fn supports_linear(&self, weights: &WeightFormat, n: usize, k: usize, rows: usize) -> Support {
+        let tier = match weights {
+            WeightFormat::Dense(wdt) => {
+                if !matches!(wdt, DType::F32 | DType::F16 | DType::BF16) {
+                    return Support::No(Reason::Dtype(format!(
+                        "{wdt:?} weights (dense weights must be float)"
+                    )));
+                }
+                Tier::Hmx
+            }
+            WeightFormat::Q4_0 => {
+                if k % 32 != 0 {
+                    return Support::No(Reason::Alignment(format!(
+                        "Q4_0 rows of {k} values are not whole 32-value blocks"
+                    )));
+                }
+                Tier::Hvx
+            }
+            WeightFormat::OtherQuant(name) => {
+                return Support::No(Reason::Dtype(format!(
+                    "{name} weights (the NPU kernels take Q4_0 and dense weights)"
+                )))
+            }
+        };
+        if let Some(s) = too_big("n", n).or_else(|| too_big("k", k)) {
+            return s;
+        }
+        if rows == 0 {
+            let bytes = crate::layout::packed_len(weights, n, k);
+            let arena = self.inner.arena.lock().expect("arena lock");
+            if let Err(e) = arena.check(&self.inner.mem, bytes) {
+                return Support::No(Reason::from_error(&e).unwrap_or(Reason::VaBudget {
+                    need: bytes as u64,
+                    have: 0,
+                }));
+            }
+        } else if let Some(s) = too_big("rows", rows) {
+            return s;
+        }
+        Support::Yes(tier)
     }
 
     /// Run one call where [`Self::supports`] sends it, and count it with its wall time: on the

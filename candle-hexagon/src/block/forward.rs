@@ -10,10 +10,11 @@ use kernels_dsp::*;
 
 use super::handle::ForwardHandle;
 use super::kv::DeviceKv;
-use super::plan::{bucket_of, layer_batches, ShapeKey, ShapePlan};
+use super::plan::{bucket_of, layer_batches, ActPlan, ShapeKey, ShapePlan};
 use super::HexTransformer;
 use crate::device::{HexagonDevice, PlanKey};
 use crate::error::{Error, InputProblem, Result};
+use crate::memory::DeviceBuffer;
 use crate::ops::{rows, typed_mut, Wire};
 use crate::routing::{Decision, OpKind, Reason};
 use crate::runtime::pager::Pager;
@@ -91,18 +92,24 @@ fn shape_plan(t: &HexTransformer, key: ShapeKey, kv: &DeviceKv, len: usize) -> A
     p
 }
 
-/// [`HexTransformer::submit`].
-pub(crate) fn submit(
+/// The checked call: the input's batch and rows, and the row selection (`None`: every row).
+struct Call {
+    b: usize,
+    n: usize,
+    sel: Option<Vec<i32>>,
+}
+
+/// Check a call's input, positions and row selection against the stack and the cache.
+fn check_call(
     t: &HexTransformer,
-    kv: &mut DeviceKv,
+    kv: &DeviceKv,
     x: &Tensor,
     ws: usize,
     sel: Option<&[usize]>,
-) -> Result<ForwardHandle> {
+) -> Result<Call> {
     let i = &t.inner;
     let c = &i.cfg;
     let width = i.program.program.acts[i.program.program.input].1;
-    let start = Instant::now();
     let (b, n, hidden) = x.dims3().map_err(|_| {
         invalid(InputProblem::Rank {
             what: "input",
@@ -147,7 +154,52 @@ pub(crate) fn submit(
     if sel.is_some() && !i.program.selects {
         return Err(invalid(InputProblem::NoRowSelection));
     }
-    let r = sel.as_ref().map(Vec::len);
+    Ok(Call { b, n, sel })
+}
+
+/// The host's writes into the activation buffer: the input rows (as f32), their positions and
+/// the selection; returns the bytes staged in.
+fn write_inputs(
+    t: &HexTransformer,
+    act: &DeviceBuffer,
+    plan: &ActPlan,
+    x: &Tensor,
+    ws: usize,
+    call: &Call,
+) -> Result<usize> {
+    let width = t.inner.program.program.acts[t.inner.program.program.input].1;
+    let (m, n) = (call.b * call.n, call.n);
+    let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+    act.with_host_bytes(plan.x(t), m * width * 4, |d| -> Result<()> {
+        typed_mut::<f32>(d)?.copy_from_slice(&xs);
+        Ok(())
+    })??;
+    let pos: Vec<u8> = (0..m)
+        .flat_map(|k| ((ws + k % n) as i32).to_le_bytes())
+        .collect();
+    act.write(plan.pos(), &pos)?;
+    let mut staged_in = xs.len() * 4 + pos.len();
+    if let Some(s) = &call.sel {
+        let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
+        act.write(plan.idx(), &bytes)?;
+        staged_in += bytes.len();
+    }
+    Ok(staged_in)
+}
+
+/// [`HexTransformer::submit`].
+pub(crate) fn submit(
+    t: &HexTransformer,
+    kv: &mut DeviceKv,
+    x: &Tensor,
+    ws: usize,
+    sel: Option<&[usize]>,
+) -> Result<ForwardHandle> {
+    let i = &t.inner;
+    let start = Instant::now();
+    let call = check_call(t, kv, x, ws, sel)?;
+    let (b, n) = (call.b, call.n);
+    let r = call.sel.as_ref().map(Vec::len);
     let blocks = t.num_blocks();
     let fallback = |e: Error| -> Error {
         if let Some(reason) = Reason::from_error(&e) {
@@ -172,24 +224,7 @@ pub(crate) fn submit(
     let act = rt
         .reclaiming(&mut st, || i.dev.take_buffer_exact(plan.total, somr))
         .map_err(fallback)?;
-
-    // Host writes: input rows (as f32), positions, selection.
-    let m = b * n;
-    let xs = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-    act.with_host_bytes(plan.x(t), m * width * 4, |d| -> Result<()> {
-        typed_mut::<f32>(d)?.copy_from_slice(&xs);
-        Ok(())
-    })??;
-    let pos: Vec<u8> = (0..m)
-        .flat_map(|k| ((ws + k % n) as i32).to_le_bytes())
-        .collect();
-    act.write(plan.pos(), &pos)?;
-    let mut staged_in = xs.len() * 4 + pos.len();
-    if let Some(s) = &sel {
-        let bytes: Vec<u8> = s.iter().flat_map(|v| v.to_le_bytes()).collect();
-        act.write(plan.idx(), &bytes)?;
-        staged_in += bytes.len();
-    }
+    let staged_in = write_inputs(t, &act, plan, x, ws, &call)?;
     i.dev.mem().count_staged(staged_in, 0);
 
     // Stale cached rows of the window's own positions are skipped by attention.
