@@ -62,6 +62,7 @@ impl<'a> RawMatrix<'a> {
         (rows, cols): (usize, usize),
         order: Option<&dyn Fn(usize) -> usize>,
     ) -> Self {
+        populate(map, &range);
         let src = &map[range.clone()];
         let bytes = match order {
             None => Cow::Borrowed(src),
@@ -116,6 +117,25 @@ impl Drop for RawMatrix<'_> {
     }
 }
 
+/// Map `range` of `map` into the page tables in one call (`MADV_POPULATE_READ`, Linux 5.14+)
+/// instead of one page fault per few pages as the packers read it: the pages are in the page
+/// cache after the first load, and a full-size model's load spent a good part of its system
+/// time faulting them in. An older kernel (or another OS) refuses the advice, and the reads
+/// fault the pages in as before.
+fn populate(map: &Mmap, range: &Range<usize>) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let page = 4096;
+        let start = (range.start / page) * page;
+        if range.end > start {
+            // A failure only leaves the pages to be faulted in by the reads.
+            let _ = map.advise_range(memmap2::Advice::PopulateRead, start, range.end - start);
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = (map, range);
+}
+
 /// Where the block scales of a quantized type sit: the byte offsets of its f16 scale fields
 /// (`d`, and `m`/`dmin` where the type has one). Types without an f16 scale (Q8_K's is f32) are
 /// left to the logits check.
@@ -145,18 +165,31 @@ pub(crate) fn non_finite_blocks(dt: GgmlDType, data: &[u8]) -> Option<String> {
     }
     let fields = scale_fields(dt)?;
     let block = dt.type_size();
-    for (b, chunk) in data.chunks_exact(block).enumerate() {
-        for &f in fields {
-            let bits = u16::from_le_bytes([chunk[f], chunk[f + 1]]);
-            if bits & 0x7C00 == 0x7C00 {
-                return Some(format!(
-                    "block {b} has a NaN or infinite scale ({})",
-                    half::f16::from_bits(bits)
-                ));
-            }
-        }
-    }
-    None
+    // A scale's high byte (little-endian f16) with all exponent bits set: NaN or infinity.
+    let bad = |b: &[u8]| fields.iter().any(|&f| b[f + 1] & 0x7C == 0x7C);
+    // Chunks of blocks in parallel on the current pool: a full-size model's check reads every
+    // block of gigabytes of mapped file (it was a fifth of the load, on one thread); the first
+    // bad block of the first bad chunk is the first bad block.
+    const CHUNK: usize = 1 << 14;
+    use rayon::prelude::*;
+    let b = data
+        .par_chunks(block * CHUNK)
+        .enumerate()
+        .find_map_first(|(c, chunk)| {
+            chunk
+                .chunks_exact(block)
+                .position(bad)
+                .map(|i| c * CHUNK + i)
+        })?;
+    let chunk = &data[b * block..(b + 1) * block];
+    let bits = fields
+        .iter()
+        .map(|&f| u16::from_le_bytes([chunk[f], chunk[f + 1]]))
+        .find(|bits| bits & 0x7C00 == 0x7C00)?;
+    Some(format!(
+        "block {b} has a NaN or infinite scale ({})",
+        half::f16::from_bits(bits)
+    ))
 }
 
 /// Map `file` for reading in place. The caller checked every tensor range against the file's
@@ -166,4 +199,41 @@ pub(crate) fn map_file(file: &std::fs::File, path: &std::path::Path) -> Result<M
     // SAFETY: the mapping is read-only and private to this reader; its bytes are only read
     // through slices of it (see the module docs for the truncation caveat).
     unsafe { Mmap::map(file) }.map_err(|e| Error::file(path, format!("cannot map the file: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_non_finite_block_scale_is_named_across_chunks() {
+        let block = GgmlDType::Q4_0.type_size();
+        let blocks = 3 * (1 << 14) + 5;
+        let one = half::f16::from_f32(0.5).to_le_bytes();
+        let mut data = vec![0u8; blocks * block];
+        for b in data.chunks_exact_mut(block) {
+            b[..2].copy_from_slice(&one);
+            // Codes with every bit pattern: only the scale decides.
+            b[2..].fill(0xFF);
+        }
+        assert_eq!(non_finite_blocks(GgmlDType::Q4_0, &data), None);
+        let put = |data: &mut [u8], at: usize, v: half::f16| {
+            data[at * block..at * block + 2].copy_from_slice(&v.to_le_bytes())
+        };
+        // Two bad blocks in different chunks: the earlier is named, whatever thread finds which.
+        put(&mut data, 3 * (1 << 14) + 1, half::f16::NAN);
+        put(&mut data, 2 * (1 << 14) + 3, half::f16::INFINITY);
+        let got = non_finite_blocks(GgmlDType::Q4_0, &data).unwrap();
+        assert_eq!(got, format!("block {} has a NaN or infinite scale (inf)", 2 * (1 << 14) + 3));
+        // The largest finite f16 passes.
+        put(&mut data, 2 * (1 << 14) + 3, half::f16::MAX);
+        let got = non_finite_blocks(GgmlDType::Q4_0, &data).unwrap();
+        assert!(got.starts_with(&format!("block {} ", 3 * (1 << 14) + 1)), "{got}");
+        // A type with two scale fields: the second (`m`) is checked too.
+        let b1 = GgmlDType::Q4_1.type_size();
+        let mut q41 = vec![0u8; 4 * b1];
+        q41[2 * b1 + 2..2 * b1 + 4].copy_from_slice(&half::f16::NEG_INFINITY.to_le_bytes());
+        let got = non_finite_blocks(GgmlDType::Q4_1, &q41).unwrap();
+        assert_eq!(got, "block 2 has a NaN or infinite scale (-inf)");
+    }
 }

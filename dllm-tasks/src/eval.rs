@@ -79,6 +79,13 @@ impl TaskScore {
     pub fn step_accuracy(&self) -> Option<f64> {
         (self.steps_total > 0).then(|| self.steps_right as f64 / self.steps_total as f64)
     }
+    /// Forwards per step of the worked reference answers (`None` for tasks without them): on
+    /// long-math each step is a line whose operand is the previous line's result, so an answer
+    /// is a chain of dependent steps, and a decoder below 1.0 here decides some results before
+    /// the line they depend on is known.
+    pub fn forwards_per_step(&self) -> Option<f64> {
+        (self.steps_total > 0).then(|| self.forwards as f64 / self.steps_total as f64)
+    }
     /// Revision precision: the fraction of remasks whose token was wrong against the reference
     /// (`None` without remasks).
     pub fn revision_precision(&self) -> Option<f64> {
@@ -555,7 +562,7 @@ pub fn evaluate(
 /// without worked answers.
 pub fn table(scores: &[TaskScore]) -> String {
     let mut s = String::from(
-        "| task | paper analogue | n | final-answer acc | exact acc | step acc | forwards/answer | tokens/forward | wall s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| task | paper analogue | n | final-answer acc | exact acc | step acc | forwards/answer | forwards/worked step | tokens/forward | wall s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let pct = |a: usize, b: usize| format!("{:.1}%", 100.0 * a as f64 / b.max(1) as f64);
     let row = |name: &str, analogue: &str, t: &TaskScore| {
@@ -565,11 +572,13 @@ pub fn table(scores: &[TaskScore]) -> String {
             "-".to_string()
         };
         format!(
-            "| {name} | {analogue} | {} | {} | {} | {steps} | {:.2} | {:.2} | {:.1} |\n",
+            "| {name} | {analogue} | {} | {} | {} | {steps} | {:.2} | {} | {:.2} | {:.1} |\n",
             t.n,
             pct(t.final_answer, t.n),
             pct(t.exact, t.n),
             t.forwards_per_answer(),
+            t.forwards_per_step()
+                .map_or_else(|| "-".to_string(), |f| format!("{f:.2}")),
             t.tokens_per_forward(),
             t.elapsed.as_secs_f64()
         )
@@ -601,6 +610,38 @@ pub fn table(scores: &[TaskScore]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_counts_forwards_per_worked_step() {
+        let score = |task, forwards, steps_total| TaskScore {
+            task,
+            n: 2,
+            exact: 1,
+            final_answer: 2,
+            forwards,
+            tokens: 100,
+            steps_right: steps_total,
+            steps_total,
+            remasks: 0,
+            remasks_wrong: 0,
+            verified: 0,
+            drafts_taken: 0,
+            drafts_wrong: 0,
+            elapsed: Duration::ZERO,
+        };
+        let long = score(TaskKind::LongMath, 18, 20);
+        assert_eq!(long.forwards_per_step(), Some(0.9));
+        let short = score(TaskKind::Math, 6, 0);
+        assert_eq!(short.forwards_per_step(), None);
+        let t = table(&[long, short]);
+        let rows: Vec<&str> = t.lines().collect();
+        assert!(rows[0].contains("| forwards/answer | forwards/worked step |"), "{t}");
+        // long-math: 9 forwards per answer, 0.90 per worked step; math has no worked steps;
+        // "all": 24 forwards over 20 steps.
+        assert!(rows[2].contains("| 9.00 | 0.90 |"), "{t}");
+        assert!(rows[3].contains("| 3.00 | - |"), "{t}");
+        assert!(rows[4].starts_with("| all |") && rows[4].contains("| 6.00 | 1.20 |"), "{t}");
+    }
 
     #[test]
     fn the_question_sets_are_disjoint_and_the_fresh_set_is_new() {

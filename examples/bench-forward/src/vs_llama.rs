@@ -286,6 +286,15 @@ fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64, Vec<f64>)> {
     Ok((last, all, first))
 }
 
+/// Read `path` once, to put it in the page cache.
+fn warm(path: &Path) -> Result<()> {
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    std::io::copy(&mut f, &mut std::io::sink())
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(())
+}
+
 /// This process's CPU time, in seconds.
 fn self_cpu() -> f64 {
     let mut ts = libc::timespec {
@@ -346,6 +355,10 @@ pub fn run(plan: &Plan) -> Result<()> {
         .flat_map(|&m| plan.types.iter().map(move |ty| (m, ty)))
     {
         let path = make(plan, model, ty)?;
+        // Both sides' first forwards start from the file in the page cache: without this the
+        // side that runs first (ours) read it from disk after the other file's run evicted it,
+        // and the second found it cached.
+        warm(&path)?;
         let (ours_rss, ours_rss_all, ours_first) = ours_rss(plan, &path)?;
         for (&threads, ours) in plan.threads.iter().zip(&ours_first) {
             let llama = llama_first_ms(plan, &path, threads)?;
@@ -429,7 +442,7 @@ pub fn run(plan: &Plan) -> Result<()> {
     for r in &rss_rows {
         println!("{r}");
     }
-    println!("\nTime to first forward, s: from process start to the end of the first {t}-token forward (llama.cpp: a whole `llama-bench -r 1 --no-warmup` process; llada-rs: the memory probe's process, last-row logits):\n");
+    println!("\nTime to first forward, s: from process start to the end of the first {t}-token forward (llama.cpp: a whole `llama-bench -r 1 --no-warmup` process; llada-rs: the memory probe's process, last-row logits); the file is read into the page cache before both:\n");
     println!("| threads | model | GGUF | llama.cpp | llada-rs |");
     println!("|---:|---|---|---:|---:|");
     for r in &first_rows {

@@ -331,7 +331,7 @@ fn run(a: Args) -> Result<()> {
                 "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
                 "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
                 "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
-                "step_accuracy": s.step_accuracy(),
+                "step_accuracy": s.step_accuracy(), "forwards_per_worked_step": s.forwards_per_step(),
                 "remasks": s.remasks, "verified": s.verified,
                 "revision_precision": s.revision_precision(), "drafts_wrong": s.drafts_wrong,
                 "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,

@@ -191,6 +191,10 @@ fn long_suite_json_has_steps_and_commit_frontier() {
             .as_f64()
             .expect("worked answers have a step accuracy");
         assert!((0.0..=1.0).contains(&st), "{t}");
+        let fs = t["forwards_per_worked_step"]
+            .as_f64()
+            .expect("worked answers have forwards per step");
+        assert!(fs > 0.0 && fs.is_finite(), "{t}");
     }
     let answers = v["answers"].as_array().unwrap();
     assert_eq!(answers.len(), 8);
