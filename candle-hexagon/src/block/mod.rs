@@ -42,6 +42,7 @@ mod handle;
 mod kv;
 mod packed;
 mod plan;
+mod emit;
 mod program;
 
 use std::sync::{Arc, Mutex};

@@ -13,7 +13,8 @@
 //! ([`PlanCache`]).
 
 use super::kv::DeviceKv;
-use super::program::{Emit, Kind, LayerRefs, Loc, Node};
+use super::emit::{Emit, LayerRefs, Loc};
+use super::program::{Kind, Node};
 use super::HexTransformer;
 use crate::memory::TENSOR_ALIGN;
 use crate::ops::StagePlan;
