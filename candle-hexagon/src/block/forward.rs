@@ -19,11 +19,61 @@ use crate::ops::{rows, typed_mut, Wire};
 use crate::routing::{Decision, OpKind, Reason};
 use crate::runtime::pager::Pager;
 use crate::runtime::somr::{Context, Somr};
-use crate::runtime::{op_weight, relocate, MemoryPolicy};
-use crate::transport::Batch;
+use crate::runtime::{op_weight, relocate, MemoryPolicy, Runtime, State};
+use crate::transport::{Batch, Fence};
 
 fn invalid(problem: InputProblem) -> Error {
     Error::input("HexTransformer::submit", problem)
+}
+
+/// `somr`'s (block, stage, batch) list in submission order: each block's batch cut at the plan's
+/// stages (the plan in force: `Somr::begin` ran).
+fn somr_stages(st: &State, batches: &[Batch]) -> Vec<(usize, usize, Batch)> {
+    batches
+        .iter()
+        .enumerate()
+        .flat_map(|(li, b)| {
+            Somr::cut(st, li, b)
+                .into_iter()
+                .map(move |(j, b)| (li, j, b))
+        })
+        .collect()
+}
+
+/// Give each stage's weights their place (`somr`'s plan, or the pager's on-demand mappings),
+/// point the batch at them, split its matmuls for the scratch arena and submit it; the fences
+/// with their batches and blocks, in submission order. `fallback` records a placement failure
+/// as the blocks' CPU fallback before returning it.
+fn submit_stages(
+    dev: &HexagonDevice,
+    rt: &Runtime,
+    st: &mut State,
+    stages: Vec<(usize, usize, Batch)>,
+    fallback: &dyn Fn(Error) -> Error,
+) -> Result<Vec<(Fence, Batch, usize)>> {
+    let somr = rt.policy == MemoryPolicy::Somr;
+    let mut fences = Vec::with_capacity(stages.len());
+    for (li, j, mut batch) in stages {
+        let locs = if somr {
+            Somr::prepare(rt, st, j, &batch)
+        } else {
+            let mut needed: Vec<usize> = batch.ops().iter().filter_map(op_weight).collect();
+            needed.dedup();
+            Pager::prepare(rt, st, &needed)
+        }
+        .map_err(fallback)?;
+        relocate(&mut batch, &locs)?;
+        let batch = split_rows(dev, batch)?;
+        let fence = dev.submit(&batch)?;
+        let done = fence.completion();
+        if somr {
+            Somr::submitted(st, j, &done);
+        } else {
+            st.last = Some(done);
+        }
+        fences.push((fence, batch, li));
+    }
+    Ok(fences)
 }
 
 /// Split every matmul of `batch` by rows as the DSP scratch arena needs (found with
@@ -235,8 +285,7 @@ pub(crate) fn submit(
         (0, 0)
     };
     let batches = layer_batches(t, plan, act.id(), kv, (b, n, r), len, skip);
-    // (block, stage, batch) in submission order.
-    let stages: Vec<(usize, usize, Batch)> = if somr {
+    let stages = if somr {
         let ctx = Context {
             kv_bytes: kv.mapped_bytes() as u64,
             act_bytes: plan.total as u64,
@@ -244,15 +293,7 @@ pub(crate) fn submit(
             pinned_bytes: i.pinned.first().map_or(0, |p| p.buf.len()) as u64,
         };
         Somr::begin(rt, &mut st, &batches, ctx).map_err(fallback)?;
-        batches
-            .iter()
-            .enumerate()
-            .flat_map(|(li, b)| {
-                Somr::cut(&st, li, b)
-                    .into_iter()
-                    .map(move |(j, b)| (li, j, b))
-            })
-            .collect()
+        somr_stages(&st, &batches)
     } else {
         batches
             .into_iter()
@@ -260,27 +301,7 @@ pub(crate) fn submit(
             .map(|(li, b)| (li, li, b))
             .collect()
     };
-    let mut fences = Vec::with_capacity(stages.len());
-    for (li, j, mut batch) in stages {
-        let locs = if somr {
-            Somr::prepare(rt, &mut st, j, &batch)
-        } else {
-            let mut needed: Vec<usize> = batch.ops().iter().filter_map(op_weight).collect();
-            needed.dedup();
-            Pager::prepare(rt, &mut st, &needed)
-        }
-        .map_err(fallback)?;
-        relocate(&mut batch, &locs)?;
-        let batch = split_rows(&i.dev, batch)?;
-        let fence = i.dev.submit(&batch)?;
-        let done = fence.completion();
-        if somr {
-            Somr::submitted(&mut st, j, &done);
-        } else {
-            st.last = Some(done);
-        }
-        fences.push((fence, batch, li));
-    }
+    let fences = submit_stages(&i.dev, rt, &mut st, stages, &fallback)?;
     st.forwards += 1;
     let prefetch = if somr { Somr::end(&mut st) } else { None };
     drop(st);
