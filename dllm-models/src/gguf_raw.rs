@@ -224,11 +224,20 @@ mod tests {
         put(&mut data, 3 * (1 << 14) + 1, half::f16::NAN);
         put(&mut data, 2 * (1 << 14) + 3, half::f16::INFINITY);
         let got = non_finite_blocks(GgmlDType::Q4_0, &data).unwrap();
-        assert_eq!(got, format!("block {} has a NaN or infinite scale (inf)", 2 * (1 << 14) + 3));
+        assert_eq!(
+            got,
+            format!(
+                "block {} has a NaN or infinite scale (inf)",
+                2 * (1 << 14) + 3
+            )
+        );
         // The largest finite f16 passes.
         put(&mut data, 2 * (1 << 14) + 3, half::f16::MAX);
         let got = non_finite_blocks(GgmlDType::Q4_0, &data).unwrap();
-        assert!(got.starts_with(&format!("block {} ", 3 * (1 << 14) + 1)), "{got}");
+        assert!(
+            got.starts_with(&format!("block {} ", 3 * (1 << 14) + 1)),
+            "{got}"
+        );
         // A type with two scale fields: the second (`m`) is checked too.
         let b1 = GgmlDType::Q4_1.type_size();
         let mut q41 = vec![0u8; 4 * b1];

@@ -635,12 +635,18 @@ mod tests {
         assert_eq!(short.forwards_per_step(), None);
         let t = table(&[long, short]);
         let rows: Vec<&str> = t.lines().collect();
-        assert!(rows[0].contains("| forwards/answer | forwards/worked step |"), "{t}");
+        assert!(
+            rows[0].contains("| forwards/answer | forwards/worked step |"),
+            "{t}"
+        );
         // long-math: 9 forwards per answer, 0.90 per worked step; math has no worked steps;
         // "all": 24 forwards over 20 steps.
         assert!(rows[2].contains("| 9.00 | 0.90 |"), "{t}");
         assert!(rows[3].contains("| 3.00 | - |"), "{t}");
-        assert!(rows[4].starts_with("| all |") && rows[4].contains("| 6.00 | 1.20 |"), "{t}");
+        assert!(
+            rows[4].starts_with("| all |") && rows[4].contains("| 6.00 | 1.20 |"),
+            "{t}"
+        );
     }
 
     #[test]

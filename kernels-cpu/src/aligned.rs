@@ -49,7 +49,11 @@ fn huge_pages(buf: &[u8]) {
             // SAFETY: advice on whole pages inside this live allocation; MADV_HUGEPAGE changes
             // how the kernel backs the range, never its contents.
             unsafe {
-                libc::madvise(start as *mut libc::c_void, stop - start, libc::MADV_HUGEPAGE);
+                libc::madvise(
+                    start as *mut libc::c_void,
+                    stop - start,
+                    libc::MADV_HUGEPAGE,
+                );
             }
         }
     }
@@ -87,7 +91,7 @@ mod tests {
                 *b = i as u8;
             }
             // Keep a misaligning allocation alive so the clone's Vec lands somewhere else.
-            let _pad = vec![0u8; 24];
+            let _pad: Vec<u8> = Vec::with_capacity(24);
             let c = a.clone();
             assert_eq!(c.as_slice().as_ptr() as usize % 64, 0, "clone, len {len}");
             assert_eq!(c.as_slice(), a.as_slice());

@@ -37,12 +37,12 @@
 //! the device does not take cuts the tail there: the caller runs the rest on the CPU.
 
 mod build;
+mod emit;
 mod forward;
 mod handle;
 mod kv;
 mod packed;
 mod plan;
-mod emit;
 mod program;
 
 use std::sync::{Arc, Mutex};

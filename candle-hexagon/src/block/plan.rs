@@ -12,8 +12,8 @@
 //! plans once per bucket, not once per size. The plans are kept in a bounded cache
 //! ([`PlanCache`]).
 
-use super::kv::DeviceKv;
 use super::emit::{Emit, LayerRefs, Loc};
+use super::kv::DeviceKv;
 use super::program::{Kind, Node};
 use super::HexTransformer;
 use crate::memory::TENSOR_ALIGN;

@@ -288,8 +288,7 @@ fn ours_rss(plan: &Plan, path: &Path) -> Result<(f64, f64, Vec<f64>)> {
 
 /// Read `path` once, to put it in the page cache.
 fn warm(path: &Path) -> Result<()> {
-    let mut f =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     std::io::copy(&mut f, &mut std::io::sink())
         .with_context(|| format!("reading {}", path.display()))?;
     Ok(())
