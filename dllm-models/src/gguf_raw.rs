@@ -120,10 +120,10 @@ impl Drop for RawMatrix<'_> {
 /// Map `range` of `map` into the page tables in one call (`MADV_POPULATE_READ`, Linux 5.14+)
 /// instead of one page fault per few pages as the packers read it: the pages are in the page
 /// cache after the first load, and a full-size model's load spent a good part of its system
-/// time faulting them in. An older kernel (or another OS) refuses the advice, and the reads
-/// fault the pages in as before.
+/// time faulting them in. An older kernel refuses the advice, and the reads fault the pages in as
+/// before (as they do on other systems, Android included: memmap2 offers the advice on Linux only).
 fn populate(map: &Mmap, range: &Range<usize>) {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[cfg(target_os = "linux")]
     {
         let page = 4096;
         let start = (range.start / page) * page;
@@ -132,7 +132,7 @@ fn populate(map: &Mmap, range: &Range<usize>) {
             let _ = map.advise_range(memmap2::Advice::PopulateRead, start, range.end - start);
         }
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[cfg(not(target_os = "linux"))]
     let _ = (map, range);
 }
 
