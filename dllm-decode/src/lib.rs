@@ -3,6 +3,7 @@
 
 mod blocks;
 pub mod confidence;
+mod decide;
 mod dream;
 mod error;
 pub mod generation;

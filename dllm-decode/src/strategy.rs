@@ -1,8 +1,8 @@
 //! The window policy a generation uses ([`Strategy`]) and multi-block speculative decoding's
 //! parameters ([`MbsdParams`]), re-exported by `params`.
 
+use crate::decide::{Decide, Staged};
 use crate::error::{DecodeError, Result};
-use crate::params::{Decide, Staged};
 
 /// Multi-block speculative decoding: look ahead once the current block has at most this many
 /// undecided positions (the paper's operating point, §5.5).

@@ -72,19 +72,121 @@ impl Emit<'_> {
         li: usize,
         selecting: bool,
     ) {
-        let (b, n, act) = (self.b, self.n, self.act);
-        let hd = self.g.head_dim;
-        let at = |c: &Cols| loc[c.act].off + c.start * 4;
-        let mat = |c: &Cols, m: usize| {
-            strided(
-                act,
-                at(c),
-                [c.len, m, 1, 1],
-                [4, loc[c.act].row, loc[c.act].row * m, loc[c.act].row * m],
-            )
-        };
-        let pos_tables = self.cos.len / 4;
-        let tables = |s: &WeightSlot| {
+        for (node, &on_selected) in nodes.iter().zip(sel) {
+            // Rows per item of this node's operands.
+            let t = if on_selected && selecting {
+                self.r.unwrap_or(self.n)
+            } else {
+                self.n
+            };
+            if self.b * t == 0 {
+                continue;
+            }
+            let cx = NodeCx {
+                e: self,
+                loc,
+                li,
+                t,
+                m: self.b * t,
+            };
+            let label = node.label();
+            let ops = match *node {
+                Node::RmsNorm {
+                    x,
+                    weight,
+                    eps,
+                    out,
+                } => vec![cx.rms_norm(&x, &self.pinned[refs.vectors[weight]], eps, &out)],
+                Node::MatMul { x, weight, out } => {
+                    let Some(lin) = &refs.matrices[weight] else {
+                        continue; // a tail cut: the caller never asks for this
+                    };
+                    let (mm, bias) = cx.matmul(lin, &x, &out);
+                    batch.push(label, mm);
+                    if let Some(b) = bias {
+                        batch.push("bias", b);
+                    }
+                    continue;
+                }
+                Node::Add { acc, x } => vec![cx.add(&acc, &x)],
+                Node::SwiGlu { gate, up, out } => vec![cx.swiglu(&gate, &up, &out)],
+                Node::Rope { x } => vec![cx.rope_in_place(&x)],
+                Node::CacheKeysRoped { x } => cx.cache_keys(&x),
+                Node::CacheValues { x } => vec![cx.cache_values(&x)],
+                // Without selection `out` is `x` (`ActPlan::locs` aliases it).
+                Node::SelectRows { x, out } => match self.r.filter(|&r| selecting && r > 0) {
+                    Some(r) => vec![cx.select_rows(&x, &out, r)],
+                    None => continue,
+                },
+                Node::Attention { q, out, scale } => cx.attention(&q, &out, scale),
+            };
+            for op in ops {
+                batch.push(label, op);
+            }
+        }
+    }
+}
+
+/// One node's emission: the forward's emitter, the buffer layout, the layer, and the rows per
+/// item (`t`) and in all (`m`) of the node's operands.
+struct NodeCx<'a, 'e> {
+    e: &'a Emit<'e>,
+    loc: &'a [Loc],
+    li: usize,
+    t: usize,
+    m: usize,
+}
+
+impl NodeCx<'_, '_> {
+    /// Byte offset of a column range's first value.
+    fn at(&self, c: &Cols) -> usize {
+        self.loc[c.act].off + c.start * 4
+    }
+
+    /// Bytes of one row of the activation `c` lives in.
+    fn row(&self, c: &Cols) -> usize {
+        self.loc[c.act].row
+    }
+
+    /// `c` over `m` rows as a matrix.
+    fn mat(&self, c: &Cols, m: usize) -> kdsp_tensor {
+        let row = self.row(c);
+        strided(
+            self.e.act,
+            self.at(c),
+            [c.len, m, 1, 1],
+            [4, row, row * m, row * m],
+        )
+    }
+
+    /// `c` as `[cols, n, b]` over every item's `n` rows.
+    fn items(&self, c: &Cols) -> kdsp_tensor {
+        let (n, b, row) = (self.e.n, self.e.b, self.row(c));
+        strided(
+            self.e.act,
+            self.at(c),
+            [c.len, n, b, 1],
+            [4, row, row * n, row * b * n],
+        )
+    }
+
+    /// `c` as heads of `count` rows, starting `first_row` rows in.
+    fn heads(&self, c: &Cols, first_row: usize, count: usize) -> kdsp_tensor {
+        let (hd, row) = (self.e.g.head_dim, self.row(c));
+        strided(
+            self.e.act,
+            self.at(c) + first_row * row,
+            [hd, c.len / hd, count, 1],
+            [4, hd * 4, row, row * count],
+        )
+    }
+
+    /// NeoX rotary embedding of `src` into `dst` over `count` rows' positions.
+    fn rope(&self, dst: kdsp_tensor, src: kdsp_tensor, count: usize) -> kdsp_op {
+        let e = self.e;
+        let hd = e.g.head_dim;
+        let pos_tables = e.cos.len / 4;
+        let table = |s: &WeightSlot| {
             rows(
                 s.buf.id(),
                 s.offset,
@@ -92,168 +194,116 @@ impl Emit<'_> {
                 &[hd / 2, pos_tables / (hd / 2)],
             )
         };
-        // NeoX rotary embedding of `src` into `dst` over `count` rows' positions.
-        let rope = |dst: kdsp_tensor, src: kdsp_tensor, count: usize| {
-            kdsp_op::new(
-                KDSP_OP_ROPE_NEOX,
-                dst,
-                &[
-                    src,
-                    rows(act, self.pos, Wire::I32, &[count]),
-                    tables(self.cos),
-                    tables(self.sin),
-                ],
-            )
-        };
-        for (node, &on_selected) in nodes.iter().zip(sel) {
-            let label = node.label();
-            // Rows per item of this node's operands.
-            let t = if on_selected && selecting {
-                self.r.unwrap_or(n)
-            } else {
-                n
-            };
-            let m = b * t;
-            if m == 0 {
-                continue;
-            }
-            match *node {
-                Node::RmsNorm {
-                    x,
-                    weight,
-                    eps,
-                    out,
-                } => {
-                    let mut op = kdsp_op::new(
-                        KDSP_OP_RMS_NORM,
-                        mat(&out, m),
-                        &[
-                            mat(&x, m),
-                            slot_vec(&self.pinned[refs.vectors[weight]], x.len),
-                        ],
-                    );
-                    op.params.norm.eps = eps;
-                    batch.push(label, op);
-                }
-                Node::MatMul { x, weight, out } => {
-                    let Some(lin) = &refs.matrices[weight] else {
-                        continue; // a tail cut: the caller never asks for this
-                    };
-                    let op = kdsp_op::new(lin.opcode(), mat(&out, m), &[lin.tensor(), mat(&x, m)]);
-                    batch.push(label, op);
-                    if let Some(bias) = lin.bias {
-                        let yt = mat(&out, m);
-                        batch.push(
-                            "bias",
-                            kdsp_op::new(
-                                KDSP_OP_ADD,
-                                yt,
-                                &[yt, slot_vec(&self.pinned[bias], lin.n)],
-                            ),
-                        );
-                    }
-                }
-                Node::Add { acc, x } => {
-                    let a = mat(&acc, m);
-                    batch.push(label, kdsp_op::new(KDSP_OP_ADD, a, &[a, mat(&x, m)]));
-                }
-                Node::SwiGlu { gate, up, out } => {
-                    batch.push(
-                        label,
-                        kdsp_op::new(KDSP_OP_SWIGLU, mat(&out, m), &[mat(&gate, m), mat(&up, m)]),
-                    );
-                }
-                Node::Rope { x } => {
-                    let row = loc[x.act].row;
-                    let v = strided(
-                        act,
-                        at(&x),
-                        [hd, x.len / hd, m, 1],
-                        [4, hd * 4, row, row * m],
-                    );
-                    // Row t of item i has position ws + t: the positions region holds them all.
-                    batch.push(label, rope(v, v, m));
-                }
-                Node::CacheKeysRoped { x } => {
-                    let row = loc[x.act].row;
-                    for bi in 0..b {
-                        let kin = strided(
-                            act,
-                            at(&x) + bi * n * row,
-                            [hd, x.len / hd, n, 1],
-                            [4, hd * 4, row, row * n],
-                        );
-                        batch.push(label, rope(self.kv.k_rows(li, bi, self.len, n), kin, n));
-                    }
-                }
-                Node::CacheValues { x } => {
-                    let row = loc[x.act].row;
-                    let vin = strided(
-                        act,
-                        at(&x),
-                        [x.len, n, b, 1],
-                        [4, row, row * n, row * b * n],
-                    );
-                    batch.push(
-                        label,
-                        kdsp_op::new(KDSP_OP_CPY, self.kv.v_rows(li, self.len, n), &[vin]),
-                    );
-                }
-                Node::SelectRows { x, out } => {
-                    let Some(r) = self.r.filter(|_| selecting) else {
-                        continue; // `out` is `x` (`ActPlan::locs` aliases it)
-                    };
-                    if r == 0 {
-                        continue;
-                    }
-                    let row = loc[x.act].row;
-                    let src = strided(
-                        act,
-                        at(&x),
-                        [x.len, n, b, 1],
-                        [4, row, row * n, row * b * n],
-                    );
-                    batch.push(
-                        label,
-                        kdsp_op::new(
-                            KDSP_OP_GET_ROWS,
-                            rows(act, at(&out), Wire::F32, &[out.len, r, b]),
-                            &[src, rows(act, self.idx, Wire::I32, &[r])],
-                        ),
-                    );
-                }
-                Node::Attention { q, out, scale } => {
-                    let keys = self.len + n;
-                    let (qrow, orow) = (loc[q.act].row, loc[out.act].row);
-                    for bi in 0..b {
-                        let qt = strided(
-                            act,
-                            at(&q) + bi * t * qrow,
-                            [hd, q.len / hd, t, 1],
-                            [4, hd * 4, qrow, qrow * t],
-                        );
-                        let ot = strided(
-                            act,
-                            at(&out) + bi * t * orow,
-                            [hd, out.len / hd, t, 1],
-                            [4, hd * 4, orow, orow * t],
-                        );
-                        let mut op = kdsp_op::new(
-                            KDSP_OP_FLASH_ATTN,
-                            ot,
-                            &[
-                                qt,
-                                self.kv.k_rows(li, bi, 0, keys),
-                                self.kv.v_keys(li, bi, keys),
-                            ],
-                        );
-                        op.params.attn.scale = scale;
-                        op.params.attn.kv_skip_begin = self.skip.0;
-                        op.params.attn.kv_skip_end = self.skip.1;
-                        batch.push(label, op);
-                    }
-                }
-            }
-        }
+        kdsp_op::new(
+            KDSP_OP_ROPE_NEOX,
+            dst,
+            &[
+                src,
+                rows(e.act, e.pos, Wire::I32, &[count]),
+                table(e.cos),
+                table(e.sin),
+            ],
+        )
+    }
+
+    /// `out = x / rms(x) * w` over the node's rows.
+    fn rms_norm(&self, x: &Cols, w: &WeightSlot, eps: f32, out: &Cols) -> kdsp_op {
+        let m = self.m;
+        let w = slot_vec(w, x.len);
+        let mut op = kdsp_op::new(KDSP_OP_RMS_NORM, self.mat(out, m), &[self.mat(x, m), w]);
+        op.params.norm.eps = eps;
+        op
+    }
+
+    /// The residual add `acc += x`.
+    fn add(&self, acc: &Cols, x: &Cols) -> kdsp_op {
+        let a = self.mat(acc, self.m);
+        kdsp_op::new(KDSP_OP_ADD, a, &[a, self.mat(x, self.m)])
+    }
+
+    /// `out = silu(gate) * up`.
+    fn swiglu(&self, gate: &Cols, up: &Cols, out: &Cols) -> kdsp_op {
+        let m = self.m;
+        kdsp_op::new(
+            KDSP_OP_SWIGLU,
+            self.mat(out, m),
+            &[self.mat(gate, m), self.mat(up, m)],
+        )
+    }
+
+    /// A projection, and the add of its bias if it has one.
+    fn matmul(
+        &self,
+        lin: &super::packed::PackedLinear,
+        x: &Cols,
+        out: &Cols,
+    ) -> (kdsp_op, Option<kdsp_op>) {
+        let y = self.mat(out, self.m);
+        let op = kdsp_op::new(lin.opcode(), y, &[lin.tensor(), self.mat(x, self.m)]);
+        let bias = lin
+            .bias
+            .map(|bias| kdsp_op::new(KDSP_OP_ADD, y, &[y, slot_vec(&self.e.pinned[bias], lin.n)]));
+        (op, bias)
+    }
+
+    /// Rotary embedding of the queries in place (row t of item i has position ws + t: the
+    /// positions region holds them all).
+    fn rope_in_place(&self, x: &Cols) -> kdsp_op {
+        let v = self.heads(x, 0, self.m);
+        self.rope(v, v, self.m)
+    }
+
+    /// The keys, rotated, into the cache: one op per item.
+    fn cache_keys(&self, x: &Cols) -> Vec<kdsp_op> {
+        let e = self.e;
+        (0..e.b)
+            .map(|bi| {
+                let kin = self.heads(x, bi * e.n, e.n);
+                self.rope(e.kv.k_rows(self.li, bi, e.len, e.n), kin, e.n)
+            })
+            .collect()
+    }
+
+    /// The values into the cache.
+    fn cache_values(&self, x: &Cols) -> kdsp_op {
+        let e = self.e;
+        kdsp_op::new(
+            KDSP_OP_CPY,
+            e.kv.v_rows(self.li, e.len, e.n),
+            &[self.items(x)],
+        )
+    }
+
+    /// The `r` requested rows of every item of `x` into `out`.
+    fn select_rows(&self, x: &Cols, out: &Cols, r: usize) -> kdsp_op {
+        let e = self.e;
+        kdsp_op::new(
+            KDSP_OP_GET_ROWS,
+            rows(e.act, self.at(out), Wire::F32, &[out.len, r, e.b]),
+            &[self.items(x), rows(e.act, e.idx, Wire::I32, &[r])],
+        )
+    }
+
+    /// Attention of every item's `t` query rows over the cached keys and this forward's.
+    fn attention(&self, q: &Cols, out: &Cols, scale: f32) -> Vec<kdsp_op> {
+        let e = self.e;
+        let (t, keys) = (self.t, e.len + e.n);
+        (0..e.b)
+            .map(|bi| {
+                let mut op = kdsp_op::new(
+                    KDSP_OP_FLASH_ATTN,
+                    self.heads(out, bi * t, t),
+                    &[
+                        self.heads(q, bi * t, t),
+                        e.kv.k_rows(self.li, bi, 0, keys),
+                        e.kv.v_keys(self.li, bi, keys),
+                    ],
+                );
+                op.params.attn.scale = scale;
+                op.params.attn.kv_skip_begin = e.skip.0;
+                op.params.attn.kv_skip_end = e.skip.1;
+                op
+            })
+            .collect()
     }
 }
