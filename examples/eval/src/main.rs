@@ -15,10 +15,13 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
-use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
-use dllm_tasks::eval::{calibration, calibration_table, evaluate, questions, table, QuestionSet};
-use dllm_tasks::{Suite, TaskKind};
+use dllm_decode::DecodeParams;
+use dllm_models::{load, DecodeDefaults, DiffusionLm, LoadOptions, ModelSource};
+use dllm_tasks::eval::{evaluate, questions, Answered, QuestionSet, TaskScore};
+use dllm_tasks::{Example, Suite, TaskKind};
 use indicatif::{ProgressBar, ProgressStyle};
+
+mod report;
 
 /// Evaluate a task-suite model on the held-out set.
 #[derive(Parser, Debug)]
@@ -173,54 +176,30 @@ fn main() {
     }
 }
 
+/// The task flags, parsed and checked before the model is loaded.
+struct Asked {
+    /// `--suite`.
+    suite: Option<Suite>,
+    /// `--tasks`, each task once.
+    tasks: Option<Vec<TaskKind>>,
+    /// `--set`.
+    set: Option<QuestionSet>,
+}
+
+/// What `evaluate` returned, with when it started.
+struct Evaluated {
+    /// Scores per task.
+    scores: Vec<TaskScore>,
+    /// Every answer, in question order.
+    answers: Vec<Answered>,
+    /// When the evaluation started.
+    started: Instant,
+}
+
+/// Check the flags, load the model, then run the probe or evaluate the questions and print
+/// the results (writing `--dump`'s answers first).
 fn run(a: Args) -> Result<()> {
-    if let Some(t) = a.threads {
-        // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
-        // before anything is loaded.
-        dllm_models::threads::pool(t).context("--threads")?;
-    }
-    let asked_suite: Option<Suite> = a
-        .suite
-        .as_deref()
-        .map(|s| s.parse().map_err(|e| anyhow!("--suite: {e}")))
-        .transpose()?;
-    let asked_tasks: Option<Vec<TaskKind>> = a
-        .tasks
-        .as_ref()
-        .map(|v| {
-            v.iter()
-                .map(|s| s.parse::<TaskKind>().map_err(|e| anyhow!("--tasks: {e}")))
-                .collect::<Result<_>>()
-        })
-        .transpose()?;
-    if let (Some(kinds), Some(names)) = (&asked_tasks, &a.tasks) {
-        for (i, k) in kinds.iter().enumerate() {
-            if let Some(j) = kinds[..i].iter().position(|x| x == k) {
-                bail!(
-                    "--tasks: `{}` and `{}` are the same task ({k}): each task is evaluated once",
-                    names[j],
-                    names[i]
-                );
-            }
-        }
-    }
-    if a.limit == Some(0) {
-        bail!("--limit must be positive");
-    }
-    // The decoding flags, checked before the model is loaded (as far as they go without the
-    // checkpoint's recommended lengths).
-    a.decode.check()?;
-    let set: Option<QuestionSet> = a
-        .set
-        .as_deref()
-        .map(|s| s.parse().map_err(|e| anyhow!("--set: {e}")))
-        .transpose()?;
-    if set.is_some() && (a.tasks.is_some() || a.suite.is_some() || a.probe) {
-        bail!("--set is long-math's question sets: it goes without --tasks, --suite and --probe");
-    }
-    if let Some(t) = &a.tokenizer {
-        dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
-    }
+    let asked = check_flags(&a)?;
     let opts = LoadOptions {
         tokenizer: a.tokenizer.clone(),
         threads: a.threads,
@@ -241,7 +220,96 @@ fn run(a: Args) -> Result<()> {
         .tokenizer
         .clone()
         .ok_or_else(|| anyhow!("{} has no tokenizer.json (pass --tokenizer)", loaded.source))?;
-    let tok_suite = dllm_tasks::tokenizer::suite_of(tok.inner())
+    let (suite, kinds) = resolve_tasks(&a, asked.suite, asked.tasks, tok.inner())?;
+    let params = decode_params(&a.decode, loaded.defaults, suite)?;
+    if a.probe {
+        return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
+    }
+    let qs = select_questions(asked.set, &kinds, a.limit);
+    let done = evaluate_with_progress(&mut loaded.model, tok.inner(), &qs, &params, a.json)?;
+    if let Some(dump) = dump {
+        write_dump(dump, &done.answers)?;
+    }
+    report::Report {
+        args: &a,
+        model: &loaded.source,
+        info: loaded.model.info(),
+        suite,
+        set: asked.set,
+        params: &params,
+        questions: qs.len(),
+        scores: &done.scores,
+        answers: &done.answers,
+        started: done.started,
+    }
+    .print();
+    Ok(())
+}
+
+/// Check every flag that can be checked before the model is loaded: `--threads`, the task
+/// flags, `--limit`, the decoding flags, `--set` and `--tokenizer`, in that order.
+fn check_flags(a: &Args) -> Result<Asked> {
+    if let Some(t) = a.threads {
+        // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
+        // before anything is loaded.
+        dllm_models::threads::pool(t).context("--threads")?;
+    }
+    let suite: Option<Suite> = a
+        .suite
+        .as_deref()
+        .map(|s| s.parse().map_err(|e| anyhow!("--suite: {e}")))
+        .transpose()?;
+    let tasks = parse_tasks(a.tasks.as_deref())?;
+    if a.limit == Some(0) {
+        bail!("--limit must be positive");
+    }
+    // The decoding flags, checked before the model is loaded (as far as they go without the
+    // checkpoint's recommended lengths).
+    a.decode.check()?;
+    let set: Option<QuestionSet> = a
+        .set
+        .as_deref()
+        .map(|s| s.parse().map_err(|e| anyhow!("--set: {e}")))
+        .transpose()?;
+    if set.is_some() && (a.tasks.is_some() || a.suite.is_some() || a.probe) {
+        bail!("--set is long-math's question sets: it goes without --tasks, --suite and --probe");
+    }
+    if let Some(t) = &a.tokenizer {
+        dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
+    }
+    Ok(Asked { suite, tasks, set })
+}
+
+/// `--tasks`' names as tasks, refusing a task named twice (under the same or another name).
+fn parse_tasks(names: Option<&[String]>) -> Result<Option<Vec<TaskKind>>> {
+    let Some(names) = names else {
+        return Ok(None);
+    };
+    let kinds = names
+        .iter()
+        .map(|s| s.parse::<TaskKind>().map_err(|e| anyhow!("--tasks: {e}")))
+        .collect::<Result<Vec<_>>>()?;
+    for (i, k) in kinds.iter().enumerate() {
+        if let Some(j) = kinds[..i].iter().position(|x| x == k) {
+            bail!(
+                "--tasks: `{}` and `{}` are the same task ({k}): each task is evaluated once",
+                names[j],
+                names[i]
+            );
+        }
+    }
+    Ok(Some(kinds))
+}
+
+/// The suite and tasks to run: the asked ones, else the suite of the model's tokenizer and all
+/// its tasks; every task must belong to that tokenizer's suite.
+fn resolve_tasks(
+    a: &Args,
+    asked_suite: Option<Suite>,
+    asked_tasks: Option<Vec<TaskKind>>,
+    tok: &tokenizers::Tokenizer,
+) -> Result<(Suite, Vec<TaskKind>)> {
+    let tok_suite = dllm_tasks::tokenizer::suite_of(tok)
         .context("the model's tokenizer is not a task-suite tokenizer")?;
     let suite = asked_suite.unwrap_or(tok_suite);
     let kinds = asked_tasks.unwrap_or_else(|| suite.tasks().to_vec());
@@ -252,25 +320,53 @@ fn run(a: Args) -> Result<()> {
             k.suite()
         );
     }
+    Ok((suite, kinds))
+}
+
+/// The decoding parameters: `decode`'s flags resolved against the checkpoint's `defaults` and
+/// the suite.
+fn decode_params(
+    decode: &llada_cli::DecodeArgs,
+    defaults: DecodeDefaults,
+    suite: Suite,
+) -> Result<DecodeParams> {
     // The one defaults rule every tool shares (DecodeParams::resolve): flags over the checkpoint's
     // generation_config.json, with the suite's answer length when the checkpoint names none.
-    let mut d = loaded.defaults;
+    let mut d = defaults;
     d.gen_length = d.gen_length.or(Some(match suite {
         Suite::Short => 24,
         Suite::Long => dllm_tasks::LONG_GEN_LENGTH,
     }));
-    let params = a.decode.params(&d)?;
-    if a.probe {
-        return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
-    }
+    decode.params(&d)
+}
+
+/// The questions to ask: `--set`'s (the first `limit` of them), else `limit` of each task's
+/// held-out test set.
+fn select_questions(
+    set: Option<QuestionSet>,
+    kinds: &[TaskKind],
+    limit: Option<usize>,
+) -> Vec<Example> {
     let mut qs = match set {
         Some(set) => set.questions(),
-        None => questions(&kinds, a.limit),
+        None => questions(kinds, limit),
     };
     if set.is_some() {
-        qs.truncate(a.limit.unwrap_or(usize::MAX));
+        qs.truncate(limit.unwrap_or(usize::MAX));
     }
-    let pb = if a.json {
+    qs
+}
+
+/// Evaluate `qs` with `params`, showing a progress bar with the share of right final answers
+/// (hidden when `hidden`, as under `--json`).
+fn evaluate_with_progress(
+    model: &mut dyn DiffusionLm,
+    tok: &tokenizers::Tokenizer,
+    qs: &[Example],
+    params: &DecodeParams,
+    hidden: bool,
+) -> Result<Evaluated> {
+    let pb = if hidden {
         ProgressBar::hidden()
     } else {
         ProgressBar::new(qs.len() as u64)
@@ -282,121 +378,28 @@ fn run(a: Args) -> Result<()> {
         .expect("template"),
     );
     let mut right = 0usize;
-    let t0 = Instant::now();
-    let (scores, answers) = evaluate(
-        &mut loaded.model,
-        tok.inner(),
-        &qs,
-        &params,
-        |done, _, ans| {
-            right += usize::from(ans.final_answer);
-            pb.set_position(done as u64);
-            pb.set_message(format!("{:.1}% right", 100.0 * right as f64 / done as f64));
-        },
-    )?;
+    let started = Instant::now();
+    let (scores, answers) = evaluate(model, tok, qs, params, |done, _, ans| {
+        right += usize::from(ans.final_answer);
+        pb.set_position(done as u64);
+        pb.set_message(format!("{:.1}% right", 100.0 * right as f64 / done as f64));
+    })?;
     pb.finish_and_clear();
-    if let Some(dump) = dump {
-        let mut lines = String::new();
-        for ans in &answers {
-            lines.push_str(&serde_json::to_string(ans)?);
-            lines.push('\n');
-        }
-        dump.finish(lines.as_bytes())?;
+    Ok(Evaluated {
+        scores,
+        answers,
+        started,
+    })
+}
+
+/// Write every answer to `--dump`'s file, one JSON line each.
+fn write_dump(dump: DumpFile, answers: &[Answered]) -> Result<()> {
+    let mut lines = String::new();
+    for ans in answers {
+        lines.push_str(&serde_json::to_string(ans)?);
+        lines.push('\n');
     }
-    let info = loaded.model.info();
-    // Dream's own algorithm runs for the vanilla strategy: it has no blocks and no remasking rule.
-    let dream_alg = dllm_decode::uses_dream_algorithm(info.arch, &params);
-    let staged = params.decide.staged().filter(|_| !dream_alg);
-    let decoding = if dream_alg {
-        format!("{} (Dream {})", a.decode.strategy, a.decode.alg)
-    } else if a.decode.remasking != "low_confidence" {
-        format!("{} ({})", a.decode.strategy, a.decode.remasking)
-    } else {
-        a.decode.strategy.clone()
-    };
-    if a.json {
-        let out = serde_json::json!({
-            "model": loaded.source,
-            "suite": suite.name(),
-            "params": {
-                "set": set.map(QuestionSet::name),
-                "strategy": a.decode.strategy, "gen_length": params.gen_length, "block_length": params.block_length,
-                "steps": params.steps, "threshold": params.decide.threshold().map(f32_as_written), "remasking": a.decode.remasking,
-                "dream_alg": dream_alg.then_some(&a.decode.alg),
-                "theta_visible": staged.map(|s| f32_as_written(s.visible)),
-                "theta_stable": staged.map(|s| f32_as_written(s.stable)),
-                "tau_back": staged.and_then(|s| s.verify).map(|v| f32_as_written(v.tau_back)),
-            },
-            "tasks": scores.iter().map(|s| serde_json::json!({
-                "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
-                "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
-                "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
-                "step_accuracy": s.step_accuracy(), "forwards_per_worked_step": s.forwards_per_step(),
-                "remasks": s.remasks, "verified": s.verified,
-                "revision_precision": s.revision_precision(), "drafts_wrong": s.drafts_wrong,
-                "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
-                "calibration": a.calibration.then(|| calibration(
-                    &answers.iter().filter(|x| x.task == s.task).cloned().collect::<Vec<_>>())),
-            })).collect::<Vec<_>>(),
-            // Every answer, in question order, with the step that committed each generated
-            // position (null: filled with EOS after an early stop, never decoded).
-            "answers": answers.iter().map(|ans| serde_json::json!({
-                "task": ans.task.name(), "final_answer": ans.final_answer, "exact": ans.exact,
-                "steps_right": ans.steps.map(|s| s.right), "steps_total": ans.steps.map(|s| s.total),
-                "forwards": ans.forwards, "tokens": ans.tokens, "response": ans.response,
-                "remasks": ans.remasks, "remasks_wrong": ans.remasks_wrong, "verified": ans.verified,
-                "drafts_taken": ans.drafts_taken, "drafts_wrong": ans.drafts_wrong,
-                "commit_step": ans.commit_step,
-            })).collect::<Vec<_>>(),
-            "elapsed_ms": t0.elapsed().as_secs_f64() * 1e3,
-        });
-        println!("{out}");
-    } else {
-        println!(
-            "{} ({}, {:.2}M parameters) · {} · gen {}{} steps {}{} · {} questions\n",
-            loaded.source,
-            info.arch,
-            info.num_params as f64 / 1e6,
-            decoding,
-            params.gen_length,
-            if dream_alg {
-                String::new()
-            } else {
-                format!(" block {}", params.block_length)
-            },
-            params.steps,
-            match (params.decide.threshold(), staged) {
-                (Some(t), _) => format!(" threshold {t}"),
-                (None, Some(s)) => format!(
-                    " theta {} / {}{}",
-                    s.visible,
-                    s.stable,
-                    match s.verify {
-                        Some(v) => format!(", verified (tau_back {})", v.tau_back),
-                        None => ", not verified".into(),
-                    }
-                ),
-                (None, None) => String::new(),
-            },
-            qs.len()
-        );
-        print!("{}", table(&scores));
-        if a.calibration {
-            for s in &scores {
-                let mine: Vec<_> = answers
-                    .iter()
-                    .filter(|x| x.task == s.task)
-                    .cloned()
-                    .collect();
-                println!(
-                    "\n{}: committed tokens per confidence band\n",
-                    s.task.name()
-                );
-                print!("{}", calibration_table(&calibration(&mine)));
-            }
-        }
-    }
-    Ok(())
+    dump.finish(lines.as_bytes())
 }
 
 /// `--probe`: the teacher-forced skill probe over the long-math held-out questions.
@@ -442,9 +445,4 @@ fn run_probe(
         }
     }
     Ok(())
-}
-
-/// An f32 as the f64 of its shortest decimal form (0.9f32 prints as 0.9 in JSON, not 0.8999999761581421).
-fn f32_as_written(x: f32) -> f64 {
-    x.to_string().parse().unwrap_or(x as f64)
 }

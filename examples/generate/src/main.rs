@@ -13,16 +13,21 @@
 
 mod embedded;
 mod live;
+mod report;
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device};
 use clap::Parser;
-use dllm_decode::StepObserver;
-use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+use dllm_decode::{Decoder, Outcome, StepObserver};
+use dllm_models::{
+    load, DiffusionLm, LoadOptions, LoadedModel, ModelInfo, ModelSource, TextTokenizer,
+};
 use llada_cli::{DecodeArgs, DeviceArgs};
+
+use report::Report;
 
 /// Generate text with a masked-diffusion language model.
 #[derive(Parser, Debug)]
@@ -77,7 +82,57 @@ fn parse_dtype(flag: &str, s: &str) -> Result<DType> {
     }
 }
 
+/// Check the flags, load the model, generate, and print the answer with its summary, or the
+/// `--json` object.
 fn run(a: Args) -> Result<()> {
+    let (dtype, kv_dtype) = check_flags(&a)?;
+    let backend = a.device.backend()?;
+    let opts = LoadOptions {
+        dtype,
+        kv_dtype,
+        device: Device::Cpu,
+        tokenizer: a.tokenizer.clone(),
+        backend: backend.clone(),
+        threads: a.threads,
+        ..Default::default()
+    };
+    let mut loaded = load_model(&a, &opts)?;
+    let info = loaded.model.info().clone();
+    let params = a.decode.params(&loaded.defaults)?;
+    let decoder = a.decode.decoder(params)?;
+    let prompt_ids = prompt_ids(&a, &loaded, &info)?;
+    let observer = observer(&a, loaded.tokenizer.clone(), params.gen_length, &info);
+    let before = backend.hexagon().map(|d| d.counters());
+    let (outcome, elapsed) = decode(decoder, &mut loaded.model, &prompt_ids, observer)?;
+    let stop_ids = info.special.stop_ids();
+    let answer = outcome.answer(&stop_ids);
+    let text = match &loaded.tokenizer {
+        Some(t) => Some(t.decode(answer, true)?),
+        None => None,
+    };
+    let report = Report {
+        args: &a,
+        loaded: &loaded,
+        params: &params,
+        backend: &backend,
+        prompt_ids: &prompt_ids,
+        outcome: &outcome,
+        answer,
+        text: text.as_deref(),
+        elapsed,
+        before,
+    };
+    if a.json {
+        report.print_json();
+    } else {
+        report.print_text();
+    }
+    Ok(())
+}
+
+/// Check every flag before anything is opened or loaded; the compute dtype, and the K/V cache's
+/// when `--kv-dtype` gives one.
+fn check_flags(a: &Args) -> Result<(DType, Option<DType>)> {
     if let Some(t) = a.threads {
         // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
         // before anything is loaded.
@@ -110,25 +165,21 @@ fn run(a: Args) -> Result<()> {
     if let Some(t) = &a.tokenizer {
         dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
     }
-    let backend = a.device.backend()?;
-    let opts = LoadOptions {
-        dtype,
-        kv_dtype,
-        device: Device::Cpu,
-        tokenizer: a.tokenizer.clone(),
-        backend: backend.clone(),
-        threads: a.threads,
-        ..Default::default()
-    };
+    Ok((dtype, kv_dtype))
+}
+
+/// Load `--model` (or the embedded model) with `opts`, printing its warnings and, without
+/// `--json`, a line naming what was loaded and how long it took.
+fn load_model(a: &Args, opts: &LoadOptions) -> Result<LoadedModel> {
     let t_load = Instant::now();
-    let mut loaded = match &a.model {
+    let loaded = match &a.model {
         Some(spec) => {
             let source = ModelSource::parse(spec)?;
-            load(&source, &opts).with_context(|| format!("loading {source}"))?
+            load(&source, opts).with_context(|| format!("loading {source}"))?
         }
-        None => embedded::load(&opts)?,
+        None => embedded::load(opts)?,
     };
-    let info = loaded.model.info().clone();
+    let info = loaded.model.info();
     // Printed even with --json (on stderr): a mismatched tokenizer explains odd output.
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
@@ -143,10 +194,14 @@ fn run(a: Args) -> Result<()> {
             t_load.elapsed().as_secs_f64()
         );
     }
-    let params = a.decode.params(&loaded.defaults)?;
-    let decoder = a.decode.decoder(params)?;
-    let prompt_ids: Vec<u32> = match (&a.prompt_ids, &a.prompt) {
-        (Some(ids), _) => ids.clone(),
+    Ok(loaded)
+}
+
+/// The prompt's token ids: `--prompt-ids` as given, or `--prompt` encoded by the model's
+/// tokenizer (in the chat template with `--chat`), refused if it spells the mask token.
+fn prompt_ids(a: &Args, loaded: &LoadedModel, info: &ModelInfo) -> Result<Vec<u32>> {
+    match (&a.prompt_ids, &a.prompt) {
+        (Some(ids), _) => Ok(ids.clone()),
         (None, Some(text)) => {
             let tok = loaded.tokenizer.as_ref().ok_or_else(|| {
                 anyhow!(
@@ -172,114 +227,49 @@ fn run(a: Args) -> Result<()> {
                     info.special.mask
                 );
             }
-            ids
+            Ok(ids)
         }
-        (None, None) => unreachable!("checked above"),
-    };
-    let tok = loaded.tokenizer.clone();
+        (None, None) => unreachable!("checked by check_flags"),
+    }
+}
+
+/// What shows the decode on stderr: the live canvas on a terminal (unless `--no-live`), else a
+/// progress bar; nothing with `--json`.
+fn observer(
+    a: &Args,
+    tok: Option<TextTokenizer>,
+    gen_length: usize,
+    info: &ModelInfo,
+) -> Box<dyn StepObserver> {
     let live = !a.json && !a.no_live && console::Term::stderr().is_term();
-    let mut observer: Box<dyn StepObserver> = if live {
+    if live {
         Box::new(live::LiveCanvas::new(
-            tok.clone(),
-            params.gen_length,
+            tok,
+            gen_length,
             info.special.stop_ids(),
         ))
     } else if !a.json {
-        Box::new(live::Progress::new(params.gen_length))
+        Box::new(live::Progress::new(gen_length))
     } else {
         Box::new(())
-    };
-    let before = backend.hexagon().map(|d| d.counters());
+    }
+}
+
+/// Run `decoder` on `prompt_ids`, showing each step through `observer`, which is dropped (its
+/// display cleared) before returning; the outcome and the decode's wall time.
+fn decode(
+    decoder: Decoder<'static>,
+    model: &mut dyn DiffusionLm,
+    prompt_ids: &[u32],
+    mut observer: Box<dyn StepObserver>,
+) -> Result<(Outcome, Duration)> {
     let t0 = Instant::now();
     let g = decoder
-        .run(&mut loaded.model, &prompt_ids, observer.as_mut())
+        .run(model, prompt_ids, observer.as_mut())
         .map_err(llada_cli::cli_error)?;
     let elapsed = t0.elapsed();
     drop(observer);
-    let stop_ids = info.special.stop_ids();
-    let answer = g.answer(&stop_ids);
-    let text = match &tok {
-        Some(t) => Some(t.decode(answer, true)?),
-        None => None,
-    };
-    // Tokens of the answer (EOS padding after it is not counted).
-    let tps = answer.len() as f64 / elapsed.as_secs_f64().max(1e-9);
-    if a.json {
-        let mut out = serde_json::json!({
-            "prompt_ids": prompt_ids,
-            "generated_ids": g.generated(),
-            "text": text,
-            "elapsed_ms": elapsed.as_secs_f64() * 1e3,
-            "answer_tokens": answer.len(),
-            "tokens_per_second": tps,
-            "stop_reason": format!("{:?}", g.stop),
-            "model": loaded.source,
-            "strategy": params.strategy.name(),
-            "device": a.device.device,
-            // What the CPU computes in; the NPU (--device hexagon) computes in fp16.
-            "dtype": a.dtype,
-            "npu_dtype": a.device.npu_dtype(),
-            // The K/V cache's element type (the NPU's cache is fp16).
-            "kv_dtype": a.kv_dtype.as_deref().or(a.device.npu_dtype()).unwrap_or(&a.dtype),
-            "gen_length": params.gen_length,
-            "block_length": params.block_length,
-            "steps_requested": params.steps,
-            "threshold": params.decide.threshold().map(as_written),
-            // Staged decisions' thresholds (mbsd without --no-sts), else null.
-            "theta_visible": params.decide.staged().map(|s| as_written(s.visible)),
-            "theta_stable": params.decide.staged().map(|s| as_written(s.stable)),
-            // Verification of tentative tokens (staged decisions without --no-verify), else null.
-            "tau_back": params
-                .decide
-                .staged()
-                .and_then(|s| s.verify)
-                .map(|v| as_written(v.tau_back)),
-        });
-        let map = out.as_object_mut().expect("an object");
-        map.extend(llada_cli::counters(&g));
-        let cpu = loaded.model.weights().cpu_linear_bytes();
-        map.insert("cpu_linear_bytes_owned".into(), cpu.owned.into());
-        map.insert(
-            "cpu_linear_bytes_shared_with_npu".into(),
-            cpu.shared_with_npu.into(),
-        );
-        if let (Some(dev), Some(b)) = (backend.hexagon(), before) {
-            map.extend(llada_cli::device_counters(&b, &dev.counters()));
-        }
-        // The process's peak resident set (VmHWM: loading and generating), null where the
-        // system does not report it.
-        map.insert("peak_rss_bytes".into(), peak_rss_bytes().into());
-        println!("{out}");
-    } else {
-        match &text {
-            Some(t) => println!("{t}"),
-            None => println!("{:?}", answer),
-        }
-        eprintln!(
-            "{} forwards, {} steps, {} answer tokens in {:.2}s ({:.1} tok/s, {:.2} tokens/forward), stop: {:?}",
-            g.forwards,
-            g.steps,
-            answer.len(),
-            elapsed.as_secs_f64(),
-            tps,
-            g.tokens_per_forward(),
-            g.stop
-        );
-        if let Some(dev) = backend.hexagon() {
-            eprintln!("\n{}", dev.routing_report());
-            if let Some(plan) = dev.last_memory_plan() {
-                eprintln!("\n{plan}");
-            }
-            let cpu = loaded.model.weights().cpu_linear_bytes();
-            eprintln!(
-                "CPU linear layers (refresh path, fallbacks): {:.2} MiB of their own weights, \
-                 {:.2} MiB read in place from the NPU module's packed tiles",
-                cpu.owned as f64 / 1048576.0,
-                cpu.shared_with_npu as f64 / 1048576.0
-            );
-        }
-    }
-    Ok(())
+    Ok((g, elapsed))
 }
 
 fn main() {
@@ -288,18 +278,4 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
-}
-
-/// An f32 flag value as the user wrote it (0.97, not 0.9700000286102295) for the JSON.
-fn as_written(x: f32) -> f64 {
-    x.to_string().parse().unwrap_or(x as f64)
-}
-
-/// The process's peak resident set size in bytes (`VmHWM` of `/proc/self/status`; `None` where
-/// there is no such file).
-fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }

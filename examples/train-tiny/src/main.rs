@@ -13,27 +13,24 @@
 
 mod checks;
 mod output;
+mod setup;
+mod train_loop;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Device};
+use candle_core::DType;
 use candle_nn::VarMap;
 use clap::Parser;
 use dllm_decode::{DecodeParams, Strategy};
-use dllm_models::lm::Arch;
-use dllm_models::{dream, llada, TransformerConfig};
-use dllm_tasks::rng::Rng;
-use dllm_tasks::tasks::{suite_train_stream, Suite, TaskKind, TrainStream};
-use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, MASK_ID, PAD_ID};
-use dllm_tasks::train::{
-    inference_copy, init_from, init_varmap, lr_at, named_vars, sft_loss_with, suite_config,
-    trainable, AdamW, AdamWConfig, Batcher, BlockMasking, ModelShape,
-};
-use indicatif::{ProgressBar, ProgressStyle};
+use dllm_models::TransformerConfig;
+use dllm_tasks::tasks::{Suite, TaskKind};
+use dllm_tasks::tokenizer::{self as tk, BOS_ID, EOS_ID, PAD_ID};
+use dllm_tasks::train::inference_copy;
 use output::{OutDir, RunDir, Staging};
 use serde::{Deserialize, Serialize};
+use setup::Resolved;
+use train_loop::Training;
 
 #[derive(Parser, Debug, Clone, Serialize, Deserialize)]
 #[command(about = "Train a small masked-diffusion LM on the synthetic task suite (CPU).")]
@@ -315,142 +312,47 @@ fn main() {
 fn run(a: Args) -> Result<Option<i32>> {
     dllm_models::threads::configure(a.threads).context("--threads")?;
     tune_malloc();
-    checks::ranges(&a)?;
     // Every argument is checked before anything is written or trained.
-    let arch = match a.arch.as_str() {
-        "llada" => Arch::Llada,
-        "dream" => Arch::Dream,
-        other => bail!("--arch: `{other}` (expected llada or dream)"),
-    };
-    let suite: Suite = a.suite.parse().context("--suite")?;
-    let save_dtype = match a.save_dtype.as_str() {
-        "f16" => DType::F16,
-        "bf16" => DType::BF16,
-        "f32" => DType::F32,
-        other => bail!("--save-dtype: `{other}` (expected f16, bf16 or f32)"),
-    };
-    for (flag, v) in [
-        ("--batch", a.batch),
-        ("--steps", a.steps),
-        ("--checkpoint-every", a.checkpoint_every),
-        ("--threads", a.threads),
-    ] {
-        if v == 0 {
-            bail!("{flag} must be positive");
-        }
-    }
-    if a.gen_len == 0 || a.block_length == 0 || !a.gen_len.is_multiple_of(a.block_length) {
-        bail!(
-            "--block-length {} must be positive and divide --gen-len {}",
-            a.block_length,
-            a.gen_len
-        );
-    }
-    if !(0.0..=1.0).contains(&a.block_masking) {
-        bail!(
-            "--block-masking {} must be a fraction in [0, 1]",
-            a.block_masking
-        );
-    }
-    let block_masking = BlockMasking {
-        fraction: a.block_masking,
-        block_length: a.block_length,
-    };
-    let weights: [u32; 4] = a.task_weights.clone().try_into().map_err(|_| {
-        anyhow::anyhow!("--task-weights needs 4 values (math,yesno,choice,completion)")
-    })?;
-    suite_train_stream(suite, a.seed)
-        .with_weights(weights)
-        .context("--task-weights")?
-        .with_small_fraction(a.small_fraction)
-        .context("--small-fraction")?;
-    if a.small_fraction > 0.0
-        && (a.small_gen_len < dllm_tasks::tasks::long::SMALL_MAX_RESPONSE_TOKENS + 1
-            || a.small_gen_len > a.gen_len)
-    {
-        bail!(
-            "--small-gen-len {} must hold a small answer + EOS ({} tokens) and not exceed --gen-len {}",
-            a.small_gen_len,
-            dllm_tasks::tasks::long::SMALL_MAX_RESPONSE_TOKENS + 1,
-            a.gen_len
-        );
-    }
-    if a.gen_len < tk::max_response_tokens(suite) + 1 {
-        bail!(
-            "--gen-len {} is shorter than the {suite} suite's longest answer + EOS ({} tokens)",
-            a.gen_len,
-            tk::max_response_tokens(suite) + 1
-        );
-    }
-    if tk::max_prompt_tokens(suite) + a.gen_len > dllm_tasks::train::SUITE_MAX_SEQ_LEN {
-        bail!(
-            "--gen-len {}: the {suite} suite's longest prompt ({} tokens) plus it exceeds the model's {} positions",
-            a.gen_len,
-            tk::max_prompt_tokens(suite),
-            dllm_tasks::train::SUITE_MAX_SEQ_LEN
-        );
-    }
-    let tok = tk::build_tokenizer(suite)?;
-    let vocab = tok.get_vocab_size(true);
-    let shape = ModelShape {
-        arch,
-        hidden: a.hidden,
-        layers: a.layers,
-        heads: a.heads,
-        kv_heads: a.kv_heads.unwrap_or(if arch == Arch::Dream {
-            (a.heads / 2).max(1)
-        } else {
-            a.heads
-        }),
-        ffn: a.ffn.unwrap_or(3 * a.hidden),
-    };
-    let cfg = suite_config(shape, vocab)?;
-    checks::memory(&cfg, a.batch, tk::max_prompt_tokens(suite) + a.gen_len)?;
+    let res = setup::resolve(&a)?;
     let outdir = OutDir::new(&a.out)?;
     let run: RunDir = outdir.plan(a.overwrite, a.resume)?;
-    let config_json = match cfg.arch {
-        Arch::Llada => llada::config_to_json(&cfg),
-        Arch::Dream => dream::config_to_json(&cfg),
-    };
-    let ckpt = run.checkpoint();
+    let config_json = setup::config_json(&res.cfg);
     let resumed = if a.resume {
-        // The model being continued must have this run's shape (a resume with another --hidden
-        // or --arch is an error, not a directory whose config and weights disagree). The
-        // checkpoint records it (checkpoints written before it did: the model's config.json).
-        let existing = [ckpt.join("config.json"), run.dir.join("config.json")]
-            .into_iter()
-            .find(|p| p.is_file());
-        if let Some(existing) = existing {
-            let old: serde_json::Value = serde_json::from_str(&output::read_regular(&existing)?)
-                .with_context(|| format!("parsing {}", existing.display()))?;
-            if old != config_json {
-                bail!(
-                    "--resume: {} describes another model than these arguments (compare --arch, --hidden, --layers, --heads, --ffn, --suite with {})",
-                    existing.display(),
-                    run.dir.join("train_args.json").display()
-                );
-            }
-        }
-        for f in ["model.safetensors", "optimizer.safetensors"] {
-            let p = ckpt.join(f);
-            if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
-                bail!("--resume: {} is missing or not a regular file", p.display());
-            }
-        }
-        Some(read_state(&ckpt.join("state.json"))?)
+        Some(setup::check_resume(&run, &config_json)?)
     } else {
         None
     };
     // Everything is checked: from here on the run writes.
+    let _cleanup = start_writing(&outdir, &run)?;
+    let mut training = Training::start(&a, &res, &run, &config_json, resumed)?;
+    let (stopped_by, elapsed) = training.train()?;
+    if let Some(sig) = stopped_by {
+        report_stop(sig, training.step, &run);
+        return Ok(Some(sig));
+    }
+    install_model(&a, &res, &outdir, &run, &training.varmap, &config_json)?;
+    eprintln!(
+        "trained {} steps ({} examples) in {:.1} min; wrote {}",
+        training.step,
+        training.examples,
+        elapsed.as_secs_f64() / 60.0,
+        a.out.display()
+    );
+    Ok(None)
+}
+
+/// Start writing: remove what interrupted runs left, create the run's directory (cleaned up
+/// again if the run ends without a checkpoint) and catch SIGINT and SIGTERM from here on.
+fn start_writing<'a>(outdir: &'a OutDir, run: &'a RunDir) -> Result<FreshRunCleanup<'a>> {
     outdir.probe_parent()?;
     for p in outdir.remove_stale() {
         eprintln!("removed {}, left by an interrupted run", p.display());
     }
     let created_out = std::fs::symlink_metadata(&outdir.out).is_err();
-    run.create(&outdir)?;
-    let _cleanup = FreshRunCleanup {
-        run: &run,
-        outdir: &outdir,
+    run.create(outdir)?;
+    let cleanup = FreshRunCleanup {
+        run,
+        outdir,
         created_out,
     };
     if run.dir != outdir.out {
@@ -461,227 +363,37 @@ fn run(a: Args) -> Result<Option<i32>> {
         );
     }
     catch_signals();
+    Ok(cleanup)
+}
 
-    let dev = Device::Cpu;
-    let mut varmap = VarMap::new();
-    init_varmap(&varmap, &cfg, a.seed)?;
-    if let Some(dir) = &a.init_from {
-        let w = init_from(&varmap, dir, &tok)
-            .with_context(|| format!("--init-from {}", dir.display()))?;
-        eprintln!(
-            "warm start from {}: {} tensors copied, {} vocabulary matrices mapped by token from {} to {vocab} rows ({} tokens changed id)",
-            dir.display(),
-            w.copied,
-            w.extended,
-            w.old_vocab,
-            w.moved
-        );
-    }
-    let model = trainable(&varmap, &cfg)?;
-    let vars = named_vars(&varmap)?;
-    let n_params: usize = vars.iter().map(|(_, v)| v.elem_count()).sum();
-    let mut opt = AdamW::new(
-        vars,
-        AdamWConfig {
-            weight_decay: a.weight_decay,
-            clip_norm: Some(a.clip),
-            ..Default::default()
-        },
-    )?;
-
-    let mut stream: TrainStream = suite_train_stream(suite, a.seed);
-    let mut mask_rng = Rng::new(a.seed ^ 0x5E_ED0F_3A5C);
-    let mut step = 0usize;
-    let mut prior = Duration::ZERO;
-    let mut examples = 0usize;
-    if let Some(st) = resumed {
-        varmap
-            .load(ckpt.join("model.safetensors"))
-            .with_context(|| format!("loading {}", ckpt.join("model.safetensors").display()))?;
-        opt.load(&ckpt.join("optimizer.safetensors"))?;
-        stream = TrainStream::from_suite_rng_state(suite, st.stream);
-        mask_rng = Rng::from_state(st.mask_rng);
-        step = st.step;
-        prior = Duration::from_secs_f64(st.elapsed_s);
-        examples = st.examples;
-        eprintln!(
-            "resumed at step {step} ({:.1} min trained)",
-            prior.as_secs_f64() / 60.0
-        );
-    }
-    eprintln!(
-        "{} model: {n_params} parameters (d {}, {} layers, {} heads / {} kv, mlp {}), vocab {vocab}, rows {}+{}, batch {}",
-        cfg.arch, cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
-        tk::max_prompt_tokens(suite), a.gen_len, a.batch
-    );
-    let gen_lens = if a.small_fraction > 0.0 {
-        vec![a.small_gen_len, a.gen_len]
+/// Report a run that `sig` stopped at `step`: before its first step, or with its checkpoint.
+fn report_stop(sig: i32, step: usize, run: &RunDir) {
+    if step == 0 {
+        eprintln!("stopped by {} before the first step", signal_name(sig));
     } else {
-        vec![a.gen_len]
-    };
-    let mut batcher = Batcher::with_gen_lens(
-        stream
-            .with_weights(weights)?
-            .with_small_fraction(a.small_fraction)?,
-        a.batch,
-        gen_lens,
-    );
-    // A resumed run keeps the lines its checkpoint covers; a fresh run starts a new log.
-    let mut log = run.open_log(a.resume.then_some(step))?;
-    let mut saved_step = a.resume.then_some(step);
+        eprintln!(
+            "stopped by {} at step {step}: checkpoint saved in {}; continue with the same \
+             arguments and --resume",
+            signal_name(sig),
+            run.checkpoint().display()
+        );
+    }
+}
 
-    let pb = ProgressBar::new(a.steps as u64).with_position(step as u64);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
-        )
-        .expect("template"),
-    );
-    let t0 = Instant::now();
-    let mut ema: Option<f64> = None;
-    let save_ckpt = |step: usize,
-                     opt: &AdamW,
-                     batcher: &Batcher,
-                     mask_rng: &Rng,
-                     elapsed: Duration,
-                     examples: usize|
-     -> Result<()> {
-        // One directory, swapped in as a whole: weights, moments and state of the same step.
-        run.save_checkpoint(|staged| {
-            stage_weights(staged, &varmap, "model.safetensors", DType::F32)?;
-            staged.with("optimizer.safetensors", |tmp| Ok(opt.save(tmp)?))?;
-            staged.json("config.json", &config_json)?;
-            staged.json(
-                "state.json",
-                &State {
-                    step,
-                    stream: batcher.stream_state(),
-                    mask_rng: mask_rng.state(),
-                    elapsed_s: elapsed.as_secs_f64(),
-                    examples,
-                },
-            )
-        })
-    };
-    let mut stopped_by = None;
-    while step < a.steps {
-        if let Some(sig) = interrupted() {
-            stopped_by = Some(sig);
-            break;
-        }
-        if let Some(m) = a.minutes {
-            if (prior + t0.elapsed()).as_secs_f64() > m * 60.0 {
-                pb.println(format!("time budget of {m} minutes reached at step {step}"));
-                break;
-            }
-        }
-        let batch = batcher.next_batch(&tok)?;
-        let lens = vec![batch.prompt_len; batch.rows.len()];
-        let out = sft_loss_with(
-            &model,
-            &batch.rows,
-            &lens,
-            MASK_ID,
-            &mut mask_rng,
-            &dev,
-            Some(block_masking),
-        )?;
-        let loss_v = out.loss.to_scalar::<f32>()? as f64;
-        let grads = out.loss.backward()?;
-        let lr = lr_at(step, a.steps, a.warmup, a.lr, a.min_lr_ratio);
-        let gnorm = opt.step(&grads, lr)?;
-        step += 1;
-        ema = Some(match ema {
-            Some(e) => 0.98 * e + 0.02 * loss_v,
-            None => loss_v,
-        });
-        let elapsed = prior + t0.elapsed();
-        examples += batch.rows.len();
-        pb.set_position(step as u64);
-        pb.set_message(format!(
-            "loss {:.4} lr {lr:.2e} |g| {gnorm:.2} {:.0} ex/s",
-            ema.unwrap_or(loss_v),
-            (examples as f64) / elapsed.as_secs_f64()
-        ));
-        let mut rec = serde_json::json!({"step": step, "loss": loss_v, "loss_ema": ema, "lr": lr, "grad_norm": gnorm, "elapsed_s": elapsed.as_secs_f64(), "examples": examples});
-        if a.eval_every > 0
-            && (step.is_multiple_of(a.eval_every) || step == a.steps)
-            && interrupted().is_none()
-        {
-            let acc = quick_eval(&varmap, &cfg, &tok, &a, suite)?;
-            let txt: Vec<String> = acc
-                .iter()
-                .map(|(k, v, st)| match st {
-                    Some(st) => {
-                        format!("{} {:.0}% (steps {:.0}%)", k.name(), 100.0 * v, 100.0 * st)
-                    }
-                    None => format!("{} {:.0}%", k.name(), 100.0 * v),
-                })
-                .collect();
-            pb.println(format!(
-                "step {step}: loss {:.4}, quick eval ({} per task): {}",
-                ema.unwrap_or(loss_v),
-                a.eval_limit,
-                txt.join(", ")
-            ));
-            rec["eval"] = serde_json::json!(acc
-                .iter()
-                .map(|(k, v, _)| (k.name(), *v))
-                .collect::<std::collections::BTreeMap<_, _>>());
-            if suite == Suite::Long {
-                rec["eval_steps"] = serde_json::json!(acc
-                    .iter()
-                    .filter_map(|(k, _, st)| st.map(|st| (k.name(), st)))
-                    .collect::<std::collections::BTreeMap<_, _>>());
-                // Which part of a worked line is learnt (teacher-forced, dllm_tasks::probe).
-                let mut model = inference_copy(&varmap, &cfg)?;
-                let qs = dllm_tasks::eval::questions(&[TaskKind::LongMath], Some(a.eval_limit));
-                let sk = dllm_tasks::probe::probe_long_math(&mut model, &tok, &qs, a.gen_len)?;
-                pb.println(format!(
-                    "step {step}: long-math skills: copy {:.0}%, lookup {:.0}%, arithmetic {:.0}%",
-                    100.0 * sk.copy.accuracy(),
-                    100.0 * sk.lookup.accuracy(),
-                    100.0 * sk.arithmetic.accuracy()
-                ));
-                rec["skills"] = serde_json::json!({
-                    "copy": sk.copy.accuracy(), "lookup": sk.lookup.accuracy(),
-                    "arithmetic": sk.arithmetic.accuracy(),
-                });
-            }
-        }
-        use std::io::Write;
-        writeln!(log, "{rec}")?;
-        if step.is_multiple_of(a.checkpoint_every) {
-            save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
-            saved_step = Some(step);
-        }
-    }
-    pb.finish();
-    let elapsed = prior + t0.elapsed();
-    let nothing_trained = stopped_by.is_some() && step == 0;
-    if saved_step != Some(step) && !nothing_trained {
-        save_ckpt(step, &opt, &batcher, &mask_rng, elapsed, examples)?;
-    }
-    log.sync_all()
-        .with_context(|| format!("syncing {}", run.dir.join(output::LOG).display()))?;
-    drop(log);
-    if let Some(sig) = stopped_by {
-        if nothing_trained {
-            eprintln!("stopped by {} before the first step", signal_name(sig));
-        } else {
-            eprintln!(
-                "stopped by {} at step {step}: checkpoint saved in {}; continue with the same \
-                 arguments and --resume",
-                signal_name(sig),
-                run.checkpoint().display()
-            );
-        }
-        return Ok(Some(sig));
-    }
-    // The model directory, replaced as one unit (weights, config, tokenizer, log, checkpoint).
-    outdir.install(&run, |staged| {
-        stage_weights(staged, &varmap, "model.safetensors", save_dtype)?;
-        staged.json("config.json", &config_json)?;
+/// Replace the model directory with the trained model as one unit: weights (in
+/// `--save-dtype`), config, generation config, tokenizer and arguments, with the run's log and
+/// checkpoint.
+fn install_model(
+    a: &Args,
+    res: &Resolved,
+    outdir: &OutDir,
+    run: &RunDir,
+    varmap: &VarMap,
+    config_json: &serde_json::Value,
+) -> Result<()> {
+    outdir.install(run, |staged| {
+        stage_weights(staged, varmap, "model.safetensors", res.save_dtype)?;
+        staged.json("config.json", config_json)?;
         staged.json(
             "generation_config.json",
             &serde_json::json!({
@@ -689,13 +401,7 @@ fn run(a: Args) -> Result<Option<i32>> {
                 "gen_length": a.gen_len, "block_length": a.block_length, "steps": a.gen_len,
             }),
         )?;
-        staged.with("tokenizer.json", |tmp| Ok(tk::save(&tok, tmp)?))?;
-        staged.json("train_args.json", &a)
-    })?;
-    eprintln!(
-        "trained {step} steps ({examples} examples) in {:.1} min; wrote {}",
-        elapsed.as_secs_f64() / 60.0,
-        a.out.display()
-    );
-    Ok(None)
+        staged.with("tokenizer.json", |tmp| Ok(tk::save(&res.tok, tmp)?))?;
+        staged.json("train_args.json", a)
+    })
 }
