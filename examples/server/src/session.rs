@@ -118,19 +118,44 @@ pub fn decode_error(e: DecodeError, endpoint: Endpoint) -> ApiError {
 /// Check a request against the model and the server's limits, and resolve its decoding
 /// parameters exactly as `generate` resolves its flags.
 pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
-    if let Some(m) = &req.model {
-        if m != &shared.model_id {
-            return Err(ApiError::field(
-                "model",
-                format!(
-                    "`{m}` is not served here; this server serves `{}` (GET /v1/models)",
-                    shared.model_id
-                ),
-            )
-            .status(axum::http::StatusCode::NOT_FOUND)
-            .with_code("model_not_found"));
-        }
+    check_model(shared, req.model.as_deref())?;
+    let prompt_ids = prompt_ids(shared, &req)?;
+    let a = decode_args(shared, &req)?;
+    let params = a
+        .resolve(&shared.checkpoint)
+        .map_err(|e| decode_error(e, req.endpoint))?;
+    check_context(&shared.info, &req, prompt_ids.len(), params.gen_length)?;
+    Ok(Prepared {
+        endpoint: req.endpoint,
+        prompt_ids,
+        params,
+        max_tokens: req.max_tokens,
+        stop: req.stop,
+        stream: req.stream,
+        include_usage: req.include_usage,
+        canvas: req.canvas,
+    })
+}
+
+/// A request naming a model must name the one served here.
+fn check_model(shared: &Shared, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if m != shared.model_id => Err(ApiError::field(
+            "model",
+            format!(
+                "`{m}` is not served here; this server serves `{}` (GET /v1/models)",
+                shared.model_id
+            ),
+        )
+        .status(axum::http::StatusCode::NOT_FOUND)
+        .with_code("model_not_found")),
+        _ => Ok(()),
     }
+}
+
+/// The prompt as token ids (text encoded, chat messages through the template), checked against
+/// the vocabulary: not empty, no id outside it, no mask id.
+fn prompt_ids(shared: &Shared, req: &GenRequest) -> Result<Vec<u32>, ApiError> {
     let pf = prompt_field(req.endpoint);
     let tok = || {
         shared.tokenizer.as_ref().ok_or_else(|| {
@@ -180,6 +205,12 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
             },
         ));
     }
+    Ok(prompt_ids)
+}
+
+/// The server's decoding flags with the request's fields over them; `max_tokens`, rounded up to
+/// whole blocks, is the generation length (within the server's limit).
+fn decode_args(shared: &Shared, req: &GenRequest) -> Result<DecodeArgs, ApiError> {
     let mut a = shared.decode.clone();
     if let Some(s) = &req.strategy {
         a.strategy = s.clone();
@@ -202,7 +233,6 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
     if req.block_length.is_some() {
         a.block_length = req.block_length;
     }
-    // max_tokens, rounded up to whole blocks, is the generation length.
     let block = a
         .block_length
         .or(shared.checkpoint.block_length)
@@ -236,21 +266,28 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
         }
         None => {}
     }
-    let params = a
-        .resolve(&shared.checkpoint)
-        .map_err(|e| decode_error(e, req.endpoint))?;
-    let total = prompt_ids.len().saturating_add(params.gen_length);
-    if prompt_ids.len() >= info.max_seq_len {
+    Ok(a)
+}
+
+/// The prompt and the generated positions must fit the model's context.
+fn check_context(
+    info: &ModelInfo,
+    req: &GenRequest,
+    prompt_len: usize,
+    gen_length: usize,
+) -> Result<(), ApiError> {
+    let pf = prompt_field(req.endpoint);
+    if prompt_len >= info.max_seq_len {
         return Err(ApiError::field(
             pf,
             format!(
-                "the prompt has {} tokens; the model's context is {} tokens",
-                prompt_ids.len(),
+                "the prompt has {prompt_len} tokens; the model's context is {} tokens",
                 info.max_seq_len
             ),
         )
         .with_code("context_length_exceeded"));
     }
+    let total = prompt_len.saturating_add(gen_length);
     if total > info.max_seq_len {
         let field = if req.max_tokens.is_some() {
             "max_tokens"
@@ -260,25 +297,14 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
         return Err(ApiError::field(
             field,
             format!(
-                "the prompt ({} tokens) + max_tokens rounded up to whole blocks ({}) = {total} \
-                 exceeds the model's context of {} tokens",
-                prompt_ids.len(),
-                params.gen_length,
+                "the prompt ({prompt_len} tokens) + max_tokens rounded up to whole blocks \
+                 ({gen_length}) = {total} exceeds the model's context of {} tokens",
                 info.max_seq_len
             ),
         )
         .with_code("context_length_exceeded"));
     }
-    Ok(Prepared {
-        endpoint: req.endpoint,
-        prompt_ids,
-        params,
-        max_tokens: req.max_tokens,
-        stop: req.stop,
-        stream: req.stream,
-        include_usage: req.include_usage,
-        canvas: req.canvas,
-    })
+    Ok(())
 }
 
 /// Holds back text that may be the start of a stop string, and cuts the text at the first one.
