@@ -195,7 +195,7 @@ impl HexagonConfig {
                 "staging_bytes",
                 ConfigProblem::Below {
                     value: self.staging_bytes,
-                    min: 2 * crate::memory::page_size() as u64,
+                    min: 2 * crate::memory::page_size(),
                     unit: Unit::Bytes,
                     note: " (two pages)",
                 },

@@ -318,7 +318,7 @@ impl HexagonDevice {
                 Tier::Hmx
             }
             WeightFormat::Q4_0 => {
-                if k % 32 != 0 {
+                if !k.is_multiple_of(32) {
                     return Support::No(Reason::Alignment(format!(
                         "Q4_0 rows of {k} values are not whole 32-value blocks"
                     )));

@@ -214,6 +214,8 @@ impl<'a> Generation<'a> {
 
     /// What the next forward must compute, or `None` when the generation is done. Asking twice
     /// without an answer in between is an error (the first ask is still unanswered).
+    // Not an `Iterator`: each ask must be answered (`absorb`) before the next, and asking can fail.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Ask>> {
         if self.asked {
             return Err(crate::DecodeError::Sequence(

@@ -209,15 +209,17 @@ impl crate::roles::Selector for StsSelector {
         if !self.no_adjacent && self.wait_left == 0 {
             return above_threshold(candidates, t.visible);
         }
-        let waits = |pos: usize, c: f64| !(c >= t.stable) && self.left_open(candidates, pos);
+        // A NaN confidence reaches no threshold.
+        let reaches = |c: f64, th: f64| c >= th;
+        let waits = |pos: usize, c: f64| !reaches(c, t.stable) && self.left_open(candidates, pos);
         let mut chosen: Vec<usize> = Vec::new();
         let ranked = ranked(candidates);
         for &(pos, c) in &ranked {
-            if !(c >= t.visible) {
+            if !reaches(c, t.visible) {
                 break;
             }
             let beside = self.no_adjacent && chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
-            if (beside && !(c >= t.stable)) || waits(pos, c) {
+            if (beside && !reaches(c, t.stable)) || waits(pos, c) {
                 continue;
             }
             chosen.push(pos);

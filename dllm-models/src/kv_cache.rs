@@ -104,6 +104,10 @@ pub struct FreeRows<'a, T> {
 pub trait KvRows {
     /// Cached rows `[0, len)`.
     fn len(&self) -> usize;
+    /// Whether no row is cached.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Rows the buffers hold.
     fn capacity(&self) -> usize;
     /// Sequences of the buffers.

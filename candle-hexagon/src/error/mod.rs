@@ -193,8 +193,9 @@ pub enum Error {
     InvalidInput {
         /// The op.
         op: &'static str,
-        /// What is wrong.
-        problem: InputProblem,
+        /// What is wrong (boxed: the problems carry shapes and names, and every `Result` of the
+        /// crate carries this type).
+        problem: Box<InputProblem>,
     },
     /// The backend cannot run on this target: it needs memfd shared memory (Linux, Android).
     /// Elsewhere the crate builds as a stub whose device never opens; use the CPU path.
@@ -214,11 +215,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// What is wrong, for an [`Error::InvalidInput`]: `matches!(e.input_problem(),
+    /// Some(InputProblem::DType { .. }))`.
+    pub fn input_problem(&self) -> Option<&InputProblem> {
+        match self {
+            Error::InvalidInput { problem, .. } => Some(problem),
+            _ => None,
+        }
+    }
+
     /// Bad arguments to `op`.
     pub(crate) fn input(op: &'static str, problem: impl Into<InputProblem>) -> Self {
         Error::InvalidInput {
             op,
-            problem: problem.into(),
+            problem: Box::new(problem.into()),
         }
     }
 
@@ -287,11 +297,15 @@ mod tests {
             e,
             Error::InvalidInput {
                 op: "HexTransformer::submit",
-                problem: InputProblem::DType {
-                    found: DType::U32,
-                    ..
-                },
+                ..
             }
+        ));
+        assert!(matches!(
+            e.input_problem(),
+            Some(InputProblem::DType {
+                found: DType::U32,
+                ..
+            })
         ));
         assert_eq!(
             e.to_string(),
@@ -306,11 +320,8 @@ mod tests {
             },
         );
         assert!(matches!(
-            &e,
-            Error::InvalidInput {
-                problem: InputProblem::Cache(CacheProblem::Move { src, .. }),
-                ..
-            } if *src == (20..21)
+            e.input_problem(),
+            Some(InputProblem::Cache(CacheProblem::Move { src, .. })) if *src == (20..21)
         ));
         assert_eq!(
             e.to_string(),

@@ -449,12 +449,10 @@ mod tests {
         shm.write(page + 1, &[9]).unwrap();
         // SAFETY: as above.
         assert_eq!(unsafe { *p.add(1) }, 9);
+        let e = w.map_range(shm.fd(), 1, 1, false).unwrap_err();
         assert!(matches!(
-            w.map_range(shm.fd(), 1, 1, false),
-            Err(Error::InvalidInput {
-                problem: InputProblem::NotMultiple { value: 1, .. },
-                ..
-            })
+            e.input_problem(),
+            Some(InputProblem::NotMultiple { value: 1, .. })
         ));
         assert_eq!(w.stats().mapped_bytes, page as u64);
         w.unmap(m).unwrap();

@@ -545,7 +545,7 @@ fn map_residents(rt: &Runtime, order: &[usize]) -> Result<(Vec<Option<Loc>>, Vec
     };
     let mut resident = vec![None; n];
     let mut mappings = Vec::new();
-    let mut pending = plan(&order, MAX_MAPPING_BYTES);
+    let mut pending = plan(order, MAX_MAPPING_BYTES);
     pending.reverse();
     while let Some(m) = pending.pop() {
         let mapped = if in_place {

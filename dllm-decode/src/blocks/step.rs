@@ -13,6 +13,9 @@ use crate::generation::ForwardTrace;
 use crate::observer::{final_prefix, StepEvent};
 use crate::states::{transition, TokenEvent, TokenState};
 
+/// Positions a verification looked at, with the shadow's probability of each one's token.
+type Looked = Vec<(usize, f64)>;
+
 /// Logits rows as `Vec<f32>` per requested position (batch item 0).
 pub(crate) fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
     logits.dims3()?;
@@ -144,11 +147,7 @@ impl Blocks<'_> {
 
     /// The verification rows' verdicts: the positions remasked, and every position looked at
     /// with its shadow's probability.
-    fn verdicts(
-        &mut self,
-        pl: &Planned,
-        answer: &Answer,
-    ) -> Result<(Vec<usize>, Vec<(usize, f64)>)> {
+    fn verdicts(&mut self, pl: &Planned, answer: &Answer) -> Result<(Vec<usize>, Looked)> {
         let Some(v) = self.verifier.as_mut() else {
             return Ok(Default::default());
         };

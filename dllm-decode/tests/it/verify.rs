@@ -45,7 +45,7 @@ impl Scripted {
 
     fn predict(p: usize) -> Vec<f32> {
         let conf = match p {
-            _ if p % 2 == 0 => 0.95,
+            _ if p.is_multiple_of(2) => 0.95,
             _ if p % 4 == 3 => 0.5,
             _ => 0.8,
         };

@@ -403,8 +403,11 @@ fn check_args(a: &Args) -> Result<()> {
     if a.pareto_questions == Some(0) {
         bail!("--pareto-questions must be positive");
     }
-    if !a.pareto && (!a.only.is_empty() || a.oracle_revision || !a.sets.is_empty())
-        || a.pareto_questions.is_some() && !a.pareto
+    if !a.pareto
+        && (!a.only.is_empty()
+            || a.oracle_revision
+            || !a.sets.is_empty()
+            || a.pareto_questions.is_some())
     {
         bail!("--only, --oracle-revision, --sets and --pareto-questions apply to --pareto only");
     }

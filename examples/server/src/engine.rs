@@ -28,7 +28,7 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -230,11 +230,8 @@ impl Loop {
                     Err(_) => return,
                 }
             }
-            loop {
-                match self.inbox.try_recv() {
-                    Ok(r) => self.admit(r),
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
+            while let Ok(r) = self.inbox.try_recv() {
+                self.admit(r);
             }
             self.reap();
             self.start_waiting();

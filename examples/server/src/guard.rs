@@ -136,7 +136,7 @@ pub async fn check(State(access): State<Arc<Access>>, req: Request, next: Next) 
     }
     let origin = match origin_of(headers, host, &access) {
         Ok(o) => o,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if let Some(o) = &origin {
         if req.method() == Method::OPTIONS
@@ -171,8 +171,12 @@ pub async fn check(State(access): State<Arc<Access>>, req: Request, next: Next) 
 }
 
 /// The request's `Origin` when it is an allowed cross-origin one (`Ok(Some)`: CORS applies);
-/// `Ok(None)` for none or the server's own; a 403 for any other.
-fn origin_of(headers: &HeaderMap, host: &str, access: &Access) -> Result<Option<String>, Response> {
+/// `Ok(None)` for none or the server's own; a 403 for any other (boxed: a response is large).
+fn origin_of(
+    headers: &HeaderMap,
+    host: &str,
+    access: &Access,
+) -> Result<Option<String>, Box<Response>> {
     let Some(raw) = headers.get(header::ORIGIN) else {
         return Ok(None);
     };
@@ -184,7 +188,7 @@ fn origin_of(headers: &HeaderMap, host: &str, access: &Access) -> Result<Option<
     if access.allow_origins.contains(&o) {
         return Ok(Some(o));
     }
-    Err(forbidden(
+    Err(Box::new(forbidden(
         format!(
             "Origin `{}` is not allowed: a web page from another site may not use this \
              server; start it with --allow-origin {} to allow that page",
@@ -192,7 +196,7 @@ fn origin_of(headers: &HeaderMap, host: &str, access: &Access) -> Result<Option<
             String::from_utf8_lossy(raw.as_bytes()),
         ),
         "origin_not_allowed",
-    ))
+    )))
 }
 
 fn with_cors(mut r: Response, origin: &str, preflight: bool) -> Response {
