@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device};
 use clap::Parser;
-use dllm_models::{load, DiffusionLm, LoadOptions, ModelSource};
+use dllm_models::{load, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
 use llada_cli::{DecodeArgs, DeviceArgs};
 
 use crate::metrics::Stats;
@@ -140,7 +140,34 @@ fn no_key(host: &str) -> String {
     )
 }
 
+/// Check the flags, load the model, start the engine, and serve until Ctrl-C.
 fn run(a: Args) -> Result<()> {
+    check_flags(&a)?;
+    let access = Arc::new(guard::Access::new(&a.allow_origin, a.api_key.clone())?);
+    if access.api_key.is_none() && !guard::is_loopback_host(&a.host) {
+        bail!("{}", no_key(&a.host));
+    }
+    let t_load = Instant::now();
+    let loaded = load_model(&a)?;
+    let info = loaded.model.info().clone();
+    // The server's defaults must be valid on their own (the same checks as generate's flags).
+    let defaults = a.decode.params(&loaded.defaults)?;
+    let shared = start_engine(&a, loaded)?;
+    let loaded_line = format!(
+        "loaded {} ({}, {:.1}M parameters) in {:.2}s; default strategy {}, {} positions in blocks of {}",
+        shared.model_id,
+        info.arch,
+        info.num_params as f64 / 1e6,
+        t_load.elapsed().as_secs_f64(),
+        defaults.strategy.name(),
+        defaults.gen_length,
+        defaults.block_length,
+    );
+    serve(&a, shared, access, loaded_line)
+}
+
+/// The limits' flags, checked before the model is read.
+fn check_flags(a: &Args) -> Result<()> {
     if let Some(t) = a.threads {
         // The model's own pool (LoadOptions::threads), where its CPU kernels run: checked now,
         // before the model is read.
@@ -170,10 +197,11 @@ fn run(a: Args) -> Result<()> {
             a.max_connections
         );
     }
-    let access = Arc::new(guard::Access::new(&a.allow_origin, a.api_key.clone())?);
-    if access.api_key.is_none() && !guard::is_loopback_host(&a.host) {
-        bail!("{}", no_key(&a.host));
-    }
+    Ok(())
+}
+
+/// `--model`, or the embedded model, on `--device`; its warnings printed.
+fn load_model(a: &Args) -> Result<LoadedModel> {
     let backend = a.device.backend()?;
     let opts = LoadOptions {
         dtype: parse_dtype(&a.dtype)?,
@@ -183,7 +211,6 @@ fn run(a: Args) -> Result<()> {
         threads: a.threads,
         ..Default::default()
     };
-    let t_load = Instant::now();
     let loaded = match &a.model {
         Some(spec) => {
             let source = ModelSource::parse(spec)?;
@@ -194,9 +221,12 @@ fn run(a: Args) -> Result<()> {
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
+    Ok(loaded)
+}
+
+/// Start the serving engine on the model's weights, and the state every handler shares.
+fn start_engine(a: &Args, loaded: LoadedModel) -> Result<Arc<Shared>> {
     let info = loaded.model.info().clone();
-    // The server's defaults must be valid on their own (the same checks as generate's flags).
-    let defaults = a.decode.params(&loaded.defaults)?;
     let max_tokens = a.max_tokens_limit.unwrap_or(info.max_seq_len);
     if max_tokens == 0 {
         bail!("--max-tokens-limit must be positive");
@@ -214,9 +244,9 @@ fn run(a: Args) -> Result<()> {
         },
         stats.clone(),
     )?;
-    let shared = Arc::new(Shared {
+    Ok(Arc::new(Shared {
         model_id: model_id(a.model.as_deref()),
-        info: info.clone(),
+        info,
         tokenizer: loaded.tokenizer.clone().map(Arc::new),
         checkpoint: loaded.defaults,
         decode: a.decode.clone(),
@@ -234,10 +264,18 @@ fn run(a: Args) -> Result<()> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
-    });
-    drop(loaded);
+    }))
+}
+
+/// Bind `--host:--port`, print `loaded_line` and the address, and serve until Ctrl-C.
+fn serve(
+    a: &Args,
+    shared: Arc<Shared>,
+    access: Arc<guard::Access>,
+    loaded_line: String,
+) -> Result<()> {
     let app = routes::App {
-        shared: shared.clone(),
+        shared,
         body_timeout: Duration::from_secs_f64(a.header_timeout),
     };
     let limits = conn::ConnLimits {
@@ -257,16 +295,7 @@ fn run(a: Args) -> Result<()> {
         if access.api_key.is_none() && !addr.ip().to_canonical().is_loopback() {
             bail!("{}", no_key(&addr.ip().to_string()));
         }
-        eprintln!(
-            "loaded {} ({}, {:.1}M parameters) in {:.2}s; default strategy {}, {} positions in blocks of {}",
-            shared.model_id,
-            info.arch,
-            info.num_params as f64 / 1e6,
-            t_load.elapsed().as_secs_f64(),
-            defaults.strategy.name(),
-            defaults.gen_length,
-            defaults.block_length,
-        );
+        eprintln!("{loaded_line}");
         // The one line on stdout: tests and scripts read the address from it.
         println!("listening on http://{addr}");
         use std::io::Write;
