@@ -15,6 +15,7 @@ use dllm_models::DiffusionLm;
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
+use crate::oracle::OracleDecisions;
 use crate::tasks::long::{check_steps, StepScore};
 use crate::tasks::{check, test_set, Example, TaskKind};
 use crate::tokenizer::{decode_response, encode_prompt};
@@ -427,12 +428,34 @@ pub fn against_reference(g: &Outcome, reference: &[u32]) -> ReferenceCounts {
     }
 }
 
+/// Who decides which predictions a step takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Decisions {
+    /// The decoder's rule, on the model's own confidences.
+    #[default]
+    Rule,
+    /// The same rule on confidences that reveal which predictions are right
+    /// ([`crate::oracle::OracleDecisions`]): a bound on any rule's forwards, not a decoder.
+    Oracle,
+}
+
 /// Answer one question.
 pub fn answer(
     model: &mut dyn DiffusionLm,
     tok: &Tokenizer,
     ex: &Example,
     params: &DecodeParams,
+) -> Result<Answered> {
+    answer_with(model, tok, ex, params, Decisions::Rule)
+}
+
+/// Answer one question, its steps decided as `decisions` says.
+pub fn answer_with(
+    model: &mut dyn DiffusionLm,
+    tok: &Tokenizer,
+    ex: &Example,
+    params: &DecodeParams,
+    decisions: Decisions,
 ) -> Result<Answered> {
     let prompt = encode_prompt(tok, &ex.prompt)?;
     let mut commit_step = vec![None; params.gen_length];
@@ -463,12 +486,18 @@ pub fn answer(
         }
         Control::Continue
     };
-    let g =
-        generate(model, &prompt, params, &mut record).map_err(|e| Error::Eval(e.to_string()))?;
+    let reference = reference_ids(tok, ex, params.gen_length)?;
+    let g = match decisions {
+        Decisions::Rule => generate(model, &prompt, params, &mut record),
+        Decisions::Oracle => {
+            let mut oracle = OracleDecisions::new(model, reference.clone(), prompt.len());
+            generate(&mut oracle, &prompt, params, &mut record)
+        }
+    }
+    .map_err(|e| Error::Eval(e.to_string()))?;
     let response = decode_response(tok, g.generated())?;
     let v = check(ex, &response);
     let steps = check_steps(ex, &response);
-    let reference = reference_ids(tok, ex, params.gen_length)?;
     let counts = against_reference(&g, &reference);
     let token_right: Vec<bool> = g
         .generated()
@@ -505,13 +534,25 @@ pub fn evaluate(
     tok: &Tokenizer,
     examples: &[Example],
     params: &DecodeParams,
+    progress: impl FnMut(usize, usize, &Answered),
+) -> Result<(Vec<TaskScore>, Vec<Answered>)> {
+    evaluate_with(model, tok, examples, params, Decisions::Rule, progress)
+}
+
+/// [`evaluate`], the steps decided as `decisions` says.
+pub fn evaluate_with(
+    model: &mut dyn DiffusionLm,
+    tok: &Tokenizer,
+    examples: &[Example],
+    params: &DecodeParams,
+    decisions: Decisions,
     mut progress: impl FnMut(usize, usize, &Answered),
 ) -> Result<(Vec<TaskScore>, Vec<Answered>)> {
     let mut scores: Vec<TaskScore> = Vec::new();
     let mut answers = Vec::with_capacity(examples.len());
     for (i, ex) in examples.iter().enumerate() {
         let t0 = Instant::now();
-        let a = answer(model, tok, ex, params)?;
+        let a = answer_with(model, tok, ex, params, decisions)?;
         let elapsed = t0.elapsed();
         let idx = match scores.iter().position(|s| s.task == ex.kind) {
             Some(i) => i,

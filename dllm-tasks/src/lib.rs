@@ -36,6 +36,7 @@ pub mod error;
 pub mod eval;
 pub mod export;
 pub mod long_tokenizer;
+pub mod oracle;
 pub mod probe;
 pub mod tasks;
 pub mod tokenizer;

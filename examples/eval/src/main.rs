@@ -17,7 +17,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use dllm_decode::DecodeParams;
 use dllm_models::{load, DecodeDefaults, DiffusionLm, LoadOptions, ModelSource};
-use dllm_tasks::eval::{evaluate, questions, Answered, QuestionSet, TaskScore};
+use dllm_tasks::eval::{evaluate_with, questions, Answered, Decisions, QuestionSet, TaskScore};
 use dllm_tasks::{Example, Suite, TaskKind};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -71,6 +71,12 @@ struct Args {
     /// answer, position by position) per confidence band, per task.
     #[arg(long)]
     calibration: bool,
+    /// Diagnostic, not a decoder: the decision rule sees every prediction that already equals the
+    /// reference answer's token as certain and every other one as uncertain, so each forward
+    /// decides exactly what the model already predicts right; its forwards per answer bound what
+    /// any decision rule could reach with this model (README, *The forwards frontier*).
+    #[arg(long)]
+    oracle_decisions: bool,
 }
 
 /// Names a model is made of: `--dump` never replaces one.
@@ -226,7 +232,18 @@ fn run(a: Args) -> Result<()> {
         return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
     }
     let qs = select_questions(asked.set, &kinds, a.limit);
-    let done = evaluate_with_progress(&mut loaded.model, tok.inner(), &qs, &params, a.json)?;
+    let decisions = if a.oracle_decisions {
+        Decisions::Oracle
+    } else {
+        Decisions::Rule
+    };
+    let done = evaluate_with_progress(
+        &mut loaded.model,
+        tok.inner(),
+        &qs,
+        (&params, decisions),
+        a.json,
+    )?;
     if let Some(dump) = dump {
         write_dump(dump, &done.answers)?;
     }
@@ -273,6 +290,9 @@ fn check_flags(a: &Args) -> Result<Asked> {
         .transpose()?;
     if set.is_some() && (a.tasks.is_some() || a.suite.is_some() || a.probe) {
         bail!("--set is long-math's question sets: it goes without --tasks, --suite and --probe");
+    }
+    if a.oracle_decisions && a.probe {
+        bail!("--oracle-decisions changes how answers are decoded; --probe decodes nothing");
     }
     if let Some(t) = &a.tokenizer {
         dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;
@@ -363,7 +383,7 @@ fn evaluate_with_progress(
     model: &mut dyn DiffusionLm,
     tok: &tokenizers::Tokenizer,
     qs: &[Example],
-    params: &DecodeParams,
+    (params, decisions): (&DecodeParams, Decisions),
     hidden: bool,
 ) -> Result<Evaluated> {
     let pb = if hidden {
@@ -379,7 +399,7 @@ fn evaluate_with_progress(
     );
     let mut right = 0usize;
     let started = Instant::now();
-    let (scores, answers) = evaluate(model, tok, qs, params, |done, _, ans| {
+    let (scores, answers) = evaluate_with(model, tok, qs, params, decisions, |done, _, ans| {
         right += usize::from(ans.final_answer);
         pb.set_position(done as u64);
         pb.set_message(format!("{:.1}% right", 100.0 * right as f64 / done as f64));

@@ -92,6 +92,7 @@ impl Report<'_> {
                 "theta_visible": staged.map(|s| f32_as_written(s.visible)),
                 "theta_stable": staged.map(|s| f32_as_written(s.stable)),
                 "tau_back": staged.and_then(|s| s.verify).map(|v| f32_as_written(v.tau_back)),
+                "oracle_decisions": a.oracle_decisions,
             },
             "tasks": self.scores.iter().map(|s| self.task_json(s)).collect::<Vec<_>>(),
             // Every answer, in question order, with the step that committed each generated
@@ -136,11 +137,16 @@ impl Report<'_> {
     fn settings_line(&self, d: &Decoding) -> String {
         let params = self.params;
         format!(
-            "{} ({}, {:.2}M parameters) · {} · gen {}{} steps {}{} · {} questions",
+            "{} ({}, {:.2}M parameters) · {}{} · gen {}{} steps {}{} · {} questions",
             self.model,
             self.info.arch,
             self.info.num_params as f64 / 1e6,
             d.label,
+            if self.args.oracle_decisions {
+                " with oracle decisions (a bound, not a decoder)"
+            } else {
+                ""
+            },
             params.gen_length,
             if d.dream_alg {
                 String::new()

@@ -312,6 +312,65 @@ fn shipped_long_model_writes_worked_answers() {
     assert!(right >= 4, "{right} worked lines right in two answers");
 }
 
+/// `--oracle-decisions` takes exactly the predictions that are already right: on the tuning
+/// set's first 20 long-math questions it answers every one, in fewer forwards than threshold 0.9
+/// with the same window, and says in the settings that it ran; it refuses `--probe`.
+#[test]
+fn oracle_decisions_bound_the_forwards_and_are_labelled() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
+    let m = dir.to_str().unwrap();
+    let eval = |oracle: bool| {
+        let mut args = vec![
+            "--model",
+            m,
+            "--set",
+            "tuning",
+            "--limit",
+            "20",
+            "--strategy",
+            "dual-cache",
+            "--threshold",
+            "0.9",
+            "--threads",
+            "1",
+            "--json",
+        ];
+        if oracle {
+            args.push("--oracle-decisions");
+        }
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (rule, oracle) = (eval(false), eval(true));
+    assert_eq!(rule["params"]["oracle_decisions"], false);
+    assert_eq!(oracle["params"]["oracle_decisions"], true);
+    let t = |v: &serde_json::Value, k: &str| v["tasks"][0][k].as_f64().unwrap();
+    assert_eq!(
+        t(&oracle, "final_answer_accuracy"),
+        1.0,
+        "{}",
+        oracle["tasks"]
+    );
+    assert!(
+        t(&oracle, "forwards_per_answer") < t(&rule, "forwards_per_answer") - 1.0,
+        "oracle {} vs rule {}",
+        oracle["tasks"],
+        rule["tasks"]
+    );
+    let out = run(&["--model", m, "--probe", "--oracle-decisions"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("--oracle-decisions") && e.contains("--probe"),
+        "{e}"
+    );
+}
+
 /// D9/D10: `--dump` was checked for writability only after the whole evaluation, decoding flags
 /// only after the model was loaded, and `--tasks long-math,long-math` counted every question twice;
 /// `--tasks foo` listed only the short suite's tasks. Each is now an error before any work (here
