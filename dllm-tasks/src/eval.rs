@@ -490,7 +490,7 @@ pub fn answer_with(
     let g = match decisions {
         Decisions::Rule => generate(model, &prompt, params, &mut record),
         Decisions::Oracle => {
-            let mut oracle = OracleDecisions::new(model, reference.clone(), prompt.len());
+            let mut oracle = OracleDecisions::new(model, &reference, prompt.len());
             generate(&mut oracle, &prompt, params, &mut record)
         }
     }

@@ -22,18 +22,18 @@ use dllm_models::{Answer, Ask, DiffusionLm, ModelInfo, Refresh, Rows, SequenceTo
 const CERTAIN: f32 = 50.0;
 
 /// A model whose answers reveal which predictions are right (see the module docs).
-pub struct OracleDecisions<'m> {
+pub struct OracleDecisions<'m, 'r> {
     model: &'m mut dyn DiffusionLm,
     /// The reference answer's token of each generated position (`reference[i]` for canvas
     /// position `prompt_len + i`), padded with EOS to the generated length.
-    reference: Vec<u32>,
+    reference: &'r [u32],
     prompt_len: usize,
 }
 
-impl<'m> OracleDecisions<'m> {
+impl<'m, 'r> OracleDecisions<'m, 'r> {
     /// Wrap `model` for one question: `reference` as [`crate::eval::reference_ids`] builds it, for
     /// a prompt of `prompt_len` tokens.
-    pub fn new(model: &'m mut dyn DiffusionLm, reference: Vec<u32>, prompt_len: usize) -> Self {
+    pub fn new(model: &'m mut dyn DiffusionLm, reference: &'r [u32], prompt_len: usize) -> Self {
         Self {
             model,
             reference,
@@ -90,7 +90,7 @@ fn reveal_row(row: &mut [f32], right: Option<u32>) {
     }
 }
 
-impl DiffusionLm for OracleDecisions<'_> {
+impl DiffusionLm for OracleDecisions<'_, '_> {
     fn token(&self) -> SequenceToken {
         self.model.token()
     }

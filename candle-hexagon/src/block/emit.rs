@@ -90,38 +90,41 @@ impl Emit<'_> {
                 m: self.b * t,
             };
             let label = node.label();
-            let ops = match *node {
+            let mut push = |label: &'static str, op: kdsp_op| batch.push(label, op);
+            match *node {
                 Node::RmsNorm {
                     x,
                     weight,
                     eps,
                     out,
-                } => vec![cx.rms_norm(&x, &self.pinned[refs.vectors[weight]], eps, &out)],
+                } => push(
+                    label,
+                    cx.rms_norm(&x, &self.pinned[refs.vectors[weight]], eps, &out),
+                ),
+                // No matrix: a tail cut (the caller never asks for this node).
                 Node::MatMul { x, weight, out } => {
-                    let Some(lin) = &refs.matrices[weight] else {
-                        continue; // a tail cut: the caller never asks for this
-                    };
-                    let (mm, bias) = cx.matmul(lin, &x, &out);
-                    batch.push(label, mm);
-                    if let Some(b) = bias {
-                        batch.push("bias", b);
+                    if let Some(lin) = &refs.matrices[weight] {
+                        let (mm, bias) = cx.matmul(lin, &x, &out);
+                        push(label, mm);
+                        bias.into_iter().for_each(|op| push("bias", op));
                     }
-                    continue;
                 }
-                Node::Add { acc, x } => vec![cx.add(&acc, &x)],
-                Node::SwiGlu { gate, up, out } => vec![cx.swiglu(&gate, &up, &out)],
-                Node::Rope { x } => vec![cx.rope_in_place(&x)],
-                Node::CacheKeysRoped { x } => cx.cache_keys(&x),
-                Node::CacheValues { x } => vec![cx.cache_values(&x)],
+                Node::Add { acc, x } => push(label, cx.add(&acc, &x)),
+                Node::SwiGlu { gate, up, out } => push(label, cx.swiglu(&gate, &up, &out)),
+                Node::Rope { x } => push(label, cx.rope_in_place(&x)),
+                Node::CacheKeysRoped { x } => {
+                    (0..self.b).for_each(|bi| push(label, cx.cache_keys(&x, bi)))
+                }
+                Node::CacheValues { x } => push(label, cx.cache_values(&x)),
                 // Without selection `out` is `x` (`ActPlan::locs` aliases it).
-                Node::SelectRows { x, out } => match self.r.filter(|&r| selecting && r > 0) {
-                    Some(r) => vec![cx.select_rows(&x, &out, r)],
-                    None => continue,
-                },
-                Node::Attention { q, out, scale } => cx.attention(&q, &out, scale),
-            };
-            for op in ops {
-                batch.push(label, op);
+                Node::SelectRows { x, out } => {
+                    if let Some(r) = self.r.filter(|&r| selecting && r > 0) {
+                        push(label, cx.select_rows(&x, &out, r));
+                    }
+                }
+                Node::Attention { q, out, scale } => {
+                    (0..self.b).for_each(|bi| push(label, cx.attention(&q, &out, scale, bi)))
+                }
             }
         }
     }
@@ -253,15 +256,11 @@ impl NodeCx<'_, '_> {
         self.rope(v, v, self.m)
     }
 
-    /// The keys, rotated, into the cache: one op per item.
-    fn cache_keys(&self, x: &Cols) -> Vec<kdsp_op> {
+    /// Item `bi`'s keys, rotated, into the cache.
+    fn cache_keys(&self, x: &Cols, bi: usize) -> kdsp_op {
         let e = self.e;
-        (0..e.b)
-            .map(|bi| {
-                let kin = self.heads(x, bi * e.n, e.n);
-                self.rope(e.kv.k_rows(self.li, bi, e.len, e.n), kin, e.n)
-            })
-            .collect()
+        let kin = self.heads(x, bi * e.n, e.n);
+        self.rope(e.kv.k_rows(self.li, bi, e.len, e.n), kin, e.n)
     }
 
     /// The values into the cache.
@@ -284,26 +283,22 @@ impl NodeCx<'_, '_> {
         )
     }
 
-    /// Attention of every item's `t` query rows over the cached keys and this forward's.
-    fn attention(&self, q: &Cols, out: &Cols, scale: f32) -> Vec<kdsp_op> {
+    /// Attention of item `bi`'s `t` query rows over the cached keys and this forward's.
+    fn attention(&self, q: &Cols, out: &Cols, scale: f32, bi: usize) -> kdsp_op {
         let e = self.e;
         let (t, keys) = (self.t, e.len + e.n);
-        (0..e.b)
-            .map(|bi| {
-                let mut op = kdsp_op::new(
-                    KDSP_OP_FLASH_ATTN,
-                    self.heads(out, bi * t, t),
-                    &[
-                        self.heads(q, bi * t, t),
-                        e.kv.k_rows(self.li, bi, 0, keys),
-                        e.kv.v_keys(self.li, bi, keys),
-                    ],
-                );
-                op.params.attn.scale = scale;
-                op.params.attn.kv_skip_begin = e.skip.0;
-                op.params.attn.kv_skip_end = e.skip.1;
-                op
-            })
-            .collect()
+        let mut op = kdsp_op::new(
+            KDSP_OP_FLASH_ATTN,
+            self.heads(out, bi * t, t),
+            &[
+                self.heads(q, bi * t, t),
+                e.kv.k_rows(self.li, bi, 0, keys),
+                e.kv.v_keys(self.li, bi, keys),
+            ],
+        );
+        op.params.attn.scale = scale;
+        op.params.attn.kv_skip_begin = e.skip.0;
+        op.params.attn.kv_skip_end = e.skip.1;
+        op
     }
 }
