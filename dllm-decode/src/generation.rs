@@ -106,6 +106,11 @@ pub struct Outcome {
     pub logits_rows_skipped: usize,
     /// Positions still Visible (below the stable threshold) when their block completed.
     pub unstable_at_block_end: usize,
+    /// Forwards that showed a guess ([`crate::MbsdParams::show_guess`]; its shadow row is in
+    /// the trace's `shadows`, not in `verified`).
+    pub guesses_shown: usize,
+    /// Shown guesses their shadow confirmed.
+    pub guesses_confirmed: usize,
     /// Every forward, in order.
     pub trace: Vec<ForwardTrace>,
     /// Why decoding ended.
@@ -134,6 +139,8 @@ impl Outcome {
             lookahead_positions: 0,
             logits_rows_skipped: 0,
             unstable_at_block_end: 0,
+            guesses_shown: 0,
+            guesses_confirmed: 0,
             trace: Vec::new(),
             stop: StopReason::Completed,
         }

@@ -13,8 +13,10 @@ pub const DEFAULT_JOINT_UNLESS_ABOVE: f32 = 0.9999;
 /// are tentative — verified by a shadow row before they are final — unless nearly certain.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Joint {
-    /// On for models whose logits are not shifted (LLaDA), off for shifted ones (Dream): chosen
-    /// per family on the tuning and confirmation sets (README, *Default decoding*).
+    /// On for models whose logits are not shifted (LLaDA) unless the mbsd window shows a guess
+    /// ([`crate::MbsdParams::show_guess`]: the joint check would make the guess's step tentative
+    /// and the guess pointless), off for shifted ones (Dream): chosen per family on the tuning
+    /// and confirmation sets (README, *Default decoding*).
     Auto,
     /// Never.
     Off,
@@ -41,10 +43,11 @@ impl Default for JointRule {
 }
 
 impl Joint {
-    /// The rule for a model with (`true`) or without shifted logits.
-    pub fn resolve(self, shift_logits: bool) -> Option<JointRule> {
+    /// The rule, `auto_on` saying what [`Joint::Auto`] means for this generation (on for a model
+    /// without shifted logits whose window shows no guess).
+    pub fn resolve(self, auto_on: bool) -> Option<JointRule> {
         match self {
-            Joint::Auto => (!shift_logits).then(JointRule::default),
+            Joint::Auto => auto_on.then(JointRule::default),
             Joint::Off => None,
             Joint::On(r) => Some(r),
         }

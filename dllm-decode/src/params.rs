@@ -341,6 +341,15 @@ impl DecodeParams {
         self.dream.check()?;
         if let Some(m) = self.strategy.mbsd() {
             m.check()?;
+            if m.show_guess == Some(true) && self.decide == Decide::Schedule {
+                return p(
+                    "mbsd.show_guess",
+                    "a shown guess needs a confidence rule (a threshold or staged decisions): it \
+                     counts only when its shadow reaches the final threshold, and the schedule has \
+                     none"
+                        .into(),
+                );
+            }
         }
         match self.decide {
             Decide::Schedule => Ok(()),
@@ -447,8 +456,8 @@ mod tests {
 
     #[test]
     fn the_joint_check_resolves_per_family_and_is_checked() {
-        assert_eq!(Joint::Auto.resolve(false), Some(JointRule::default()));
-        assert_eq!(Joint::Auto.resolve(true), None);
+        assert_eq!(Joint::Auto.resolve(true), Some(JointRule::default()));
+        assert_eq!(Joint::Auto.resolve(false), None);
         assert_eq!(Joint::Off.resolve(false), None);
         let r = JointRule {
             within: 3,

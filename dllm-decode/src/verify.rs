@@ -76,6 +76,7 @@ impl Verifier {
         group_rows: usize,
         npu: Arc<LatencyTable>,
         len: usize,
+        joint_auto: bool,
     ) -> Self {
         Self {
             cfg,
@@ -89,8 +90,7 @@ impl Verifier {
             origin: vec![0; len],
             standing: HashMap::new(),
             flip_flops: 0,
-            // Two rows per shadow: the model shifts its logits (Dream).
-            joint: cfg.joint.resolve(group_rows > 1),
+            joint: cfg.joint.resolve(joint_auto),
         }
     }
 

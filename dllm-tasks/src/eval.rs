@@ -44,6 +44,8 @@ pub struct TaskScore {
     pub remasks: usize,
     /// Remasked tokens that were wrong against the reference (the remasks that helped).
     pub remasks_wrong: usize,
+    /// Forwards that showed a guess, and the guesses their shadow confirmed.
+    pub guesses: (usize, usize),
     /// Verification (shadow) rows computed.
     pub verified: usize,
     /// Lookahead drafts accepted.
@@ -144,6 +146,8 @@ pub struct Answered {
     pub remasks: usize,
     /// Remasked tokens that were wrong against the reference.
     pub remasks_wrong: usize,
+    /// Forwards that showed a guess, and the guesses their shadow confirmed.
+    pub guesses: (usize, usize),
     /// Verification (shadow) rows computed.
     pub verified: usize,
     /// Lookahead drafts accepted.
@@ -520,6 +524,7 @@ pub fn answer_with(
         token_right,
         remasks: counts.remasks,
         remasks_wrong: counts.remasks_wrong,
+        guesses: (g.guesses_shown, g.guesses_confirmed),
         verified: counts.verified,
         drafts_taken: counts.drafts_taken,
         drafts_wrong: counts.drafts_wrong,
@@ -568,6 +573,7 @@ pub fn evaluate_with(
                     steps_total: 0,
                     remasks: 0,
                     remasks_wrong: 0,
+                    guesses: (0, 0),
                     verified: 0,
                     drafts_taken: 0,
                     drafts_wrong: 0,
@@ -584,6 +590,8 @@ pub fn evaluate_with(
         s.tokens += a.tokens;
         s.remasks += a.remasks;
         s.remasks_wrong += a.remasks_wrong;
+        s.guesses.0 += a.guesses.0;
+        s.guesses.1 += a.guesses.1;
         s.verified += a.verified;
         s.drafts_taken += a.drafts_taken;
         s.drafts_wrong += a.drafts_wrong;
@@ -639,6 +647,7 @@ pub fn table(scores: &[TaskScore]) -> String {
         steps_total: sum(|t| t.steps_total),
         remasks: sum(|t| t.remasks),
         remasks_wrong: sum(|t| t.remasks_wrong),
+        guesses: (sum(|t| t.guesses.0), sum(|t| t.guesses.1)),
         verified: sum(|t| t.verified),
         drafts_taken: sum(|t| t.drafts_taken),
         drafts_wrong: sum(|t| t.drafts_wrong),
@@ -665,6 +674,7 @@ mod tests {
             steps_total,
             remasks: 0,
             remasks_wrong: 0,
+            guesses: (0, 0),
             verified: 0,
             drafts_taken: 0,
             drafts_wrong: 0,
@@ -754,6 +764,7 @@ mod tests {
             token_right: vec![false, true, false, true, true, true],
             remasks: 0,
             remasks_wrong: 0,
+            guesses: (0, 0),
             verified: 0,
             drafts_taken: 0,
             drafts_wrong: 0,

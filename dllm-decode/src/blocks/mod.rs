@@ -69,6 +69,9 @@ struct Planned {
     lookahead: usize,
     /// Whether the window held a tentative token no forward had looked at yet.
     unlooked_in_window: bool,
+    /// The guess written into the forward's canvas, `(position, token)`; its shadow is the
+    /// last verification row.
+    shown: Option<(usize, u32)>,
 }
 
 /// The lists of the last step, borrowed by its event.
@@ -94,6 +97,10 @@ pub(crate) struct Blocks<'a> {
     /// Predictions for undecided positions beyond the current block, with the index of the
     /// forward that made them.
     drafts: Vec<Option<(Scored, usize)>>,
+    /// Whether each forward shows a guess ([`crate::MbsdParams::show_guess`]).
+    show_guess: bool,
+    /// The last forward's prediction for each position it left undecided (the guesses).
+    guessed: Vec<Option<u32>>,
     /// The input each position's cached K/V were computed from (`None`: not cached).
     kv_input: Vec<Option<u32>>,
     /// Rows of the model's cache (the algorithm asks for every change of it).
@@ -137,13 +144,19 @@ impl<'a> Blocks<'a> {
             })
             .collect();
         let thresholds = s.selector.thresholds();
+        let shift = s.info.shift_logits;
+        let show_guess = p
+            .strategy
+            .mbsd()
+            .is_some_and(|m| m.shows_guess(shift, p.decide));
         let verifier = match (p.decide.staged().and_then(|st| st.verify), thresholds) {
             (Some(v), Some(t)) => Some(Verifier::new(
                 v,
                 t,
-                1 + usize::from(s.info.shift_logits),
+                1 + usize::from(shift),
                 s.npu,
                 len,
+                !shift && !show_guess,
             )),
             _ => None,
         };
@@ -162,6 +175,8 @@ impl<'a> Blocks<'a> {
             canvas: s.canvas,
             states,
             drafts: vec![None; len],
+            show_guess,
+            guessed: vec![None; len],
             kv_input: vec![None; len],
             cache_len: 0,
             policy: s.policy,

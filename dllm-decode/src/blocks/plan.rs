@@ -86,7 +86,7 @@ impl Blocks<'_> {
         }
         let len = self.canvas.len();
         let block = self.block_range(self.block);
-        let (seen, stale) = (self.seen(), self.stale());
+        let (mut seen, stale) = (self.seen(), self.stale());
         // Tokens waiting for their first look get shadow rows in this forward: the policy leaves
         // room for them first.
         let verify_rows = self
@@ -113,6 +113,21 @@ impl Blocks<'_> {
             let e = (a..e).find(|&k| seen[k] != self.canvas[k]).unwrap_or(e);
             (e > a).then_some(a..e)
         });
+        // The guess: the last forward's prediction for the window's first undecided position.
+        // It enters the cache with the window (a rejected guess leaves its position stale, and
+        // the next window, starting at the frontier, recomputes everything after it).
+        let shown = if self.show_guess {
+            let first = cands
+                .iter()
+                .copied()
+                .find(|&k| k >= plan.start && k < plan.end && seen[k] == self.mask());
+            first.and_then(|k| self.guessed[k].map(|t| (k, t)))
+        } else {
+            None
+        };
+        if let Some((k, t)) = shown {
+            seen[k] = t;
+        }
         // Undecided positions a window leaves out (cut to a latency bucket) wait for a later
         // forward.
         let window = plan.start..plan.end;
@@ -127,15 +142,20 @@ impl Blocks<'_> {
             Vec::new()
         };
         let rows: Vec<usize> = if self.p.sls {
-            cands.iter().chain(&draft_rows).copied().collect()
+            // The guess's own row only repeats its input: its shadow scores it.
+            let guess = shown.map(|g| g.0);
+            (cands.iter().chain(&draft_rows).copied())
+                .filter(|&k| Some(k) != guess)
+                .collect()
         } else {
             window.clone().collect()
         };
         let cached = if plan.fresh_cache { 0 } else { self.cache_len };
-        let shadows = match &self.verifier {
+        let mut shadows = match &self.verifier {
             Some(v) => v.shadows(&self.states, (window.len(), rows.len(), cached), false),
             None => Vec::new(),
         };
+        shadows.extend(shown.map(|g| g.0));
         let lookahead = if plan.drafts && !plan.fresh_cache {
             plan.end.saturating_sub(block.end.max(plan.start))
         } else {
@@ -151,6 +171,7 @@ impl Blocks<'_> {
             commit,
             lookahead,
             unlooked_in_window: self.unlooked_in(window.clone()),
+            shown,
         })))
     }
 
@@ -201,6 +222,7 @@ impl Blocks<'_> {
             commit: Some(start..end),
             lookahead: 0,
             unlooked_in_window: false,
+            shown: None,
         })))
     }
 

@@ -37,9 +37,17 @@ impl Blocks<'_> {
         }
         let index: HashMap<usize, usize> =
             pl.rows.iter().enumerate().map(|(k, &p)| (p, k)).collect();
+        let mut pl = pl;
         let mut scored: Vec<Scored> = Vec::with_capacity(pl.cands.len() + pl.draft_rows.len());
         for pos in pl.cands.iter().chain(&pl.draft_rows) {
-            scored.push(self.scorer.score(&mut rows[index[pos]], &mut self.rng));
+            match index.get(pos) {
+                Some(&k) => scored.push(self.scorer.score(&mut rows[k], &mut self.rng)),
+                // The shown guess has no row of its own: `check_guess` scores its shadow.
+                None => scored.push(Scored {
+                    token: self.mask(),
+                    confidence: f64::NAN,
+                }),
+            }
         }
         let draft_scores = scored.split_off(pl.cands.len());
         for (&pos, s) in pl.draft_rows.iter().zip(&draft_scores) {
@@ -49,9 +57,13 @@ impl Blocks<'_> {
         let revised = self.oracle_step();
         self.out.revised += revised.len();
         let (remasked, verified) = self.verdicts(&pl, &answer)?;
+        self.check_guess(&mut pl, &mut scored, &answer)?;
         let hold =
             !remasked.is_empty() && self.verifier.as_ref().is_some_and(|v| v.cfg.hold_on_remask);
         let (unmasked, confidences) = self.select(&pl, &scored, hold)?;
+        if self.show_guess {
+            self.keep_guesses(&pl, &scored, &draft_scores);
+        }
         self.out.steps += 1;
         self.step_in_block += 1;
         let mask = self.mask();
@@ -100,7 +112,7 @@ impl Blocks<'_> {
         self.out.active_positions += active;
         self.out.lookahead_positions += pl.lookahead;
         self.out.logits_rows_skipped += (end - start) - pl.rows.len();
-        self.out.verified += pl.shadows.len();
+        self.out.verified += pl.shadows.len() - usize::from(pl.shown.is_some());
         if cleared {
             self.kv_input.iter_mut().for_each(|k| *k = None);
             self.cache_len = 0;
@@ -160,11 +172,74 @@ impl Blocks<'_> {
                 "the answer holds another number of verification rows than the ask",
             ));
         }
+        // The shown guess's shadow, if any, is the last row: it is not a verification.
+        let n = pl.shadows.len() - usize::from(pl.shown.is_some());
         let mask = self.info.special.mask;
-        let verdicts = v.judge(&pl.shadows, &rows, &mut self.canvas, &mut self.states, mask)?;
+        let verdicts = v.judge(
+            &pl.shadows[..n],
+            &rows[..n],
+            &mut self.canvas,
+            &mut self.states,
+            mask,
+        )?;
         let remasked: Vec<usize> = verdicts.remasked.iter().map(|r| r.0).collect();
         self.out.remasked.extend(verdicts.remasked);
         Ok((remasked, verdicts.looked))
+    }
+
+    /// The shown guess's verdict ([`crate::MbsdParams::show_guess`]): its shadow row (the last
+    /// verification row) replaces its own row's score, which only saw the guess. Confirmed — the
+    /// shadow predicts the guessed token at the final threshold — every other row counts: the
+    /// guess is decided by the selector with them, and they saw it as the token it becomes.
+    /// Rejected, the candidates after it saw a wrong or unsure token: the step decides among the
+    /// candidates up to the guess only (its position by the shadow's own prediction).
+    fn check_guess(
+        &mut self,
+        pl: &mut Planned,
+        scored: &mut Vec<Scored>,
+        answer: &Answer,
+    ) -> Result<()> {
+        let Some((pos, token)) = pl.shown else {
+            return Ok(());
+        };
+        let rows = rows_of(&answer.verify_logits)?;
+        let (Some(mut row), Ok(k)) = (rows.last().cloned(), pl.cands.binary_search(&pos)) else {
+            return Err(DecodeError::Sequence(
+                "the answer lacks the shown guess's verification row",
+            ));
+        };
+        let s = self.scorer.score(&mut row, &mut self.rng);
+        scored[k] = s;
+        self.out.guesses_shown += 1;
+        let theta = self
+            .p
+            .decide
+            .final_confidence()
+            .map_or(f64::INFINITY, f64::from);
+        if s.token == token && s.confidence >= theta {
+            self.out.guesses_confirmed += 1;
+        } else {
+            pl.cands.truncate(k + 1);
+            scored.truncate(k + 1);
+        }
+        Ok(())
+    }
+
+    /// The next forward's guesses: this forward's prediction of every position it left
+    /// undecided (the candidates it counted, and the drafts beyond the block).
+    fn keep_guesses(&mut self, pl: &Planned, scored: &[Scored], draft_scores: &[Scored]) {
+        let mask = self.mask();
+        self.guessed.iter_mut().for_each(|g| *g = None);
+        let rows = pl
+            .cands
+            .iter()
+            .zip(scored)
+            .chain(pl.draft_rows.iter().zip(draft_scores));
+        for (&pos, s) in rows {
+            if self.canvas[pos] == mask {
+                self.guessed[pos] = Some(s.token);
+            }
+        }
     }
 
     /// The selector's decisions among the step's candidates.

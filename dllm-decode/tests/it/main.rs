@@ -2,6 +2,7 @@
 //! module is one of the former `tests/*.rs` files.
 
 mod drafts;
+mod guesses;
 mod mbsd;
 mod scripted;
 mod strategies;

@@ -41,8 +41,10 @@ fn synthetic() -> DiffusionTransformer {
 /// suite tokenizer is not needed: any in-vocabulary prompt exercises the policies.
 const PROMPT: &[u32] = &[2, 40, 41, 42, 43, 44, 45, 46, 4];
 
-/// Multi-block speculative decoding alone (no staged decisions, every window row's logits):
-/// `strategy` names the policy (any mbsd value means mbsd with `mbsd`).
+/// Multi-block speculative decoding alone (no staged decisions, every window row's logits, no
+/// shown guess unless `mbsd` asks for one: these tests follow the windows, and a guess's shadow
+/// is a forward of its own on a model without in-forward shadows): `strategy` names the policy
+/// (any mbsd value means mbsd with `mbsd`).
 fn params(strategy: Strategy, threshold: Option<f32>, mbsd: MbsdParams) -> DecodeParams {
     let is_mbsd = strategy.is_mbsd();
     DecodeParams {
@@ -50,7 +52,10 @@ fn params(strategy: Strategy, threshold: Option<f32>, mbsd: MbsdParams) -> Decod
         block_length: 8,
         steps: 24,
         strategy: if is_mbsd {
-            Strategy::Mbsd(mbsd)
+            Strategy::Mbsd(MbsdParams {
+                show_guess: Some(mbsd.show_guess.unwrap_or(false)),
+                ..mbsd
+            })
         } else {
             strategy
         },

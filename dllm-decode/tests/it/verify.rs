@@ -152,8 +152,10 @@ fn params(verify: Option<Verify>) -> DecodeParams {
         gen_length: 24,
         block_length: 8,
         steps: 24,
+        // Verification rows alone (the shown guess's shadow is tested in `guesses`).
         strategy: Strategy::Mbsd(MbsdParams {
             lookahead: false,
+            show_guess: Some(false),
             ..Default::default()
         }),
         decide: Decide::Staged(Staged {

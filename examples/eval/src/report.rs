@@ -93,6 +93,7 @@ impl Report<'_> {
                 "theta_stable": staged.map(|s| f32_as_written(s.stable)),
                 "tau_back": staged.and_then(|s| s.verify).map(|v| f32_as_written(v.tau_back)),
                 "oracle_decisions": a.oracle_decisions,
+                "show_guess": params.strategy.mbsd().map(|m| m.show_guess),
             },
             "tasks": self.scores.iter().map(|s| self.task_json(s)).collect::<Vec<_>>(),
             // Every answer, in question order, with the step that committed each generated
@@ -109,7 +110,7 @@ impl Report<'_> {
             "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
             "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
             "step_accuracy": s.step_accuracy(), "forwards_per_worked_step": s.forwards_per_step(),
-            "remasks": s.remasks, "verified": s.verified,
+            "remasks": s.remasks, "verified": s.verified, "guesses_shown": s.guesses.0, "guesses_confirmed": s.guesses.1,
             "revision_precision": s.revision_precision(), "drafts_wrong": s.drafts_wrong,
             "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
             "calibration": self.args.calibration.then(|| calibration(&self.answers_of(s.task))),

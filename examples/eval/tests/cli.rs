@@ -440,3 +440,64 @@ fn flags_and_dump_are_checked_before_any_work() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The shown guess (the LLaDA default): on the tuning set's first 20 long-math questions the
+/// default shows guesses, confirms most of them and takes fewer forwards than `--no-show-guess`
+/// (the previous default) without losing an answer; the counters say so in `--json`, and a
+/// schedule with `--show-guess` is refused by name.
+#[test]
+fn the_shown_guess_saves_forwards_and_is_counted() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
+    let m = dir.to_str().unwrap();
+    let eval = |extra: &[&str]| {
+        let mut args = vec![
+            "--model",
+            m,
+            "--set",
+            "tuning",
+            "--limit",
+            "20",
+            "--threads",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (on, off) = (eval(&[]), eval(&["--no-show-guess"]));
+    let t = |v: &serde_json::Value, k: &str| v["tasks"][0][k].as_f64().unwrap();
+    assert!(t(&on, "guesses_shown") > 20.0, "{}", on["tasks"]);
+    assert!(t(&on, "guesses_confirmed") > t(&on, "guesses_shown") / 2.0);
+    assert_eq!(t(&off, "guesses_shown"), 0.0);
+    assert!(t(&on, "final_answer_accuracy") >= t(&off, "final_answer_accuracy"));
+    assert!(
+        t(&on, "forwards_per_answer") < t(&off, "forwards_per_answer") - 1.0,
+        "{} vs {}",
+        t(&on, "forwards_per_answer"),
+        t(&off, "forwards_per_answer")
+    );
+    let out = run(&[
+        "--model",
+        m,
+        "--set",
+        "tuning",
+        "--limit",
+        "1",
+        "--no-sts",
+        "--steps",
+        "128",
+        "--show-guess",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("show_guess") && err.contains("confidence rule"),
+        "{err}"
+    );
+}

@@ -104,10 +104,11 @@ fn long(strategy: Strategy) -> DecodeParams {
     }
 }
 
-/// mbsd's switches as they were when the table was recorded (lookahead on).
+/// mbsd's switches as they were when the table was recorded (lookahead on, no shown guess).
 fn legacy() -> MbsdParams {
     MbsdParams {
         lookahead: true,
+        show_guess: Some(false),
         ..MbsdParams::default()
     }
 }
@@ -244,6 +245,10 @@ fn long_cases() -> Vec<Case> {
         case("dual-cache no sls", no_sls),
         case("mbsd", mbsd(p, 0.9, 0.9)),
         case("mbsd 0.7/0.9", mbsd(p, 0.7, 0.9)),
+        case(
+            "mbsd shown guess",
+            mbsd_with(p, Decide::Threshold(0.9), |m| m.show_guess = Some(true)),
+        ),
         case(
             "mbsd no sts 0.9",
             mbsd_with(p, Decide::Threshold(0.9), |_| {}),
@@ -406,7 +411,15 @@ fn dream_decoders_keep_their_fingerprints() {
 fn decoders_on_the_hexagon_device_keep_their_fingerprints() {
     let cases: Vec<Case> = long_cases()
         .into_iter()
-        .filter(|c| ["dual-cache threshold 0.9", "mbsd", "mbsd 0.7/0.9"].contains(&c.name))
+        .filter(|c| {
+            [
+                "dual-cache threshold 0.9",
+                "mbsd",
+                "mbsd 0.7/0.9",
+                "mbsd shown guess",
+            ]
+            .contains(&c.name)
+        })
         .collect();
     let mut m = model("tiny-llada-long", hexagon());
     let got = run(&mut m, &[TaskKind::LongMath], 2, &cases);
@@ -434,6 +447,8 @@ const TINY_LLADA_LONG_CPU: &[(&str, u64)] = &[
     ("dual-cache no sls", 0x9dbea6403562b1a1),
     ("mbsd", 0x5fc6f3957d0a7647),
     ("mbsd 0.7/0.9", 0xa625c096f171bab2),
+    // The shown guess (a default for LLaDA since it was recorded; threshold 0.9 here).
+    ("mbsd shown guess", 0xb09ea42a9e834b42),
     ("mbsd no sts 0.9", 0x5fc6f3957d0a7647),
     ("mbsd schedule", 0xc034323b67d6dc1b),
     ("mbsd no sliding/lookahead", 0x1e01c37a4a2804dc),
@@ -460,5 +475,6 @@ const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("dual-cache threshold 0.9", 0x4fc242637f657d87),
     ("mbsd", 0xdb62278ae82d9716),
     ("mbsd 0.7/0.9", 0x896e7d31284ef832),
+    ("mbsd shown guess", 0xfec1c517aa4d9cd1),
 ];
 const TINY_DREAM_HEX: &[(&str, u64)] = &[("dream maskgit_plus", 0xb3ba12e2d80c95db)];

@@ -233,6 +233,7 @@ fn mbsd_without_sliding_decides_again_what_verification_sends_back_in_a_past_blo
     let params = long_params(
         Strategy::Mbsd(MbsdParams {
             sliding: Some(false),
+            show_guess: Some(false),
             ..Default::default()
         }),
         // The staged decisions under which the fault showed (the defaults of the time).

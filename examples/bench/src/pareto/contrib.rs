@@ -58,6 +58,13 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             with_m(&|m| m.sliding = Some(false)),
         ));
     }
+    if m.show_guess != Some(false) {
+        v.push((
+            "shown guess",
+            "no shown guess (--no-show-guess)".into(),
+            with_m(&|m| m.show_guess = Some(false)),
+        ));
+    }
     if m.fit_bucket {
         v.push((
             "bucket fit",

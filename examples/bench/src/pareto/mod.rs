@@ -252,6 +252,33 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         ));
     }
     v.push(spec(DEFAULTS, mbsd, false));
+    // The shown guess at a higher stable threshold, and without the bucket fit (the choice of
+    // the defaults' numbers, README, *Default decoding*).
+    let stable = |t: f32| Decide::Staged(Staged { stable: t, ..ds });
+    v.push(spec(
+        "mbsd, theta_stable 0.96 (--theta-stable 0.96)",
+        mbsd_with(&|_| {}, stable(0.96)),
+        false,
+    ));
+    v.push(spec(
+        "mbsd, theta_stable 0.96, no bucket fit (--theta-stable 0.96 --no-bucket-fit)",
+        mbsd_with(&|m| m.fit_bucket = false, stable(0.96)),
+        false,
+    ));
+    v.push(spec(
+        "mbsd, no shown guess, no joint check (--no-show-guess --joint-check off)",
+        mbsd_with(
+            &|m| m.show_guess = Some(false),
+            Decide::Staged(Staged {
+                verify: Some(Verify {
+                    joint: Joint::Off,
+                    ..Verify::default()
+                }),
+                ..ds
+            }),
+        ),
+        false,
+    ));
     for (label, p) in contrib::switched_off(&mbsd) {
         v.push(spec(format!("mbsd, {label}"), p, false));
     }

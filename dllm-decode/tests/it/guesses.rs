@@ -1,0 +1,165 @@
+//! The shown guess (`MbsdParams::show_guess`), driven by hand: the test plays the model,
+//! answering each ask with chosen logits for its rows and for the guess's shadow row. The rows
+//! after a guess count only when its shadow confirms it; its own row (which saw the guess as
+//! input) never does.
+
+use candle_core::{DType, Device, Tensor};
+use dllm_decode::{Decide, DecodeParams, Decoder, Generation, MbsdParams, Strategy};
+use dllm_models::{Answer, Ask};
+
+use crate::scripted::{info, logits, row, MASK, PROMPT, VOCAB};
+
+fn params(decide: Decide, show_guess: Option<bool>) -> DecodeParams {
+    DecodeParams {
+        gen_length: 8,
+        block_length: 8,
+        steps: 8,
+        strategy: Strategy::Mbsd(MbsdParams {
+            show_guess,
+            ..Default::default()
+        }),
+        decide,
+        ..Default::default()
+    }
+}
+
+/// Rows for `positions`, each `(token, confidence)` from `script` (others: token 4 at 0.3).
+fn rows(positions: &[usize], script: &[(usize, usize, f64)]) -> Tensor {
+    if positions.is_empty() {
+        return Tensor::zeros((1, 0, VOCAB), DType::F32, &Device::Cpu).unwrap();
+    }
+    let r: Vec<Vec<f32>> = positions
+        .iter()
+        .map(|&p| match script.iter().find(|x| x.0 == p) {
+            Some(&(_, t, c)) => row(t, c),
+            None => row(4, 0.3),
+        })
+        .collect();
+    logits(&r)
+}
+
+fn answer(ask: &Ask, main: &[(usize, usize, f64)], shadows: &[(usize, usize, f64)]) -> Answer {
+    Answer {
+        logits: rows(&ask.rows, main),
+        verify_logits: rows(&ask.verify, shadows),
+    }
+}
+
+fn start(p: DecodeParams) -> Generation<'static> {
+    Decoder::new(p).start(&info(), PROMPT).unwrap()
+}
+
+/// Generated position `i` on the canvas.
+fn at(i: usize) -> usize {
+    PROMPT.len() + i
+}
+
+#[test]
+fn the_rows_after_a_guess_count_only_when_its_shadow_confirms_it() {
+    let mut g = start(params(Decide::Threshold(0.9), Some(true)));
+    // Forward 1: nothing to guess yet. Position 0 is decided; 1 and 2 are predicted.
+    let ask = g.next().unwrap().unwrap();
+    assert!(ask.verify.is_empty());
+    let a = answer(
+        &ask,
+        &[(at(0), 0, 0.95), (at(1), 1, 0.6), (at(2), 2, 0.5)],
+        &[],
+    );
+    assert_eq!(g.absorb(a).unwrap().unmasked, &[at(0)]);
+    // Forward 2 shows forward 1's prediction for the first undecided position and checks it.
+    let ask = g.next().unwrap().unwrap();
+    assert_eq!(ask.canvas[0][at(1)], 1, "the guess is written in");
+    assert_eq!(ask.canvas[0][at(2)], MASK);
+    assert_eq!(ask.verify, vec![at(1)]);
+    assert!(
+        !ask.rows.contains(&at(1)),
+        "the guess's own row repeats its input: not asked"
+    );
+    // The shadow confirms it: position 1 is decided by the shadow (its own row, which only
+    // copies its input, is not read), and position 2, predicted with the guess in view, too.
+    let a = answer(
+        &ask,
+        &[(at(1), 5, 0.99), (at(2), 2, 0.97), (at(3), 3, 0.5)],
+        &[(at(1), 1, 0.95)],
+    );
+    let e = g.absorb(a).unwrap();
+    let mut decided = e.unmasked.to_vec();
+    decided.sort_unstable();
+    assert_eq!(decided, vec![at(1), at(2)]);
+    assert_eq!((e.canvas[at(1)], e.canvas[at(2)]), (1, 2));
+    assert_eq!(
+        (g.progress().guesses_shown, g.progress().guesses_confirmed),
+        (1, 1)
+    );
+    // Forward 3 shows 3 at position 3; the shadow predicts 2 there: rejected. The step decides
+    // only up to the guess (position 3 by the shadow's prediction); position 4's 0.99 was
+    // predicted with the wrong guess in view and is not taken.
+    let ask = g.next().unwrap().unwrap();
+    assert_eq!((ask.canvas[0][at(3)], ask.verify.clone()), (3, vec![at(3)]));
+    let a = answer(&ask, &[(at(4), 1, 0.99)], &[(at(3), 2, 0.95)]);
+    let e = g.absorb(a).unwrap();
+    assert_eq!(e.unmasked, &[at(3)]);
+    assert_eq!((e.canvas[at(3)], e.canvas[at(4)]), (2, MASK));
+    assert_eq!(
+        (g.progress().guesses_shown, g.progress().guesses_confirmed),
+        (2, 1)
+    );
+    // A rejected step keeps no prediction after the guess: forward 4 has nothing to show.
+    let ask = g.next().unwrap().unwrap();
+    assert!(ask.verify.is_empty());
+    assert_eq!(ask.canvas[0][at(4)], MASK);
+    assert_eq!(
+        g.progress().verified,
+        0,
+        "a guess's shadow is not a verification"
+    );
+}
+
+#[test]
+fn a_shadow_below_the_final_threshold_rejects_the_guess() {
+    let mut g = start(params(Decide::Threshold(0.9), Some(true)));
+    let ask = g.next().unwrap().unwrap();
+    g.absorb(answer(&ask, &[(at(0), 0, 0.95), (at(1), 1, 0.6)], &[]))
+        .unwrap();
+    let ask = g.next().unwrap().unwrap();
+    // The guessed token, but at 0.8: not confirmed; the fallback decides the guess's position
+    // with the shadow's prediction (the most confident candidate left), nothing after it.
+    let a = answer(&ask, &[(at(2), 2, 0.99)], &[(at(1), 1, 0.8)]);
+    let e = g.absorb(a).unwrap();
+    assert_eq!(e.unmasked, &[at(1)]);
+    assert_eq!(e.canvas[at(2)], MASK);
+    assert_eq!(g.progress().guesses_confirmed, 0);
+}
+
+#[test]
+fn the_family_decides_unless_asked_and_the_schedule_cannot_show_one() {
+    let m = MbsdParams::default();
+    assert!(m.shows_guess(false, Decide::Threshold(0.9)), "LLaDA");
+    assert!(!m.shows_guess(true, Decide::Threshold(0.9)), "Dream");
+    assert!(
+        !m.shows_guess(false, Decide::Schedule),
+        "no final threshold"
+    );
+    let on = MbsdParams {
+        show_guess: Some(true),
+        ..m
+    };
+    assert!(on.shows_guess(true, Decide::Threshold(0.9)));
+    let e = params(Decide::Schedule, Some(true))
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("show_guess") && e.contains("confidence rule"),
+        "{e}"
+    );
+    params(Decide::Schedule, None).validate().unwrap();
+    // Without a guess, the same decoder shows none.
+    let mut g = start(params(Decide::Threshold(0.9), Some(false)));
+    let ask = g.next().unwrap().unwrap();
+    g.absorb(answer(&ask, &[(at(0), 0, 0.95), (at(1), 1, 0.6)], &[]))
+        .unwrap();
+    let ask = g.next().unwrap().unwrap();
+    assert!(ask.verify.is_empty());
+    assert_eq!(ask.canvas[0][at(1)], MASK);
+}
