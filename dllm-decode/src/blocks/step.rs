@@ -192,7 +192,8 @@ impl Blocks<'_> {
     /// shadow predicts the guessed token at the final threshold — every other row counts: the
     /// guess is decided by the selector with them, and they saw it as the token it becomes.
     /// Rejected, the candidates after it saw a wrong or unsure token: the step decides among the
-    /// candidates up to the guess only (its position by the shadow's own prediction).
+    /// candidates up to the guess only (its position by the shadow's own prediction), and the
+    /// forward's drafts are dropped.
     fn check_guess(
         &mut self,
         pl: &mut Planned,
@@ -221,6 +222,11 @@ impl Blocks<'_> {
         } else {
             pl.cands.truncate(k + 1);
             scored.truncate(k + 1);
+            // The drafts beyond the block saw the rejected guess too: none of them is kept.
+            for &p in &pl.draft_rows {
+                self.drafts[p] = None;
+            }
+            pl.draft_rows.clear();
         }
         Ok(())
     }

@@ -163,3 +163,55 @@ fn the_family_decides_unless_asked_and_the_schedule_cannot_show_one() {
     assert!(ask.verify.is_empty());
     assert_eq!(ask.canvas[0][at(1)], MASK);
 }
+
+#[test]
+fn a_rejected_guess_drops_the_lookahead_drafts_that_saw_it() {
+    let p = DecodeParams {
+        gen_length: 16,
+        block_length: 8,
+        steps: 16,
+        strategy: Strategy::Mbsd(MbsdParams {
+            lookahead: true,
+            show_guess: Some(true),
+            ..Default::default()
+        }),
+        decide: Decide::Threshold(0.9),
+        early_stop: false,
+        ..Default::default()
+    };
+    let run = |shadow_token: usize| {
+        let mut g = start(p);
+        // Forward 1 decides all of block 0 but position 1.
+        let ask = g.next().unwrap().unwrap();
+        let sure: Vec<(usize, usize, f64)> = (0..8)
+            .filter(|&i| i != 1)
+            .map(|i| (at(i), 0, 0.99))
+            .chain([(at(1), 1, 0.6)])
+            .collect();
+        g.absorb(answer(&ask, &sure, &[])).unwrap();
+        // Forward 2 shows 1 at position 1 and looks ahead into block 1, whose rows are sure.
+        let ask = g.next().unwrap().unwrap();
+        assert_eq!(ask.verify, vec![at(1)]);
+        assert!(
+            ask.rows.iter().any(|&r| r >= at(8)),
+            "lookahead rows: {:?}",
+            ask.rows
+        );
+        let ahead: Vec<(usize, usize, f64)> = (8..16).map(|i| (at(i), 2, 0.99)).collect();
+        let e = g
+            .absorb(answer(&ask, &ahead, &[(at(1), shadow_token, 0.95)]))
+            .unwrap();
+        // Block 0 completes with the guess's position (then block 1 takes what drafts it accepts).
+        assert_eq!(e.unmasked[0], at(1));
+        assert!(
+            e.unmasked[1..].iter().all(|&q| q >= at(8)),
+            "{:?}",
+            e.unmasked
+        );
+        g.progress().drafts_accepted
+    };
+    // Confirmed, the drafts saw a final token: block 1 accepts them when it becomes current.
+    assert_eq!(run(1), 8);
+    // Rejected, they saw a wrong one: none is offered.
+    assert_eq!(run(3), 0);
+}

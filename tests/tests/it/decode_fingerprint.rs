@@ -250,6 +250,13 @@ fn long_cases() -> Vec<Case> {
             mbsd_with(p, Decide::Threshold(0.9), |m| m.show_guess = Some(true)),
         ),
         case(
+            "mbsd defaults",
+            DecodeParams {
+                decide: Decide::Staged(Staged::default()),
+                ..p(Strategy::Mbsd(MbsdParams::default()))
+            },
+        ),
+        case(
             "mbsd no sts 0.9",
             mbsd_with(p, Decide::Threshold(0.9), |_| {}),
         ),
@@ -447,8 +454,10 @@ const TINY_LLADA_LONG_CPU: &[(&str, u64)] = &[
     ("dual-cache no sls", 0x9dbea6403562b1a1),
     ("mbsd", 0x5fc6f3957d0a7647),
     ("mbsd 0.7/0.9", 0xa625c096f171bab2),
-    // The shown guess (a default for LLaDA since it was recorded; threshold 0.9 here).
-    ("mbsd shown guess", 0xb09ea42a9e834b42),
+    // The shown guess with the table's legacy switches (lookahead on) at threshold 0.9.
+    ("mbsd shown guess", 0x1ad249830e5228fc),
+    // The decoder's defaults (on LLaDA: the shown guess, no lookahead).
+    ("mbsd defaults", 0x510e242eab369f41),
     ("mbsd no sts 0.9", 0x5fc6f3957d0a7647),
     ("mbsd schedule", 0xc034323b67d6dc1b),
     ("mbsd no sliding/lookahead", 0x1e01c37a4a2804dc),
@@ -475,6 +484,6 @@ const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("dual-cache threshold 0.9", 0x4fc242637f657d87),
     ("mbsd", 0xdb62278ae82d9716),
     ("mbsd 0.7/0.9", 0x896e7d31284ef832),
-    ("mbsd shown guess", 0xfec1c517aa4d9cd1),
+    ("mbsd shown guess", 0xf4d7950b1b551a77),
 ];
 const TINY_DREAM_HEX: &[(&str, u64)] = &[("dream maskgit_plus", 0xb3ba12e2d80c95db)];
