@@ -307,6 +307,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
         [
             "lookahead (switched on)",
             "sliding",
+            "shown guess",
             "bucket fit",
             "adjacency rule",
             "left wait",

@@ -294,6 +294,7 @@ mod tests {
             [
                 "lookahead (switched on)",
                 "sliding",
+                "shown guess",
                 "bucket fit",
                 "adjacency rule",
                 "left wait",
@@ -310,6 +311,7 @@ mod tests {
             let diffs = [
                 m.lookahead != pm.lookahead,
                 m.sliding == Some(false),
+                m.show_guess == Some(false),
                 !m.fit_bucket,
                 q.decide.staged().is_some_and(|s| !s.no_adjacent),
                 q.decide.staged().is_some_and(|s| s.wait_left == 0),

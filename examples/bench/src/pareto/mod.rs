@@ -637,7 +637,7 @@ mod tests {
             assert!(s.same.contains(&(defaults_point, DEFAULTS.to_string())));
         }
         assert!(
-            (38..=70).contains(&s.rows.len()),
+            (38..=80).contains(&s.rows.len()),
             "{} configurations",
             s.rows.len()
         );

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
-use dllm_decode::{DecodeParams, MbsdParams, Staged};
+use dllm_decode::{Decide, DecodeParams, MbsdParams, Staged};
 use serde_json::{json, Value};
 
 use super::contrib::{Contribution, Numbers};
@@ -199,8 +199,8 @@ fn defaults_text() -> String {
     let on_off = |b: bool| if b { "on" } else { "off" };
     format!(
         "`mbsd (defaults)` is mbsd at the decoder's defaults: theta {} / {}, {}; decisions below \
-         theta_stable {}, waiting for their left context within {} positions; {}, lookahead {} \
-         (trigger {}), bucket fit {}, selective logits on.",
+         theta_stable {}, waiting for their left context within {} positions; {}; a shown guess {}; \
+         lookahead {} (trigger {}), bucket fit {}, selective logits on.",
         s.visible,
         s.stable,
         verify_label(s.verify),
@@ -221,6 +221,14 @@ fn defaults_text() -> String {
                 on_off(sd),
                 on_off(rd)
             ),
+        },
+        match (
+            m.shows_guess(false, Decide::Staged(s)),
+            m.shows_guess(true, Decide::Staged(s)),
+        ) {
+            (true, false) => "on LLaDA models (where the joint check's auto is then off), none on Dream",
+            (true, true) => "on every model",
+            (false, _) => "on no model",
         },
         on_off(m.lookahead),
         m.trigger,
