@@ -43,11 +43,11 @@ impl Default for JointRule {
 }
 
 impl Joint {
-    /// The rule, `auto_on` saying what [`Joint::Auto`] means for this generation (on for a model
-    /// without shifted logits whose window shows no guess).
-    pub fn resolve(self, auto_on: bool) -> Option<JointRule> {
+    /// The rule for a model with (`shift_logits`) or without shifted logits whose mbsd window
+    /// shows a guess (`shows_guess`) or not.
+    pub fn resolve(self, shift_logits: bool, shows_guess: bool) -> Option<JointRule> {
         match self {
-            Joint::Auto => auto_on.then(JointRule::default),
+            Joint::Auto => (!shift_logits && !shows_guess).then(JointRule::default),
             Joint::Off => None,
             Joint::On(r) => Some(r),
         }

@@ -456,14 +456,18 @@ mod tests {
 
     #[test]
     fn the_joint_check_resolves_per_family_and_is_checked() {
-        assert_eq!(Joint::Auto.resolve(true), Some(JointRule::default()));
-        assert_eq!(Joint::Auto.resolve(false), None);
-        assert_eq!(Joint::Off.resolve(false), None);
+        assert_eq!(
+            Joint::Auto.resolve(false, false),
+            Some(JointRule::default())
+        );
+        assert_eq!(Joint::Auto.resolve(true, false), None);
+        assert_eq!(Joint::Auto.resolve(false, true), None);
+        assert_eq!(Joint::Off.resolve(false, false), None);
         let r = JointRule {
             within: 3,
             unless_above: 0.5,
         };
-        assert_eq!(Joint::On(r).resolve(true), Some(r));
+        assert_eq!(Joint::On(r).resolve(true, true), Some(r));
         assert_eq!(
             "on".parse::<Joint>().unwrap(),
             Joint::On(JointRule::default())

@@ -76,7 +76,7 @@ impl Verifier {
         group_rows: usize,
         npu: Arc<LatencyTable>,
         len: usize,
-        joint_auto: bool,
+        shows_guess: bool,
     ) -> Self {
         Self {
             cfg,
@@ -90,7 +90,8 @@ impl Verifier {
             origin: vec![0; len],
             standing: HashMap::new(),
             flip_flops: 0,
-            joint: cfg.joint.resolve(joint_auto),
+            // Two rows per shadow: the model shifts its logits (Dream).
+            joint: cfg.joint.resolve(group_rows > 1, shows_guess),
         }
     }
 

@@ -156,7 +156,7 @@ impl<'a> Blocks<'a> {
                 1 + usize::from(shift),
                 s.npu,
                 len,
-                !shift && !show_guess,
+                show_guess,
             )),
             _ => None,
         };
