@@ -203,12 +203,14 @@ impl Blocks<'_> {
         let Some((pos, token)) = pl.shown else {
             return Ok(());
         };
-        let rows = rows_of(&answer.verify_logits)?;
-        let (Some(mut row), Ok(k)) = (rows.last().cloned(), pl.cands.binary_search(&pos)) else {
+        let n = answer.verify_logits.dims3()?.1;
+        let (Some(last), Ok(k)) = (n.checked_sub(1), pl.cands.binary_search(&pos)) else {
             return Err(DecodeError::Sequence(
                 "the answer lacks the shown guess's verification row",
             ));
         };
+        // Only its row: the other verification rows are the verifier's.
+        let mut row: Vec<f32> = answer.verify_logits.get(0)?.get(last)?.to_vec1()?;
         let s = self.scorer.score(&mut row, &mut self.rng);
         scored[k] = s;
         self.out.guesses_shown += 1;

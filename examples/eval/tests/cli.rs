@@ -19,6 +19,37 @@ fn run(args: &[&str]) -> Output {
         .expect("run eval")
 }
 
+/// The shipped long-answer model's directory.
+fn long_model() -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
+    dir.to_str().unwrap().to_string()
+}
+
+/// `eval --json` of tiny-llada-long on the tuning set's first 20 long-math questions, one thread,
+/// with `extra` flags; it must succeed.
+fn tuning20(extra: &[&str]) -> serde_json::Value {
+    let m = &long_model();
+    let mut args = vec![
+        "--model",
+        m,
+        "--set",
+        "tuning",
+        "--limit",
+        "20",
+        "--threads",
+        "1",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn json_reports_every_task_of_the_shipped_model() {
     let m = shipped();
@@ -317,34 +348,13 @@ fn shipped_long_model_writes_worked_answers() {
 /// with the same window, and says in the settings that it ran; it refuses `--probe`.
 #[test]
 fn oracle_decisions_bound_the_forwards_and_are_labelled() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
-    let m = dir.to_str().unwrap();
+    let m = &long_model();
     let eval = |oracle: bool| {
-        let mut args = vec![
-            "--model",
-            m,
-            "--set",
-            "tuning",
-            "--limit",
-            "20",
-            "--strategy",
-            "dual-cache",
-            "--threshold",
-            "0.9",
-            "--threads",
-            "1",
-            "--json",
-        ];
+        let mut args = vec!["--strategy", "dual-cache", "--threshold", "0.9"];
         if oracle {
             args.push("--oracle-decisions");
         }
-        let out = run(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        tuning20(&args)
     };
     let (rule, oracle) = (eval(false), eval(true));
     assert_eq!(rule["params"]["oracle_decisions"], false);
@@ -447,30 +457,8 @@ fn flags_and_dump_are_checked_before_any_work() {
 /// schedule with `--show-guess` is refused by name.
 #[test]
 fn the_shown_guess_saves_forwards_and_is_counted() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-llada-long");
-    let m = dir.to_str().unwrap();
-    let eval = |extra: &[&str]| {
-        let mut args = vec![
-            "--model",
-            m,
-            "--set",
-            "tuning",
-            "--limit",
-            "20",
-            "--threads",
-            "1",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        let out = run(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
-    };
-    let (on, off) = (eval(&[]), eval(&["--no-show-guess"]));
+    let m = &long_model();
+    let (on, off) = (tuning20(&[]), tuning20(&["--no-show-guess"]));
     let t = |v: &serde_json::Value, k: &str| v["tasks"][0][k].as_f64().unwrap();
     assert!(t(&on, "guesses_shown") > 20.0, "{}", on["tasks"]);
     assert!(t(&on, "guesses_confirmed") > t(&on, "guesses_shown") / 2.0);
