@@ -534,7 +534,7 @@ fn run(a: Args) -> Result<()> {
     };
 
     if a.pareto {
-        return run_pareto(&a, &mut runner, &base, t_all);
+        return run_pareto(&a, &mut runner, &base, info.shift_logits, t_all);
     }
     eprintln!("Table 6 / Table 5 rows:");
     let mut table = Vec::new();
@@ -596,9 +596,10 @@ fn run_pareto(
     a: &Args,
     runner: &mut Runner<'_>,
     base: &DecodeParams,
+    shift_logits: bool,
     t_all: Instant,
 ) -> Result<()> {
-    let mut specs = pareto::specs(base, a.quick);
+    let mut specs = pareto::specs(base, a.quick, shift_logits);
     specs.rows.retain(|s| a.oracle_revision || !s.oracle);
     specs.rows = pareto::select(&specs.rows, &a.only);
     if specs.rows.is_empty() {

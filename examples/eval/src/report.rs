@@ -81,6 +81,10 @@ impl Report<'_> {
     /// The `--json` object: the settings, the scores per task and every answer.
     fn json(&self, d: &Decoding) -> Value {
         let (a, params, staged) = (self.args, self.params, d.staged);
+        let mbsd = params
+            .strategy
+            .mbsd()
+            .map(|m| m.pinned(self.info.shift_logits, params.decide));
         serde_json::json!({
             "model": self.model,
             "suite": self.suite.name(),
@@ -93,7 +97,11 @@ impl Report<'_> {
                 "theta_stable": staged.map(|s| f32_as_written(s.stable)),
                 "tau_back": staged.and_then(|s| s.verify).map(|v| f32_as_written(v.tau_back)),
                 "oracle_decisions": a.oracle_decisions,
-                "show_guess": params.strategy.mbsd().map(|m| m.show_guess),
+                // mbsd's switches as they ran on this model's family, else null.
+                "show_guess": mbsd.map(|m| m.show_guess),
+                "fit_bucket": mbsd.map(|m| m.fit_bucket),
+                "sliding": mbsd.map(|m| m.sliding),
+                "refresh": mbsd.map(|m| m.refresh),
             },
             "tasks": self.scores.iter().map(|s| self.task_json(s)).collect::<Vec<_>>(),
             // Every answer, in question order, with the step that committed each generated

@@ -28,7 +28,11 @@ fn long_model() -> String {
 /// `eval --json` of tiny-llada-long on the tuning set's first 20 long-math questions, one thread,
 /// with `extra` flags; it must succeed.
 fn tuning20(extra: &[&str]) -> serde_json::Value {
-    let m = &long_model();
+    tuning20_on(&long_model(), extra)
+}
+
+/// [`tuning20`] on model `m`.
+fn tuning20_on(m: &str, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
         "--model",
         m,
@@ -488,4 +492,69 @@ fn the_shown_guess_saves_forwards_and_is_counted() {
         err.contains("show_guess") && err.contains("confidence rule"),
         "{err}"
     );
+}
+
+#[test]
+fn dream_models_decode_with_their_family_defaults() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/tiny-dream-long");
+    let m = dir.to_str().unwrap();
+    let t = |v: &serde_json::Value, k: &str| v["tasks"][0][k].as_f64().unwrap();
+    // No flag: the refresh window, the threshold rule at 0.9, no bucket fit, the shown guess.
+    let def = tuning20_on(m, &[]);
+    let p = &def["params"];
+    assert_eq!(p["threshold"], 0.9, "{p}");
+    assert!(
+        p["theta_stable"].is_null() && p["tau_back"].is_null(),
+        "{p}"
+    );
+    assert_eq!(
+        (
+            &p["show_guess"],
+            &p["fit_bucket"],
+            &p["sliding"],
+            &p["refresh"]
+        ),
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(false),
+            &serde_json::json!(false),
+            &serde_json::json!(true)
+        ),
+        "{p}"
+    );
+    assert!(t(&def, "guesses_shown") > 20.0, "{}", def["tasks"]);
+    // Dream's previous default, spelled out: staged decisions, bucket fit, no guess.
+    let old = tuning20_on(m, &["--sts", "--bucket-fit", "--no-show-guess"]);
+    let q = &old["params"];
+    assert_eq!(
+        (&q["theta_stable"], &q["threshold"]),
+        (&serde_json::json!(0.95), &serde_json::Value::Null),
+        "{q}"
+    );
+    assert_eq!(
+        (&q["show_guess"], &q["fit_bucket"]),
+        (&serde_json::json!(false), &serde_json::json!(true)),
+        "{q}"
+    );
+    assert!(
+        t(&def, "forwards_per_answer") < t(&old, "forwards_per_answer") - 1.0,
+        "{} vs {}",
+        t(&def, "forwards_per_answer"),
+        t(&old, "forwards_per_answer")
+    );
+    // --threshold sets the family rule's threshold; a staged flag asks for staged decisions.
+    let thr = tuning20_on(m, &["--threshold", "0.95"]);
+    assert_eq!(thr["params"]["threshold"], 0.95, "{}", thr["params"]);
+    assert!(thr["params"]["theta_stable"].is_null());
+    let staged = tuning20_on(m, &["--theta-stable", "0.97"]);
+    assert_eq!(
+        staged["params"]["theta_stable"], 0.97,
+        "{}",
+        staged["params"]
+    );
+    assert!(staged["params"]["threshold"].is_null());
+    // Contradictions are refused by name.
+    let out = run(&["--model", m, "--limit", "1", "--sts", "--no-sts"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-sts"));
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use candle_hexagon::DeviceCounters;
 use dllm_decode::{DecodeParams, Outcome};
-use dllm_models::{Backend, LoadedModel};
+use dllm_models::{Backend, DiffusionLm, LoadedModel};
 
 use crate::Args;
 
@@ -42,6 +42,10 @@ impl Report<'_> {
     /// Print the `--json` object on stdout.
     pub fn print_json(&self) {
         let (a, params, g) = (self.args, self.params, self.outcome);
+        let mbsd = params
+            .strategy
+            .mbsd()
+            .map(|m| m.pinned(self.loaded.model.info().shift_logits, params.decide));
         let mut out = serde_json::json!({
             "prompt_ids": self.prompt_ids,
             "generated_ids": g.generated(),
@@ -71,6 +75,11 @@ impl Report<'_> {
                 .staged()
                 .and_then(|s| s.verify)
                 .map(|v| as_written(v.tau_back)),
+            // mbsd's switches as they ran on this model's family, else null.
+            "show_guess": mbsd.map(|m| m.show_guess),
+            "fit_bucket": mbsd.map(|m| m.fit_bucket),
+            "sliding": mbsd.map(|m| m.sliding),
+            "refresh": mbsd.map(|m| m.refresh),
         });
         let map = out.as_object_mut().expect("an object");
         map.extend(llada_cli::counters(g));

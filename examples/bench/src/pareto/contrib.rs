@@ -65,11 +65,11 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             with_m(&|m| m.show_guess = Some(false)),
         ));
     }
-    if m.fit_bucket {
+    if m.fit_bucket != Some(false) {
         v.push((
             "bucket fit",
             "no bucket fit (--no-bucket-fit)".into(),
-            with_m(&|m| m.fit_bucket = false),
+            with_m(&|m| m.fit_bucket = Some(false)),
         ));
     }
     if let Decide::Staged(s) = p.decide {
@@ -111,6 +111,15 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
         let mut q = *p;
         q.decide = Decide::Threshold(0.9);
         v.push(("staged decisions", "no STS, threshold 0.9".into(), q));
+    } else if let Decide::Threshold(_) = p.decide {
+        // Off in the headline (Dream's default): what switching them on at their defaults does.
+        let mut q = *p;
+        q.decide = Decide::Staged(dllm_decode::Staged::default());
+        v.push((
+            "staged decisions (switched on)",
+            "staged decisions (--sts)".into(),
+            q,
+        ));
     }
     if p.sls {
         let mut q = *p;
@@ -312,7 +321,7 @@ mod tests {
                 m.lookahead != pm.lookahead,
                 m.sliding == Some(false),
                 m.show_guess == Some(false),
-                !m.fit_bucket,
+                m.fit_bucket == Some(false),
                 q.decide.staged().is_some_and(|s| !s.no_adjacent),
                 q.decide.staged().is_some_and(|s| s.wait_left == 0),
                 q.decide
@@ -320,7 +329,7 @@ mod tests {
                     .and_then(|s| s.verify)
                     .is_some_and(|v| v.joint == dllm_decode::Joint::Off),
                 q.decide.staged().is_some_and(|s| s.verify.is_none()),
-                q.decide.threshold() == Some(0.9),
+                q.decide.staged().is_some() != p.decide.staged().is_some(),
                 !q.sls,
             ];
             assert_eq!(diffs.iter().filter(|&&d| d).count(), 1, "{name}");

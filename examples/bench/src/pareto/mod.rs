@@ -106,11 +106,17 @@ pub struct Specs {
     pub rows: Vec<RowSpec>,
     /// `(label not run, the label it equals)`.
     pub same: Vec<(String, String)>,
+    /// The model has shifted logits (Dream): the family whose defaults the configurations'
+    /// mbsd settings are pinned to.
+    pub shift_logits: bool,
 }
 
 impl Specs {
-    /// Add `s` unless a configuration with the same decoding (and oracle switch) is there.
-    fn push(&mut self, s: RowSpec) {
+    /// Add `s` unless a configuration with the same decoding (and oracle switch) is there; its
+    /// mbsd settings left to the model family are pinned first ([`MbsdParams::pinned`]), so two
+    /// spellings of one decoder are one configuration and a report reads what runs.
+    fn push(&mut self, mut s: RowSpec) {
+        s.params = pin(s.params, self.shift_logits);
         match self
             .rows
             .iter()
@@ -119,6 +125,18 @@ impl Specs {
             Some(r) => self.same.push((s.label, r.label.clone())),
             None => self.rows.push(s),
         }
+    }
+}
+
+/// `p` with its mbsd settings left to the model family pinned for a model with
+/// (`shift_logits`) or without shifted logits.
+pub fn pin(p: DecodeParams, shift_logits: bool) -> DecodeParams {
+    match p.strategy {
+        Strategy::Mbsd(m) => DecodeParams {
+            strategy: Strategy::Mbsd(m.pinned(shift_logits, p.decide)),
+            ..p
+        },
+        _ => p,
     }
 }
 
@@ -181,7 +199,7 @@ pub fn staged_label(s: &Staged) -> String {
 /// verification (tau_back 0.5; tau_back 0.9 holding a step's other decisions when it remasks),
 /// with suspect dependents at two points, theta_stable 0.95 at two points; and the oracle rows.
 /// `quick` keeps a handful.
-pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
+pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     let with = |strategy: Strategy, decide: Decide| DecodeParams {
         strategy,
         decide,
@@ -192,12 +210,15 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
         f(&mut m);
         with(Strategy::Mbsd(m), decide)
     };
-    let d = Decide::Staged(Staged::default());
+    // The decoder's defaults for this model's family (staged decisions on LLaDA, the threshold
+    // rule on Dream), every setting the family decides pinned.
+    let d = Strategy::Mbsd(MbsdParams::default()).default_decide(shift_logits);
     let ds = Staged::default();
-    let mbsd = mbsd_with(&|_| {}, d);
+    let mbsd = pin(mbsd_with(&|_| {}, d), shift_logits);
     let mut v = Specs {
         rows: Vec::new(),
         same: Vec::new(),
+        shift_logits,
     };
     v.push(spec(
         VANILLA,
@@ -262,7 +283,7 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
     ));
     v.push(spec(
         "mbsd, theta_stable 0.96, no bucket fit (--theta-stable 0.96 --no-bucket-fit)",
-        mbsd_with(&|m| m.fit_bucket = false, stable(0.96)),
+        mbsd_with(&|m| m.fit_bucket = Some(false), stable(0.96)),
         false,
     ));
     v.push(spec(
@@ -282,6 +303,18 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
     for (label, p) in contrib::switched_off(&mbsd) {
         v.push(spec(format!("mbsd, {label}"), p, false));
     }
+    // Dream's default before the shown guess (the LLaDA default without its guess on LLaDA).
+    v.push(spec(
+        "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
+        mbsd_with(
+            &|m| {
+                m.fit_bucket = Some(true);
+                m.show_guess = Some(false)
+            },
+            Decide::Staged(ds),
+        ),
+        false,
+    ));
     // mbsd's window with the threshold rule above 0.9 (its own forwards frontier).
     for t in [0.95f32, 0.98, 0.99] {
         v.push(spec(
@@ -309,7 +342,7 @@ pub fn specs(base: &DecodeParams, quick: bool) -> Specs {
             &|m| {
                 m.sliding = Some(false);
                 m.lookahead = false;
-                m.fit_bucket = false;
+                m.fit_bucket = Some(false);
                 m.refresh = Some(true)
             },
             Decide::Threshold(0.9),
@@ -581,7 +614,7 @@ mod tests {
 
     #[test]
     fn the_configurations_are_labelled_by_what_they_run_and_run_once() {
-        let s = specs(&base(), false);
+        let s = specs(&base(), false, false);
         let labels: Vec<&str> = s.rows.iter().map(|r| r.label.as_str()).collect();
         assert_eq!(&labels[..2], &[VANILLA, VANILLA_T09]);
         for l in [
@@ -653,8 +686,40 @@ mod tests {
     }
 
     #[test]
+    fn a_dream_model_gets_its_family_defaults_spelled_out() {
+        let s = specs(&base(), false, true);
+        let find = |l: &str| s.rows.iter().find(|r| r.label == l).unwrap();
+        let d = find(DEFAULTS).params;
+        assert_eq!(d.decide, Decide::Threshold(0.9));
+        let m = d.strategy.mbsd().unwrap();
+        assert_eq!(
+            (m.sliding, m.refresh, m.show_guess, m.fit_bucket),
+            (Some(false), Some(true), Some(true), Some(false))
+        );
+        // Another spelling of the same decoder runs once, as the defaults.
+        assert!(s.same.contains(&(
+            "mbsd, no sliding, refresh (--refresh), threshold 0.9, no bucket fit".to_string(),
+            DEFAULTS.to_string()
+        )));
+        // Its mechanisms switched off or on, each a configuration.
+        for l in [
+            "mbsd, no shown guess (--no-show-guess)",
+            "mbsd, staged decisions (--sts)",
+            "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
+        ] {
+            assert!(s.rows.iter().any(|r| r.label == l), "{l} missing");
+        }
+        // The LLaDA run has the last one already: the defaults without the guess.
+        let llada = specs(&base(), false, false);
+        assert!(llada
+            .same
+            .iter()
+            .any(|x| x.0.starts_with("mbsd, staged decisions, bucket fit")));
+    }
+
+    #[test]
     fn only_picks_an_exact_label_or_every_label_containing_the_pattern() {
-        let s = specs(&base(), false).rows;
+        let s = specs(&base(), false, false).rows;
         let pick = |o: &[&str]| -> Vec<String> {
             select(&s, &o.iter().map(|x| x.to_string()).collect::<Vec<_>>())
                 .into_iter()

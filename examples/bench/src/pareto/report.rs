@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
-use dllm_decode::{Decide, DecodeParams, MbsdParams, Staged};
+use dllm_decode::{Decide, DecodeParams, MbsdParams, Strategy};
 use serde_json::{json, Value};
 
 use super::contrib::{Contribution, Numbers};
@@ -22,7 +22,9 @@ pub const CHOSEN_ON_TUNING: &str =
     "defaults are chosen on the tuning and confirmation sets (a first choice on the tuning set \
      alone fell below threshold-0.9 decoding on the confirmation set); the fresh set judged them, \
      and again the joint check chosen after its first verdict; the fresh2 set judged that, and the \
-     left wait was chosen on all four sets after; the fresh3 set chose nothing";
+     left wait was chosen on all four sets after; the fresh3 set chose nothing. The shown guess \
+     (LLaDA) and Dream's threshold rule with it were chosen after all of that on the tuning and \
+     confirmation sets alone, and judged on fresh, fresh2 and fresh3";
 
 /// What the run was.
 pub struct Context {
@@ -192,45 +194,48 @@ fn projection_text(ctx: &Context) -> String {
     )
 }
 
-/// The configuration `mbsd (defaults)` stands for.
-fn defaults_text() -> String {
-    let s = Staged::default();
-    let m = MbsdParams::default();
-    let on_off = |b: bool| if b { "on" } else { "off" };
+/// The configuration `mbsd (defaults)` stands for on a model with (`shift_logits`, Dream) or
+/// without shifted logits (LLaDA): the decoder's defaults for that family.
+fn defaults_text(shift_logits: bool) -> String {
+    let decide = Strategy::Mbsd(MbsdParams::default()).default_decide(shift_logits);
+    let m = MbsdParams::default().pinned(shift_logits, decide);
+    let on_off = |b: Option<bool>| if b == Some(true) { "on" } else { "off" };
+    let rule = match decide {
+        Decide::Staged(s) => format!(
+            "staged decisions, theta {} / {}, {}; decisions below theta_stable {}, waiting for \
+             their left context within {} positions",
+            s.visible,
+            s.stable,
+            verify_label(s.verify),
+            if s.no_adjacent {
+                "never adjacent in one step"
+            } else {
+                "may be adjacent"
+            },
+            s.wait_left,
+        ),
+        Decide::Threshold(t) => {
+            format!("the threshold rule at {t} (decisions final at once, no staged decisions)")
+        }
+        Decide::Schedule => "the step schedule".to_string(),
+    };
     format!(
-        "`mbsd (defaults)` is mbsd at the decoder's defaults: theta {} / {}, {}; decisions below \
-         theta_stable {}, waiting for their left context within {} positions; {}; a shown guess {}; \
-         lookahead {} (trigger {}), bucket fit {}, selective logits on.",
-        s.visible,
-        s.stable,
-        verify_label(s.verify),
-        if s.no_adjacent {
-            "never adjacent in one step"
+        "`mbsd (defaults)` is mbsd at the decoder's defaults for {}: {rule}; sliding {}, a refresh \
+         at each block start {}; a shown guess {}; lookahead {} (trigger {}), bucket fit {}, \
+         selective logits on.",
+        if shift_logits {
+            "a Dream model (shifted logits)"
         } else {
-            "may be adjacent"
+            "a LLaDA model"
         },
-        s.wait_left,
-        match (m.resolved(false), m.resolved(true)) {
-            ((true, false), (false, true)) => "sliding on LLaDA models; on Dream models (shifted \
-                 logits) no sliding and a refresh at each block start"
-                .to_string(),
-            ((sl, rl), (sd, rd)) => format!(
-                "sliding {} / refresh {} on LLaDA, sliding {} / refresh {} on Dream",
-                on_off(sl),
-                on_off(rl),
-                on_off(sd),
-                on_off(rd)
-            ),
+        on_off(m.sliding),
+        on_off(m.refresh),
+        match (m.show_guess, decide) {
+            (Some(true), Decide::Staged(_)) => "on (the joint check's auto is then off)",
+            (Some(true), _) => "on",
+            _ => "off",
         },
-        match (
-            m.shows_guess(false, Decide::Staged(s)),
-            m.shows_guess(true, Decide::Staged(s)),
-        ) {
-            (true, false) => "on LLaDA models (where the joint check's auto is then off), none on Dream",
-            (true, true) => "on every model",
-            (false, _) => "on no model",
-        },
-        on_off(m.lookahead),
+        on_off(Some(m.lookahead)),
         m.trigger,
         on_off(m.fit_bucket),
     )
@@ -416,7 +421,7 @@ pub fn markdown(pic: &Picture, ctx: &Context) -> String {
         "\n\n**Note: {CHOSEN_ON_TUNING}.** Every configuration runs on every set below, the \
          same questions in the same order, so two configurations are compared question by \
          question.\n\n{}\n\n",
-        defaults_text()
+        defaults_text(pic.specs.shift_logits)
     );
     s += "One point per configuration and set: final-answer accuracy (with its Wilson 95% \
           interval) against the **projected** latency per answer of LLaDA-8B Q4_0 on an SM8750 \
@@ -560,7 +565,7 @@ pub fn json_value(pic: &Picture, ctx: &Context) -> Value {
         "note": CHOSEN_ON_TUNING,
         "gen_length": ctx.base.gen_length,
         "block_length": ctx.base.block_length,
-        "mbsd_defaults": defaults_text(),
+        "mbsd_defaults": defaults_text(pic.specs.shift_logits),
         "same_configuration": same_in_run(pic),
         "projection": {
             "logits_on": ctx.phone.logits_on.name(),
