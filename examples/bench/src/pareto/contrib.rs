@@ -71,6 +71,13 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             "no bucket fit (--no-bucket-fit)".into(),
             with_m(&|m| m.fit_bucket = Some(false)),
         ));
+    } else {
+        // Off in the headline (Dream's default): what switching it on does.
+        v.push((
+            "bucket fit (switched on)",
+            "with bucket fit (--bucket-fit)".into(),
+            with_m(&|m| m.fit_bucket = Some(true)),
+        ));
     }
     if let Decide::Staged(s) = p.decide {
         if s.no_adjacent {
@@ -115,9 +122,16 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
         // Off in the headline (Dream's default): what switching them on at their defaults does.
         let mut q = *p;
         q.decide = Decide::Staged(dllm_decode::Staged::default());
+        // The one switch: the guess stays as the headline has it (`--sts` alone would also
+        // take the family's guess setting under staged decisions).
+        let guess = match m.show_guess {
+            Some(true) => " --show-guess",
+            Some(false) => " --no-show-guess",
+            None => "",
+        };
         v.push((
             "staged decisions (switched on)",
-            "staged decisions (--sts)".into(),
+            format!("staged decisions (--sts{guess})"),
             q,
         ));
     }
@@ -285,6 +299,64 @@ mod tests {
     use super::*;
     use dllm_decode::{MbsdParams, Staged};
 
+    /// How many of the mechanisms differ between `p` and `q`.
+    fn switches(p: &DecodeParams, q: &DecodeParams) -> usize {
+        let (m, pm) = (q.strategy.mbsd().unwrap(), p.strategy.mbsd().unwrap());
+        let (s, ps) = (q.decide.staged(), p.decide.staged());
+        let diffs = [
+            m.lookahead != pm.lookahead,
+            m.sliding != pm.sliding,
+            m.show_guess != pm.show_guess,
+            m.fit_bucket != pm.fit_bucket,
+            s.is_some() != ps.is_some(),
+            s.zip(ps).is_some_and(|(a, b)| a.no_adjacent != b.no_adjacent),
+            s.zip(ps).is_some_and(|(a, b)| a.wait_left != b.wait_left),
+            s.zip(ps)
+                .and_then(|(a, b)| a.verify.zip(b.verify))
+                .is_some_and(|(a, b)| a.joint != b.joint),
+            s.zip(ps)
+                .is_some_and(|(a, b)| a.verify.is_some() != b.verify.is_some()),
+            q.sls != p.sls,
+        ];
+        diffs.iter().filter(|&&d| d).count()
+    }
+
+    #[test]
+    fn a_dream_headline_switches_its_off_mechanisms_on_one_at_a_time() {
+        let s = Strategy::Mbsd(MbsdParams::default());
+        let decide = s.default_decide(true);
+        let p = crate::pareto::pin(
+            DecodeParams {
+                gen_length: 128,
+                block_length: 32,
+                steps: 128,
+                strategy: s,
+                decide,
+                sls: true,
+                ..Default::default()
+            },
+            true,
+        );
+        let off = named_off(&p);
+        let names: Vec<&str> = off.iter().map(|o| o.0).collect();
+        assert_eq!(
+            names,
+            [
+                "lookahead (switched on)",
+                "shown guess",
+                "bucket fit (switched on)",
+                "staged decisions (switched on)",
+                "selective logits skipping"
+            ]
+        );
+        for (name, label, q) in &off {
+            assert_eq!(switches(&p, q), 1, "{name}");
+            if *name == "staged decisions (switched on)" {
+                assert_eq!(label, "staged decisions (--sts --show-guess)");
+            }
+        }
+    }
+
     #[test]
     fn each_mechanism_that_is_on_is_switched_off_alone() {
         let p = DecodeParams {
@@ -314,25 +386,7 @@ mod tests {
             ]
         );
         for (name, _, q) in &off {
-            assert_ne!(*q, p, "{name}");
-            // Exactly one thing differs.
-            let (m, pm) = (q.strategy.mbsd().unwrap(), p.strategy.mbsd().unwrap());
-            let diffs = [
-                m.lookahead != pm.lookahead,
-                m.sliding == Some(false),
-                m.show_guess == Some(false),
-                m.fit_bucket == Some(false),
-                q.decide.staged().is_some_and(|s| !s.no_adjacent),
-                q.decide.staged().is_some_and(|s| s.wait_left == 0),
-                q.decide
-                    .staged()
-                    .and_then(|s| s.verify)
-                    .is_some_and(|v| v.joint == dllm_decode::Joint::Off),
-                q.decide.staged().is_some_and(|s| s.verify.is_none()),
-                q.decide.staged().is_some() != p.decide.staged().is_some(),
-                !q.sls,
-            ];
-            assert_eq!(diffs.iter().filter(|&&d| d).count(), 1, "{name}");
+            assert_eq!(switches(&p, q), 1, "{name}");
         }
         // Mechanisms already off are not listed; a baseline has none.
         let q = DecodeParams {

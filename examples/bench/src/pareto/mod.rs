@@ -225,11 +225,16 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         with(Strategy::Vanilla, Decide::Schedule),
         false,
     ));
-    v.push(spec(
-        VANILLA_T09,
-        with(Strategy::Vanilla, Decide::Threshold(0.9)),
-        false,
-    ));
+    // Vanilla with a threshold is LLaDA's `generate` with Fast-dLLM's rule; a Dream model's
+    // vanilla is Dream's own algorithm, which has no threshold (an error, not a row).
+    let thresholds: &[f32] = if shift_logits { &[] } else { &[0.9, 0.8, 0.7] };
+    if thresholds.contains(&0.9) {
+        v.push(spec(
+            VANILLA_T09,
+            with(Strategy::Vanilla, Decide::Threshold(0.9)),
+            false,
+        ));
+    }
     let no_verify = mbsd_with(&|_| {}, Decide::Staged(Staged { verify: None, ..ds }));
     if quick {
         v.push(spec(
@@ -246,7 +251,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         v.push(spec("mbsd, oracle revision", mbsd, true));
         return v;
     }
-    for t in [0.8f32, 0.7] {
+    for &t in thresholds.iter().filter(|&&t| t < 0.9) {
         v.push(spec(
             format!("vanilla, threshold {t}"),
             with(Strategy::Vanilla, Decide::Threshold(t)),
@@ -704,11 +709,14 @@ mod tests {
         // Its mechanisms switched off or on, each a configuration.
         for l in [
             "mbsd, no shown guess (--no-show-guess)",
-            "mbsd, staged decisions (--sts)",
+            "mbsd, staged decisions (--sts --show-guess)",
+            "mbsd, with bucket fit (--bucket-fit)",
             "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
         ] {
             assert!(s.rows.iter().any(|r| r.label == l), "{l} missing");
         }
+        // Dream's vanilla is its own algorithm, without a threshold.
+        assert!(!s.rows.iter().any(|r| r.label.starts_with("vanilla, threshold")));
         // The LLaDA run has the last one already: the defaults without the guess.
         let llada = specs(&base(), false, false);
         assert!(llada
