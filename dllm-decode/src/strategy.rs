@@ -12,9 +12,6 @@ pub const DEFAULT_LOOKAHEAD_TRIGGER: usize = 4;
 pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
 /// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
 pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
-/// Multi-block speculative decoding on a model with shifted logits (Dream): the threshold of its
-/// default decision rule ([`Strategy::default_decide`]).
-pub const DEFAULT_MBSD_DREAM_THRESHOLD: f32 = 0.9;
 
 /// How the canvas is recomputed between steps (the window policy), with the parameters only that
 /// policy reads. Parsed from its command-line spelling (`mbsd` with its default parameters):
@@ -68,25 +65,11 @@ impl Strategy {
         matches!(self, Strategy::Mbsd(_))
     }
 
-    /// The decision rule the tools use with this strategy when none is asked for, for a model
-    /// with (`shift_logits`, Dream) or without shifted logits (LLaDA): for mbsd, staged
-    /// decisions at their defaults on LLaDA models and the threshold rule at
-    /// [`DEFAULT_MBSD_DREAM_THRESHOLD`] on Dream models (chosen per family on the tuning and
-    /// confirmation sets; README, *Default decoding*); else the schedule (a checkpoint's
-    /// recommended threshold replaces it, see [`crate::DecodeParams::resolve`]).
-    ///
-    /// ```
-    /// use dllm_decode::{Decide, Staged, Strategy};
-    ///
-    /// let mbsd: Strategy = "mbsd".parse()?;
-    /// assert_eq!(mbsd.default_decide(false), Decide::Staged(Staged::default()));
-    /// assert_eq!(mbsd.default_decide(true), Decide::Threshold(0.9));
-    /// assert_eq!(Strategy::DualCache.default_decide(true), Decide::Schedule);
-    /// # Ok::<(), dllm_decode::DecodeError>(())
-    /// ```
-    pub fn default_decide(self, shift_logits: bool) -> Decide {
+    /// The decision rule the tools use with this strategy when none is asked for: staged
+    /// decisions at their defaults for mbsd, else the schedule (a checkpoint's recommended
+    /// threshold replaces it, see [`crate::DecodeParams::resolve`]).
+    pub fn default_decide(self) -> Decide {
         match self {
-            Strategy::Mbsd(_) if shift_logits => Decide::Threshold(DEFAULT_MBSD_DREAM_THRESHOLD),
             Strategy::Mbsd(_) => Decide::Staged(Staged::default()),
             _ => Decide::Schedule,
         }
@@ -106,8 +89,8 @@ pub struct MbsdParams {
     /// Fit the window to the latency table's bucket: on a table in tile buckets (step
     /// interpolation), a window a few positions wider than a bucket edge is cut back to the edge
     /// (the block's last undecided positions wait for the next forward) instead of paying for the
-    /// next bucket (`None`: the model family's default, see [`MbsdParams::fits_bucket`]).
-    pub fit_bucket: Option<bool>,
+    /// next bucket.
+    pub fit_bucket: bool,
     /// Look ahead once the current block has at most this many undecided positions.
     pub trigger: usize,
     /// The extra latency lookahead may add, as a fraction of the window's own latency.
@@ -139,7 +122,7 @@ impl Default for MbsdParams {
         Self {
             sliding: None,
             lookahead: false,
-            fit_bucket: None,
+            fit_bucket: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
             budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
@@ -184,41 +167,26 @@ impl MbsdParams {
     /// Whether the window shows a guess for a model with (`true`) or without shifted logits
     /// under `decide`, where the parameters leave it to the family: a model without shifted
     /// logits (LLaDA) shows one whenever the decisions have a final threshold; a model with them
-    /// (Dream) shows one under the threshold rule (its default), not under staged decisions
-    /// (chosen on the tuning and confirmation sets: on tiny-dream-long the guess with the
-    /// threshold rule at 0.9 took 674 of 700 in 10.3 forwards per answer against 672 in 10.7
-    /// without; with staged decisions at their defaults it cost 13 right answers; README,
-    /// *Default decoding*).
+    /// (Dream) does not (chosen on the tuning and confirmation sets: on tiny-dream-long it saved
+    /// 0.2 forwards per answer for 9 fewer right answers of 700; README, *Default decoding*).
     pub fn shows_guess(self, shift_logits: bool, decide: crate::Decide) -> bool {
-        self.show_guess.unwrap_or(if shift_logits {
-            matches!(decide, crate::Decide::Threshold(_))
-        } else {
-            decide.final_confidence().is_some()
-        })
-    }
-
-    /// Whether the window is fitted to the latency table's bucket for a model with (`true`) or
-    /// without shifted logits, where the parameters leave it to the family: fitted on LLaDA
-    /// models, not on Dream models (chosen on the tuning and confirmation sets: on
-    /// tiny-dream-long, with Dream's default decisions, the fit cost 0.7 forwards per answer
-    /// and saved no answer; README, *Default decoding*).
-    pub fn fits_bucket(self, shift_logits: bool) -> bool {
-        self.fit_bucket.unwrap_or(!shift_logits)
+        self.show_guess
+            .unwrap_or(!shift_logits && decide.final_confidence().is_some())
     }
 
     /// These parameters with every setting left to the model family ([`Self::resolved`],
-    /// [`Self::shows_guess`], [`Self::fits_bucket`]) pinned to its value for a model with
-    /// (`shift_logits`) or without shifted logits under `decide`: the same decoder, spelled out
-    /// (what a report of a configuration's switches reads).
+    /// [`Self::shows_guess`]) pinned to its value for a model with (`shift_logits`) or without
+    /// shifted logits under `decide`: the same decoder, spelled out (what a report of a
+    /// configuration's switches reads).
     ///
     /// ```
     /// use dllm_decode::{MbsdParams, Strategy};
     ///
     /// let m = MbsdParams::default();
-    /// let dream = m.pinned(true, Strategy::Mbsd(m).default_decide(true));
+    /// let dream = m.pinned(true, Strategy::Mbsd(m).default_decide());
     /// assert_eq!(
-    ///     (dream.sliding, dream.refresh, dream.show_guess, dream.fit_bucket),
-    ///     (Some(false), Some(true), Some(true), Some(false))
+    ///     (dream.sliding, dream.refresh, dream.show_guess),
+    ///     (Some(false), Some(true), Some(false))
     /// );
     /// ```
     pub fn pinned(self, shift_logits: bool, decide: crate::Decide) -> MbsdParams {
@@ -227,7 +195,6 @@ impl MbsdParams {
             sliding: Some(sliding),
             refresh: Some(refresh),
             show_guess: Some(self.shows_guess(shift_logits, decide)),
-            fit_bucket: Some(self.fits_bucket(shift_logits)),
             ..self
         }
     }

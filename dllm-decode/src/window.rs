@@ -238,7 +238,7 @@ impl WindowPolicy for MbsdWindow {
             start = usize::from(v.info.shift_logits);
         }
         let mut end = v.block.end;
-        let fitted = if self.params.fits_bucket(v.info.shift_logits) {
+        let fitted = if self.params.fit_bucket {
             self.fit_bucket(v, start, end)
         } else {
             end

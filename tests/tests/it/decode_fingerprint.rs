@@ -109,8 +109,6 @@ fn legacy() -> MbsdParams {
     MbsdParams {
         lookahead: true,
         show_guess: Some(false),
-        // The bucket fit became per family (off on Dream) after these pins were taken.
-        fit_bucket: Some(true),
         ..MbsdParams::default()
     }
 }
@@ -251,7 +249,7 @@ fn long_cases() -> Vec<Case> {
             "mbsd shown guess",
             mbsd_with(p, Decide::Threshold(0.9), |m| m.show_guess = Some(true)),
         ),
-        case("mbsd defaults", mbsd_defaults(p, false)),
+        case("mbsd defaults", mbsd_defaults(p)),
         case(
             "mbsd no sts 0.9",
             mbsd_with(p, Decide::Threshold(0.9), |_| {}),
@@ -270,7 +268,7 @@ fn long_cases() -> Vec<Case> {
         ),
         case(
             "mbsd no bucket fit",
-            mbsd_with(p, staged(0.9), |m| m.fit_bucket = Some(false)),
+            mbsd_with(p, staged(0.9), |m| m.fit_bucket = false),
         ),
         Case {
             name: "mbsd oracle",
@@ -325,16 +323,15 @@ fn dream_long_cases() -> Vec<Case> {
         ),
         case("mbsd", mbsd(p, 0.9, 0.9)),
         case("mbsd 0.7/0.9", mbsd(p, 0.7, 0.9)),
-        case("mbsd defaults", mbsd_defaults(p, true)),
+        case("mbsd defaults", mbsd_defaults(p)),
     ]
 }
 
-/// The decoder's defaults for a model with (`shift_logits`: Dream) or without shifted logits, as
-/// the tools run them given no decision flag.
-fn mbsd_defaults(p: fn(Strategy) -> DecodeParams, shift_logits: bool) -> DecodeParams {
+/// The decoder's defaults, as the tools run them given no decision flag.
+fn mbsd_defaults(p: fn(Strategy) -> DecodeParams) -> DecodeParams {
     let s = Strategy::Mbsd(MbsdParams::default());
     DecodeParams {
-        decide: s.default_decide(shift_logits),
+        decide: s.default_decide(),
         ..p(s)
     }
 }
@@ -489,11 +486,10 @@ const TINY_DREAM_LONG_CPU: &[(&str, u64)] = &[
     ("prefix-cache threshold 0.9", 0x0024569763108b17),
     ("mbsd", 0xff981ce9e7301df4),
     ("mbsd 0.7/0.9", 0xa753ace06e243695),
-    // The decoder's defaults on Dream: the refresh window, the threshold rule at 0.9, no bucket
-    // fit, the shown guess.
-    ("mbsd defaults", 0xb19007879605b33a),
+    // The decoder's defaults on Dream (the refresh window, staged decisions, no shown guess).
+    ("mbsd defaults", 0xaaee14f7dadded09),
 ];
-const TINY_DREAM_LONG_HEX: &[(&str, u64)] = &[("mbsd defaults", 0xb19007879605b33a)];
+const TINY_DREAM_LONG_HEX: &[(&str, u64)] = &[("mbsd defaults", 0xaaee14f7dadded09)];
 const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("dual-cache threshold 0.9", 0x4fc242637f657d87),
     ("mbsd", 0xdb62278ae82d9716),

@@ -116,9 +116,8 @@ fn json_output_matches_the_library() {
             block_length: 8,
             steps: 16,
             strategy: strategy.parse::<Strategy>().unwrap(),
-            // What the CLI decides with when given no decision flag on a LLaDA model (mbsd:
-            // staged decisions).
-            decide: strategy.parse::<Strategy>().unwrap().default_decide(false),
+            // What the CLI decides with when given no decision flag (mbsd: staged decisions).
+            decide: strategy.parse::<Strategy>().unwrap().default_decide(),
             early_stop: false,
             ..Default::default()
         };
