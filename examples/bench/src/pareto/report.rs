@@ -23,8 +23,8 @@ pub const CHOSEN_ON_TUNING: &str =
      alone fell below threshold-0.9 decoding on the confirmation set); the fresh set judged them, \
      and again the joint check chosen after its first verdict; the fresh2 set judged that, and the \
      left wait was chosen on all four sets after; the fresh3 set chose nothing. The shown guess \
-     (LLaDA) and Dream's threshold rule with it were chosen after all of that on the tuning and \
-     confirmation sets alone, and judged on fresh, fresh2 and fresh3";
+     (LLaDA) was chosen after all of that on the tuning and confirmation sets alone, and judged on \
+     fresh, fresh2 and fresh3; on Dream nothing searched then met the bar and its default stayed";
 
 /// What the run was.
 pub struct Context {
