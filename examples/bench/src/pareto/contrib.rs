@@ -119,7 +119,7 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
         q.decide = Decide::Threshold(0.9);
         v.push(("staged decisions", "no STS, threshold 0.9".into(), q));
     } else if let Decide::Threshold(_) = p.decide {
-        // Off in the headline (Dream's default): what switching them on at their defaults does.
+        // Off in a threshold-rule headline: what switching them on at their defaults does.
         let mut q = *p;
         q.decide = Decide::Staged(dllm_decode::Staged::default());
         // The one switch: the guess stays as the headline has it (`--sts` alone would also

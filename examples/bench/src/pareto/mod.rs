@@ -212,8 +212,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         f(&mut m);
         with(Strategy::Mbsd(m), decide)
     };
-    // The decoder's defaults for this model's family (staged decisions on LLaDA, the threshold
-    // rule on Dream), every setting the family decides pinned.
+    // The decoder's defaults, every setting the model family decides pinned.
     let d = Strategy::Mbsd(MbsdParams::default()).default_decide();
     let ds = Staged::default();
     let mbsd = pin(mbsd_with(&|_| {}, d), shift_logits);
