@@ -322,28 +322,42 @@ mod tests {
         diffs.iter().filter(|&&d| d).count()
     }
 
+    /// The decoder's defaults with lengths, as `specs` would build them (for `shift_logits`,
+    /// the family's settings pinned).
+    fn defaults(shift_logits: bool) -> DecodeParams {
+        let s = Strategy::Mbsd(MbsdParams::default());
+        let p = DecodeParams {
+            gen_length: 128,
+            block_length: 32,
+            steps: 128,
+            strategy: s,
+            decide: s.default_decide(),
+            sls: true,
+            ..Default::default()
+        };
+        if shift_logits {
+            crate::pareto::pin(p, true)
+        } else {
+            p
+        }
+    }
+
+    /// The mechanisms [`named_off`] lists for `p`, each checked to be exactly one switch away.
+    fn one_switch_each(p: &DecodeParams) -> Vec<&'static str> {
+        let off = named_off(p);
+        for (name, _, q) in &off {
+            assert_eq!(switches(p, q), 1, "{name}");
+        }
+        off.iter().map(|o| o.0).collect()
+    }
+
     #[test]
     fn a_dream_headline_lists_what_its_family_runs() {
-        let s = Strategy::Mbsd(MbsdParams::default());
-        let p = crate::pareto::pin(
-            DecodeParams {
-                gen_length: 128,
-                block_length: 32,
-                steps: 128,
-                strategy: s,
-                decide: s.default_decide(),
-                sls: true,
-                ..Default::default()
-            },
-            true,
-        );
-        let off = named_off(&p);
-        let names: Vec<&str> = off.iter().map(|o| o.0).collect();
         // No sliding on Dream: nothing to switch off; the guess is off, so switching it on is
         // the row. (The joint check's `auto` is off on Dream already: its row decodes as the
         // headline does, under the flag that says so.)
         assert_eq!(
-            names,
+            one_switch_each(&defaults(true)),
             [
                 "lookahead (switched on)",
                 "shown guess (switched on)",
@@ -356,26 +370,13 @@ mod tests {
                 "selective logits skipping"
             ]
         );
-        for (name, _, q) in &off {
-            assert_eq!(switches(&p, q), 1, "{name}");
-        }
     }
 
     #[test]
     fn each_mechanism_that_is_on_is_switched_off_alone() {
-        let p = DecodeParams {
-            gen_length: 128,
-            block_length: 32,
-            steps: 128,
-            strategy: Strategy::Mbsd(MbsdParams::default()),
-            decide: Decide::Staged(Staged::default()),
-            sls: true,
-            ..Default::default()
-        };
-        let off = named_off(&p);
-        let names: Vec<&str> = off.iter().map(|o| o.0).collect();
+        let p = defaults(false);
         assert_eq!(
-            names,
+            one_switch_each(&p),
             [
                 "lookahead (switched on)",
                 "sliding",
@@ -389,9 +390,6 @@ mod tests {
                 "selective logits skipping"
             ]
         );
-        for (name, _, q) in &off {
-            assert_eq!(switches(&p, q), 1, "{name}");
-        }
         // Mechanisms already off are not listed; a baseline has none.
         let q = DecodeParams {
             decide: Decide::Staged(Staged {
