@@ -176,6 +176,7 @@ impl Algorithm for Dream {
             cached: 0,
             active: masked.len(),
             shadows: 0,
+            computed: len,
             lookahead: 0,
         });
         let mut rows = rows_of(&answer.logits)?;

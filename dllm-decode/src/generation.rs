@@ -59,6 +59,12 @@ pub struct ForwardTrace {
     pub active: usize,
     /// Verification (shadow) rows the forward carried, one per verified position.
     pub shadows: usize,
+    /// Rows the model computes in this forward: the window's positions (one more, the row
+    /// before its start, for a model with shifted logits: Dream predicts a position from the
+    /// row before it) plus each shadow's rows (two with shifted logits: the row before the
+    /// position and the masked position). What a phone's forward pays for
+    /// ([`dllm_models::Ask::rows_count`] per batch item).
+    pub computed: usize,
     /// Positions this forward computes beyond the current block because the adaptive lookahead
     /// extended the window (their predictions are drafts).
     pub lookahead: usize,

@@ -45,7 +45,7 @@ pub use crate::decide::{
 pub use crate::joint::{Joint, JointRule, DEFAULT_JOINT_UNLESS_ABOVE, DEFAULT_JOINT_WITHIN};
 pub use crate::strategy::{
     MbsdParams, Strategy, DEFAULT_LOOKAHEAD_ALLOWANCE, DEFAULT_LOOKAHEAD_BUDGET_MIB,
-    DEFAULT_LOOKAHEAD_TRIGGER,
+    DEFAULT_LOOKAHEAD_TRIGGER, DEFAULT_MBSD_DREAM_THRESHOLD,
 };
 
 /// How a masked position's confidence is scored.

@@ -44,6 +44,10 @@ pub struct DecodeView<'a> {
     /// tentative tokens still waiting for their first look, see `crate::Verify`): a policy that
     /// prices its window (bucket fit, lookahead) leaves room for them first.
     pub verify_rows: usize,
+    /// Rows of the shown guess's shadow, when the window shows one at the frontier
+    /// ([`crate::MbsdParams::show_guess`]; two with shifted logits). A policy may make room for
+    /// them by leaving decided positions out of its window, never by cutting undecided ones.
+    pub guess_rows: usize,
     /// The model.
     pub info: &'a ModelInfo,
 }

@@ -12,6 +12,9 @@ pub const DEFAULT_LOOKAHEAD_TRIGGER: usize = 4;
 pub const DEFAULT_LOOKAHEAD_ALLOWANCE: f64 = 0.1;
 /// Multi-block speculative decoding: memory the lookahead positions may add (K/V and activations), MiB.
 pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
+/// Multi-block speculative decoding on a model with shifted logits (Dream): the threshold of its
+/// default decision rule ([`Strategy::default_decide`]).
+pub const DEFAULT_MBSD_DREAM_THRESHOLD: f32 = 0.9;
 
 /// How the canvas is recomputed between steps (the window policy), with the parameters only that
 /// policy reads. Parsed from its command-line spelling (`mbsd` with its default parameters):
@@ -65,11 +68,25 @@ impl Strategy {
         matches!(self, Strategy::Mbsd(_))
     }
 
-    /// The decision rule the tools use with this strategy when none is asked for: staged
-    /// decisions at their defaults for mbsd, else the schedule (a checkpoint's recommended
-    /// threshold replaces it, see [`crate::DecodeParams::resolve`]).
-    pub fn default_decide(self) -> Decide {
+    /// The decision rule the tools use with this strategy when none is asked for, for a model
+    /// with (`shift_logits`, Dream) or without shifted logits (LLaDA): for mbsd, staged
+    /// decisions at their defaults on LLaDA models and the threshold rule at
+    /// [`DEFAULT_MBSD_DREAM_THRESHOLD`] on Dream models (chosen per family on the tuning and
+    /// confirmation sets; README, *Default decoding*); else the schedule (a checkpoint's
+    /// recommended threshold replaces it, see [`crate::DecodeParams::resolve`]).
+    ///
+    /// ```
+    /// use dllm_decode::{Decide, Staged, Strategy};
+    ///
+    /// let mbsd: Strategy = "mbsd".parse()?;
+    /// assert_eq!(mbsd.default_decide(false), Decide::Staged(Staged::default()));
+    /// assert_eq!(mbsd.default_decide(true), Decide::Threshold(0.9));
+    /// assert_eq!(Strategy::DualCache.default_decide(true), Decide::Schedule);
+    /// # Ok::<(), dllm_decode::DecodeError>(())
+    /// ```
+    pub fn default_decide(self, shift_logits: bool) -> Decide {
         match self {
+            Strategy::Mbsd(_) if shift_logits => Decide::Threshold(DEFAULT_MBSD_DREAM_THRESHOLD),
             Strategy::Mbsd(_) => Decide::Staged(Staged::default()),
             _ => Decide::Schedule,
         }
@@ -89,8 +106,17 @@ pub struct MbsdParams {
     /// Fit the window to the latency table's bucket: on a table in tile buckets (step
     /// interpolation), a window a few positions wider than a bucket edge is cut back to the edge
     /// (the block's last undecided positions wait for the next forward) instead of paying for the
-    /// next bucket.
-    pub fit_bucket: bool,
+    /// next bucket (`None`: the model family's default, see [`MbsdParams::fits_bucket`]).
+    pub fit_bucket: Option<bool>,
+    /// Leave decided positions out of the window's left when its forward would pass a bucket
+    /// edge of the latency table: positions before the frontier whose cached K/V are current
+    /// (computed from the token they hold), which the window would only recompute. The forward
+    /// counted is every row the model computes — the window, the row before it for a model with
+    /// shifted logits, the verification rows and the shown guess's shadow — and the trim is all
+    /// or nothing (a partial one costs the same bucket); never at a block start's refresh. It
+    /// delays no decision; on a sliding window (LLaDA) the window already starts at the frontier
+    /// or at a stale position, so it applies to windows that keep the block (Dream).
+    pub trim_left: bool,
     /// Look ahead once the current block has at most this many undecided positions.
     pub trigger: usize,
     /// The extra latency lookahead may add, as a fraction of the window's own latency.
@@ -122,7 +148,8 @@ impl Default for MbsdParams {
         Self {
             sliding: None,
             lookahead: false,
-            fit_bucket: true,
+            fit_bucket: None,
+            trim_left: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,
             budget_mib: DEFAULT_LOOKAHEAD_BUDGET_MIB,
@@ -167,26 +194,43 @@ impl MbsdParams {
     /// Whether the window shows a guess for a model with (`true`) or without shifted logits
     /// under `decide`, where the parameters leave it to the family: a model without shifted
     /// logits (LLaDA) shows one whenever the decisions have a final threshold; a model with them
-    /// (Dream) does not (chosen on the tuning and confirmation sets: on tiny-dream-long it saved
-    /// 0.2 forwards per answer for 9 fewer right answers of 700; README, *Default decoding*).
+    /// (Dream) shows one under the threshold rule (its default), not under staged decisions
+    /// (chosen on the tuning and confirmation sets: on tiny-dream-long the guess with the
+    /// threshold rule at 0.9 took 674 of 700 in 10.3 forwards per answer against 672 in 10.7
+    /// without; with staged decisions at their defaults it cost 13 right answers; README,
+    /// *Default decoding*).
     pub fn shows_guess(self, shift_logits: bool, decide: crate::Decide) -> bool {
-        self.show_guess
-            .unwrap_or(!shift_logits && decide.final_confidence().is_some())
+        self.show_guess.unwrap_or(if shift_logits {
+            matches!(decide, crate::Decide::Threshold(_))
+        } else {
+            decide.final_confidence().is_some()
+        })
+    }
+
+    /// Whether the window is fitted to the latency table's bucket for a model with (`true`) or
+    /// without shifted logits, where the parameters leave it to the family: fitted on LLaDA
+    /// models, not on Dream models (chosen on the tuning and confirmation sets: on
+    /// tiny-dream-long, with Dream's default decisions and the left trim, cutting the tail took
+    /// 11.73 forwards per answer against 10.28 without, more than dual-cache + threshold 0.9's
+    /// 10.69, for 2 fewer right answers of 700; README, *Dream*). The left trim
+    /// ([`Self::trim_left`]) fits Dream's windows without delaying a decision.
+    pub fn fits_bucket(self, shift_logits: bool) -> bool {
+        self.fit_bucket.unwrap_or(!shift_logits)
     }
 
     /// These parameters with every setting left to the model family ([`Self::resolved`],
-    /// [`Self::shows_guess`]) pinned to its value for a model with (`shift_logits`) or without
-    /// shifted logits under `decide`: the same decoder, spelled out (what a report of a
-    /// configuration's switches reads).
+    /// [`Self::shows_guess`], [`Self::fits_bucket`]) pinned to its value for a model with
+    /// (`shift_logits`) or without shifted logits under `decide`: the same decoder, spelled out
+    /// (what a report of a configuration's switches reads).
     ///
     /// ```
     /// use dllm_decode::{MbsdParams, Strategy};
     ///
     /// let m = MbsdParams::default();
-    /// let dream = m.pinned(true, Strategy::Mbsd(m).default_decide());
+    /// let dream = m.pinned(true, Strategy::Mbsd(m).default_decide(true));
     /// assert_eq!(
-    ///     (dream.sliding, dream.refresh, dream.show_guess),
-    ///     (Some(false), Some(true), Some(false))
+    ///     (dream.sliding, dream.refresh, dream.show_guess, dream.fit_bucket),
+    ///     (Some(false), Some(true), Some(true), Some(false))
     /// );
     /// ```
     pub fn pinned(self, shift_logits: bool, decide: crate::Decide) -> MbsdParams {
@@ -195,6 +239,7 @@ impl MbsdParams {
             sliding: Some(sliding),
             refresh: Some(refresh),
             show_guess: Some(self.shows_guess(shift_logits, decide)),
+            fit_bucket: Some(self.fits_bucket(shift_logits)),
             ..self
         }
     }

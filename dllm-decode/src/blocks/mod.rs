@@ -72,6 +72,8 @@ struct Planned {
     /// The guess written into the forward's canvas, `(position, token)`; its shadow is the
     /// last verification row.
     shown: Option<(usize, u32)>,
+    /// Rows the model computes for the ask (per batch item): see [`crate::ForwardTrace::computed`].
+    computed: usize,
 }
 
 /// The lists of the last step, borrowed by its event.

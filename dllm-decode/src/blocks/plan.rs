@@ -93,6 +93,13 @@ impl Blocks<'_> {
             .verifier
             .as_ref()
             .map_or(0, |v| v.waiting(&self.states) * v.group_rows);
+        // The guess (below) is the last forward's prediction for the first undecided position.
+        let guess_rows = match (self.show_guess, cands.first()) {
+            (true, Some(&k)) if self.guessed[k].is_some() && seen[k] == self.mask() => {
+                1 + usize::from(self.info.shift_logits)
+            }
+            _ => 0,
+        };
         let view = DecodeView {
             canvas: &self.canvas,
             mask: self.mask(),
@@ -104,6 +111,7 @@ impl Blocks<'_> {
             cache_len: self.cache_len,
             stale: &stale,
             verify_rows,
+            guess_rows,
             info: &self.info,
         };
         let plan = self.policy.plan(&view)?;
@@ -172,6 +180,7 @@ impl Blocks<'_> {
             lookahead,
             unlooked_in_window: self.unlooked_in(window.clone()),
             shown,
+            computed: 0,
         })))
     }
 
@@ -223,6 +232,7 @@ impl Blocks<'_> {
             lookahead: 0,
             unlooked_in_window: false,
             shown: None,
+            computed: 0,
         })))
     }
 
@@ -251,7 +261,11 @@ impl Blocks<'_> {
             verify: planned.shadows.clone(),
             commit: planned.commit.clone(),
         };
-        self.planned = Some(planned);
+        let computed = ask.rows_count(self.info.shift_logits) / ask.canvas.len().max(1);
+        self.planned = Some(Planned {
+            computed,
+            ..planned
+        });
         ask
     }
 }

@@ -106,6 +106,7 @@ impl Blocks<'_> {
             cached,
             active,
             shadows: pl.shadows.len(),
+            computed: pl.computed,
             lookahead: pl.lookahead,
         });
         self.out.forwards += 1;

@@ -4,7 +4,7 @@
 //! input) never does.
 
 use candle_core::{DType, Device, Tensor};
-use dllm_decode::{Decide, DecodeParams, Decoder, Generation, MbsdParams, Strategy};
+use dllm_decode::{Decide, DecodeParams, Decoder, Generation, MbsdParams, Staged, Strategy};
 use dllm_models::{Answer, Ask};
 
 use crate::scripted::{info, logits, row, MASK, PROMPT, VOCAB};
@@ -135,7 +135,17 @@ fn a_shadow_below_the_final_threshold_rejects_the_guess() {
 fn the_family_decides_unless_asked_and_the_schedule_cannot_show_one() {
     let m = MbsdParams::default();
     assert!(m.shows_guess(false, Decide::Threshold(0.9)), "LLaDA");
-    assert!(!m.shows_guess(true, Decide::Threshold(0.9)), "Dream");
+    assert!(
+        m.shows_guess(false, Decide::Staged(Staged::default())),
+        "LLaDA, staged"
+    );
+    // Dream: with the threshold rule (its default), not with staged decisions.
+    assert!(m.shows_guess(true, Decide::Threshold(0.9)), "Dream");
+    assert!(
+        !m.shows_guess(true, Decide::Staged(Staged::default())),
+        "Dream, staged"
+    );
+    assert!(!m.shows_guess(true, Decide::Schedule), "Dream, schedule");
     assert!(
         !m.shows_guess(false, Decide::Schedule),
         "no final threshold"
@@ -144,7 +154,12 @@ fn the_family_decides_unless_asked_and_the_schedule_cannot_show_one() {
         show_guess: Some(true),
         ..m
     };
-    assert!(on.shows_guess(true, Decide::Threshold(0.9)));
+    assert!(on.shows_guess(true, Decide::Staged(Staged::default())));
+    let off = MbsdParams {
+        show_guess: Some(false),
+        ..m
+    };
+    assert!(!off.shows_guess(true, Decide::Threshold(0.9)));
     let e = params(Decide::Schedule, Some(true))
         .validate()
         .unwrap_err()

@@ -6,5 +6,6 @@ mod guesses;
 mod mbsd;
 mod scripted;
 mod strategies;
+mod trim;
 mod verify;
 mod window_contract;

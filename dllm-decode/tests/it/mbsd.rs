@@ -372,7 +372,7 @@ fn a_window_just_past_a_bucket_edge_is_cut_back_to_it() {
         ..Default::default()
     };
     let unfit = MbsdParams {
-        fit_bucket: false,
+        fit_bucket: Some(false),
         ..fit
     };
     let plen = PROMPT.len();
@@ -403,7 +403,7 @@ fn the_block_start_refresh_recomputes_everything_before_the_block_once_per_block
     let base = MbsdParams {
         sliding: Some(false),
         lookahead: false,
-        fit_bucket: false,
+        fit_bucket: Some(false),
         ..Default::default()
     };
     let refresh = MbsdParams {

@@ -228,10 +228,12 @@ impl PhoneModel {
         }
     }
 
-    /// The cost of one traced forward: its window and its verification (shadow) rows, which are
-    /// rows of the same forward and each need a logits row.
+    /// The cost of one traced forward: the rows the model computes (its window and its
+    /// verification (shadow) rows, which are rows of the same forward; with shifted logits also
+    /// the row before the window and the row before each shadow, [`ForwardTrace::computed`]),
+    /// and a logits row per requested position and per shadow.
     pub fn traced(&self, target: Target, f: &ForwardTrace) -> ForwardCost {
-        self.forward(target, f.end - f.start + f.shadows, f.rows + f.shadows)
+        self.forward(target, f.computed, f.rows + f.shadows)
     }
 
     /// Projected time of a generation's forwards on `target`.
@@ -262,6 +264,7 @@ pub fn vanilla_trace(prompt: usize, gen: usize) -> Vec<ForwardTrace> {
             cached: 0,
             active: gen - step,
             shadows: 0,
+            computed: len,
             lookahead: 0,
         })
         .collect()
@@ -336,8 +339,24 @@ mod tests {
             cached: start,
             active: end - start,
             shadows,
+            computed: end - start + shadows,
             lookahead: 0,
         }
+    }
+
+    #[test]
+    fn a_forward_is_priced_by_the_rows_the_model_computes() {
+        // A Dream window of 32 positions with one shadow computes the row before the window and
+        // two rows for the shadow: 35 rows, the 64-row bucket of the NPU table.
+        let m = PhoneModel::new(1.0, LogitsOn::Npu).unwrap();
+        let mut dream = trace(100, 132, 32, 1);
+        dream.computed = 35;
+        let llada = trace(100, 132, 32, 0);
+        let (d, l) = (
+            m.traced(Target::Npu, &dream).device_ms,
+            m.traced(Target::Npu, &llada).device_ms,
+        );
+        assert!(d > 1.5 * l, "{d} vs {l}");
     }
 
     #[test]

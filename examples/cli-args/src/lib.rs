@@ -42,15 +42,18 @@ pub struct DecodeArgs {
     /// models, a shown guess: on 1800 long-math questions nothing was chosen on, tiny-llada-long
     /// 99.1% vs threshold-0.9's 97.2% and vanilla's 99.6%, in fewer forwards than threshold 0.9
     /// (8.98 vs 9.05) at about 0.7x dual-cache's projected latency; `--no-show-guess` is the
-    /// previous default, 99.7% in 11.2 forwards; Dream models refresh at each block start instead
-    /// of sliding and show no guess, see the README), vanilla (the
+    /// previous default, 99.7% in 11.2 forwards; Dream models decide by the threshold rule at 0.9
+    /// with a refresh at each block start instead of sliding, the shown guess and no bucket fit:
+    /// on tiny-dream-long 1742 of 1800 in 10.35 forwards vs threshold 0.9's 1739 in 10.74; see
+    /// the README), vanilla (the
     /// model's reference algorithm, one token per step by default), prefix-cache or dual-cache
     /// (Fast-dLLM).
     #[arg(long, default_value = "mbsd")]
     pub strategy: String,
     /// Parallel decoding: unmask every masked token of the block with confidence >= this
-    /// [default: the checkpoint's unless --steps is given]. With mbsd's staged decisions it sets
-    /// --theta-visible and --theta-stable to the same value.
+    /// [default: the checkpoint's unless --steps is given; 0.9 for mbsd on Dream models]. With
+    /// mbsd's staged decisions (LLaDA models) it sets --theta-visible and --theta-stable to the
+    /// same value.
     #[arg(long)]
     pub threshold: Option<f32>,
     /// Confidence: low_confidence, random, topk_margin or entropy.
@@ -104,9 +107,20 @@ pub struct DecodeArgs {
     /// mbsd: never extend the window late in a block (the default; kept for scripts).
     #[arg(long)]
     pub no_lookahead: bool,
-    /// mbsd: never cut the window back to the latency table's bucket edge.
-    #[arg(long)]
+    /// mbsd: never cut the window back to the latency table's bucket edge (the default for Dream
+    /// models).
+    #[arg(long, conflicts_with = "bucket_fit")]
     pub no_bucket_fit: bool,
+    /// mbsd: cut a window a few positions past a bucket edge of the latency table back to the
+    /// edge (the default for LLaDA models).
+    #[arg(long)]
+    pub bucket_fit: bool,
+    /// mbsd: never leave decided positions out of the window's left to fit a bucket edge (by
+    /// default a window whose rows — with the row before it on Dream, the verification rows and
+    /// the shown guess's shadow — would pass a bucket edge leaves out decided positions before
+    /// the frontier whose cached K/V are current).
+    #[arg(long)]
+    pub no_trim_left: bool,
     /// mbsd: look ahead once the current block has at most this many undecided positions.
     #[arg(long, default_value_t = dllm_decode::params::DEFAULT_LOOKAHEAD_TRIGGER)]
     pub lookahead_trigger: usize,
@@ -142,9 +156,15 @@ pub struct DecodeArgs {
     /// mbsd: never show a guess (the default for Dream models)
     #[arg(long)]
     pub no_show_guess: bool,
-    /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule).
-    #[arg(long)]
+    /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule;
+    /// the default for Dream models, at threshold 0.9).
+    #[arg(long, conflicts_with = "sts")]
     pub no_sts: bool,
+    /// mbsd: staged decisions (visible at --theta-visible, final at --theta-stable, with
+    /// verification; the default for LLaDA models, and on Dream models whenever a flag of
+    /// staged decisions is given).
+    #[arg(long)]
+    pub sts: bool,
     /// No selective logits skipping (every window row goes through the LM head, as the reference
     /// implementations do; the output is the same).
     #[arg(long)]
@@ -277,33 +297,35 @@ impl DecodeArgs {
     /// but what depends on the checkpoint's recommended lengths. Lengths a flag leaves to the
     /// checkpoint are given values that make the flags that are set valid when any checkpoint
     /// could, so this never rejects what [`Self::params`] would accept; [`Self::params`] checks
-    /// the rest once the checkpoint is known. The latency table is read here too.
+    /// the rest once the checkpoint is known. The model family is not known yet either (some
+    /// defaults are per family: [`Self::params`]), so the flags pass when they are valid for
+    /// either family. The latency table is read here too.
     pub fn check(&self) -> Result<()> {
-        let (base, threshold) = self.base()?;
-        check_before_load(
-            base,
-            Requested {
-                gen_length: self.gen_length,
-                block_length: self.block_length,
-                steps: self.steps,
-                threshold,
-            },
-        )?;
+        let before_load = |shift_logits: bool| -> Result<()> {
+            let (base, threshold) = self.base(shift_logits)?;
+            check_before_load(
+                base,
+                Requested {
+                    gen_length: self.gen_length,
+                    block_length: self.block_length,
+                    steps: self.steps,
+                    threshold,
+                },
+            )
+        };
+        before_load(false).or_else(|e| before_load(true).map_err(|_| e))?;
         self.latency_table()?;
         Ok(())
     }
 
-    /// The parameters these flags set, lengths and schedule aside, and the threshold left for the
-    /// schedule ([`staged_threshold`]).
-    fn base(&self) -> Result<(DecodeParams, Option<f32>)> {
-        let mut p = self.flags()?;
+    /// The parameters these flags set for a model with (`shift_logits`) or without shifted
+    /// logits, lengths and schedule aside, and the threshold left for the schedule
+    /// ([`staged_threshold`]).
+    fn base(&self, shift_logits: bool) -> Result<(DecodeParams, Option<f32>)> {
+        let mut p = self.flags_params(shift_logits).map_err(cli_error)?;
         let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
         let threshold = staged_threshold(&mut p, self.threshold, thetas_given, self.steps)?;
         Ok((p, threshold))
-    }
-
-    fn flags(&self) -> Result<DecodeParams> {
-        self.flags_params().map_err(cli_error)
     }
 
     /// Flags of the retired CPU re-score path: an error saying what replaced them.
@@ -333,7 +355,8 @@ impl DecodeArgs {
         let m = MbsdParams {
             sliding: flag_pair(self.sliding, self.no_sliding),
             lookahead: self.lookahead,
-            fit_bucket: !self.no_bucket_fit,
+            fit_bucket: flag_pair(self.bucket_fit, self.no_bucket_fit),
+            trim_left: !self.no_trim_left,
             trigger: self.lookahead_trigger,
             allowance: self.lookahead_allowance,
             budget_mib: self.lookahead_budget,
@@ -351,7 +374,9 @@ impl DecodeArgs {
             ("--sliding", self.sliding),
             ("--lookahead", self.lookahead),
             ("--no-lookahead", self.no_lookahead),
-            ("--no-bucket-fit", m.fit_bucket != d.fit_bucket),
+            ("--no-bucket-fit", self.no_bucket_fit),
+            ("--bucket-fit", self.bucket_fit),
+            ("--no-trim-left", self.no_trim_left),
             ("--lookahead-trigger", m.trigger != d.trigger),
             ("--lookahead-allowance", m.allowance != d.allowance),
             ("--lookahead-budget", m.budget_mib != d.budget_mib),
@@ -362,6 +387,7 @@ impl DecodeArgs {
             ("--no-refresh", self.no_refresh),
             ("--latency-table", self.latency_table.is_some()),
             ("--no-sts", self.no_sts),
+            ("--sts", self.sts),
         ];
         match given.iter().find(|g| g.1) {
             Some((flag, _)) => Err(only(flag, "--strategy mbsd")),
@@ -369,10 +395,17 @@ impl DecodeArgs {
         }
     }
 
-    /// The decision rule these flags ask for (staged for mbsd without --no-sts; else left to
-    /// the threshold / schedule of [`DecodeParams::resolve`]), and an error for staged flags
-    /// elsewhere.
-    fn decide(&self, strategy: Strategy) -> std::result::Result<Decide, dllm_decode::DecodeError> {
+    /// The decision rule these flags ask for on a model with (`shift_logits`, Dream) or without
+    /// shifted logits: for mbsd without --no-sts, staged decisions when the model family's
+    /// default is staged (LLaDA) or a flag of staged decisions is given (--sts, the thetas,
+    /// verification's flags), else the family's default rule ([`Strategy::default_decide`]:
+    /// the threshold rule at 0.9 on Dream models; --threshold sets its threshold); elsewhere left
+    /// to the threshold / schedule of [`DecodeParams::resolve`], and an error for staged flags.
+    fn decide(
+        &self,
+        strategy: Strategy,
+        shift_logits: bool,
+    ) -> std::result::Result<Decide, dllm_decode::DecodeError> {
         let verify = Verify {
             tau_back: self.tau_back,
             max_remasks: self.max_remasks,
@@ -384,15 +417,6 @@ impl DecodeArgs {
                 None => Joint::Auto,
             },
         };
-        if strategy.is_mbsd() && !self.no_sts {
-            return Ok(Decide::Staged(Staged {
-                visible: self.theta_visible.unwrap_or(DEFAULT_THETA_VISIBLE),
-                stable: self.theta_stable.unwrap_or(DEFAULT_THETA_STABLE),
-                no_adjacent: !self.allow_adjacent,
-                wait_left: self.wait_left,
-                verify: (!self.no_verify).then_some(verify),
-            }));
-        }
         let d = Verify::default();
         let given = [
             ("--theta-visible", self.theta_visible.is_some()),
@@ -407,6 +431,20 @@ impl DecodeArgs {
             ("--wait-left", self.wait_left != DEFAULT_WAIT_LEFT),
             ("--verify-allowance", verify.allowance != d.allowance),
         ];
+        let staged_asked = self.sts || given.iter().any(|g| g.1);
+        if strategy.is_mbsd() && !self.no_sts {
+            let family = strategy.default_decide(shift_logits);
+            if staged_asked || matches!(family, Decide::Staged(_)) {
+                return Ok(Decide::Staged(Staged {
+                    visible: self.theta_visible.unwrap_or(DEFAULT_THETA_VISIBLE),
+                    stable: self.theta_stable.unwrap_or(DEFAULT_THETA_STABLE),
+                    no_adjacent: !self.allow_adjacent,
+                    wait_left: self.wait_left,
+                    verify: (!self.no_verify).then_some(verify),
+                }));
+            }
+            return Ok(family);
+        }
         match given.iter().find(|g| g.1) {
             Some((flag, _)) => Err(only(
                 flag,
@@ -417,12 +455,15 @@ impl DecodeArgs {
     }
 
     /// [`Self::flags`] with the library's error.
-    fn flags_params(&self) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
+    fn flags_params(
+        &self,
+        shift_logits: bool,
+    ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         self.retired()?;
         let strategy = self.strategy()?;
         Ok(DecodeParams {
             strategy,
-            decide: self.decide(strategy)?,
+            decide: self.decide(strategy, shift_logits)?,
             remasking: self.remasking.parse()?,
             temperature: self.temperature,
             seed: self.seed,
@@ -442,9 +483,11 @@ impl DecodeArgs {
         })
     }
 
-    /// The decoding parameters: these flags over the checkpoint's recommendations.
-    pub fn params(&self, checkpoint: &DecodeDefaults) -> Result<DecodeParams> {
-        let (base, threshold) = self.base()?;
+    /// The decoding parameters: these flags over the checkpoint's recommendations, for a model
+    /// with (`shift_logits`, Dream: `info.shift_logits`) or without shifted logits (the decision
+    /// rule mbsd uses when none is asked for is per family: [`Strategy::default_decide`]).
+    pub fn params(&self, checkpoint: &DecodeDefaults, shift_logits: bool) -> Result<DecodeParams> {
+        let (base, threshold) = self.base(shift_logits)?;
         let asked = Requested {
             gen_length: self.gen_length,
             block_length: self.block_length,
@@ -461,8 +504,9 @@ impl DecodeArgs {
     pub fn resolve(
         &self,
         checkpoint: &DecodeDefaults,
+        shift_logits: bool,
     ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
-        let mut p = self.flags_params()?;
+        let mut p = self.flags_params(shift_logits)?;
         let thetas_given = self.theta_visible.is_some() || self.theta_stable.is_some();
         let threshold = staged_threshold(&mut p, self.threshold, thetas_given, self.steps)
             .map_err(|e| {

@@ -227,7 +227,8 @@ fn run(a: Args) -> Result<()> {
         .clone()
         .ok_or_else(|| anyhow!("{} has no tokenizer.json (pass --tokenizer)", loaded.source))?;
     let (suite, kinds) = resolve_tasks(&a, asked.suite, asked.tasks, tok.inner())?;
-    let params = decode_params(&a.decode, loaded.defaults, suite)?;
+    let shift_logits = loaded.model.info().shift_logits;
+    let params = decode_params(&a.decode, loaded.defaults, suite, shift_logits)?;
     if a.probe {
         return run_probe(&a, &mut loaded.model, tok.inner(), suite, params.gen_length);
     }
@@ -343,12 +344,13 @@ fn resolve_tasks(
     Ok((suite, kinds))
 }
 
-/// The decoding parameters: `decode`'s flags resolved against the checkpoint's `defaults` and
-/// the suite.
+/// The decoding parameters: `decode`'s flags resolved against the checkpoint's `defaults`, the
+/// suite and the model family (`shift_logits`: Dream).
 fn decode_params(
     decode: &llada_cli::DecodeArgs,
     defaults: DecodeDefaults,
     suite: Suite,
+    shift_logits: bool,
 ) -> Result<DecodeParams> {
     // The one defaults rule every tool shares (DecodeParams::resolve): flags over the checkpoint's
     // generation_config.json, with the suite's answer length when the checkpoint names none.
@@ -357,7 +359,7 @@ fn decode_params(
         Suite::Short => 24,
         Suite::Long => dllm_tasks::LONG_GEN_LENGTH,
     }));
-    decode.params(&d)
+    decode.params(&d, shift_logits)
 }
 
 /// The questions to ask: `--set`'s (the first `limit` of them), else `limit` of each task's

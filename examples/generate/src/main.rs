@@ -98,7 +98,7 @@ fn run(a: Args) -> Result<()> {
     };
     let mut loaded = load_model(&a, &opts)?;
     let info = loaded.model.info().clone();
-    let params = a.decode.params(&loaded.defaults)?;
+    let params = a.decode.params(&loaded.defaults, info.shift_logits)?;
     let decoder = a.decode.decoder(params)?;
     let prompt_ids = prompt_ids(&a, &loaded, &info)?;
     let observer = observer(&a, loaded.tokenizer.clone(), params.gen_length, &info);

@@ -151,7 +151,7 @@ fn run(a: Args) -> Result<()> {
     let loaded = load_model(&a)?;
     let info = loaded.model.info().clone();
     // The server's defaults must be valid on their own (the same checks as generate's flags).
-    let defaults = a.decode.params(&loaded.defaults)?;
+    let defaults = a.decode.params(&loaded.defaults, info.shift_logits)?;
     let shared = start_engine(&a, loaded)?;
     let loaded_line = format!(
         "loaded {} ({}, {:.1}M parameters) in {:.2}s; default strategy {}, {} positions in blocks of {}",

@@ -122,7 +122,7 @@ pub fn prepare(shared: &Shared, req: GenRequest) -> Result<Prepared, ApiError> {
     let prompt_ids = prompt_ids(shared, &req)?;
     let a = decode_args(shared, &req)?;
     let params = a
-        .resolve(&shared.checkpoint)
+        .resolve(&shared.checkpoint, shared.info.shift_logits)
         .map_err(|e| decode_error(e, req.endpoint))?;
     check_context(&shared.info, &req, prompt_ids.len(), params.gen_length)?;
     Ok(Prepared {

@@ -1,5 +1,5 @@
 //! What each mechanism contributes to a headline configuration: the headline with lookahead,
-//! sliding, bucket fit, the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
+//! sliding, bucket fit, the left trim (windows that keep the block), the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
 //! 0.9) and selective logits skipping switched off in turn, each as a configuration of its own —
 //! taken from the run where it is one of the picture's configurations, run for the table
 //! otherwise.
@@ -64,19 +64,28 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             "no shown guess (--no-show-guess)".into(),
             with_m(&|m| m.show_guess = Some(false)),
         ));
-    } else if p.decide.final_confidence().is_some() {
-        // Off in the headline (Dream's default): what switching it on does.
-        v.push((
-            "shown guess (switched on)",
-            "with the shown guess (--show-guess)".into(),
-            with_m(&|m| m.show_guess = Some(true)),
-        ));
     }
-    if m.fit_bucket {
+    if m.fit_bucket != Some(false) {
         v.push((
             "bucket fit",
             "no bucket fit (--no-bucket-fit)".into(),
-            with_m(&|m| m.fit_bucket = false),
+            with_m(&|m| m.fit_bucket = Some(false)),
+        ));
+    } else {
+        // Off in the headline (Dream's default): what switching it on does.
+        v.push((
+            "bucket fit (switched on)",
+            "with bucket fit (--bucket-fit)".into(),
+            with_m(&|m| m.fit_bucket = Some(true)),
+        ));
+    }
+    // The left trim only moves a window that keeps the block (a sliding window starts at the
+    // frontier already).
+    if m.trim_left && m.sliding == Some(false) {
+        v.push((
+            "left trim",
+            "no left trim (--no-trim-left)".into(),
+            with_m(&|m| m.trim_left = false),
         ));
     }
     if let Decide::Staged(s) = p.decide {
@@ -308,9 +317,9 @@ mod tests {
             m.sliding != pm.sliding,
             m.show_guess != pm.show_guess,
             m.fit_bucket != pm.fit_bucket,
+            m.trim_left != pm.trim_left,
             s.is_some() != ps.is_some(),
-            s.zip(ps)
-                .is_some_and(|(a, b)| a.no_adjacent != b.no_adjacent),
+            s.zip(ps).is_some_and(|(a, b)| a.no_adjacent != b.no_adjacent),
             s.zip(ps).is_some_and(|(a, b)| a.wait_left != b.wait_left),
             s.zip(ps)
                 .and_then(|(a, b)| a.verify.zip(b.verify))
@@ -331,7 +340,7 @@ mod tests {
             block_length: 32,
             steps: 128,
             strategy: s,
-            decide: s.default_decide(),
+            decide: s.default_decide(shift_logits),
             sls: true,
             ..Default::default()
         };
@@ -353,23 +362,25 @@ mod tests {
 
     #[test]
     fn a_dream_headline_lists_what_its_family_runs() {
-        // No sliding on Dream: nothing to switch off; the guess is off, so switching it on is
-        // the row. (The joint check's `auto` is off on Dream already: its row decodes as the
-        // headline does, under the flag that says so.)
+        // No sliding on Dream: nothing to switch off; the threshold rule and no bucket fit, so
+        // switching staged decisions and the fit on are rows.
         assert_eq!(
             one_switch_each(&defaults(true)),
             [
                 "lookahead (switched on)",
-                "shown guess (switched on)",
-                "bucket fit",
-                "adjacency rule",
-                "left wait",
-                "joint check",
-                "verification",
-                "staged decisions",
+                "shown guess",
+                "bucket fit (switched on)",
+                "left trim",
+                "staged decisions (switched on)",
                 "selective logits skipping"
             ]
         );
+        let p = defaults(true);
+        for (name, label, _) in &named_off(&p) {
+            if *name == "staged decisions (switched on)" {
+                assert_eq!(label, "staged decisions (--sts --show-guess)");
+            }
+        }
     }
 
     #[test]

@@ -128,10 +128,8 @@ impl Specs {
     }
 }
 
-/// `p` with its mbsd window settings left to the model family pinned for a model with
-/// (`shift_logits`) or without shifted logits ([`MbsdParams::pinned`]). The joint check's `auto`
-/// stays as written: a label's flags say what runs (`--no-show-guess` on LLaDA turns the joint
-/// check's `auto` on).
+/// `p` with its mbsd settings left to the model family pinned for a model with
+/// (`shift_logits`) or without shifted logits.
 pub fn pin(p: DecodeParams, shift_logits: bool) -> DecodeParams {
     match p.strategy {
         Strategy::Mbsd(m) => DecodeParams {
@@ -212,8 +210,9 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         f(&mut m);
         with(Strategy::Mbsd(m), decide)
     };
-    // The decoder's defaults, every setting the model family decides pinned.
-    let d = Strategy::Mbsd(MbsdParams::default()).default_decide();
+    // The decoder's defaults for this model's family (staged decisions on LLaDA, the threshold
+    // rule on Dream), every setting the family decides pinned.
+    let d = Strategy::Mbsd(MbsdParams::default()).default_decide(shift_logits);
     let ds = Staged::default();
     let mbsd = pin(mbsd_with(&|_| {}, d), shift_logits);
     let mut v = Specs {
@@ -289,7 +288,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     ));
     v.push(spec(
         "mbsd, theta_stable 0.96, no bucket fit (--theta-stable 0.96 --no-bucket-fit)",
-        mbsd_with(&|m| m.fit_bucket = false, stable(0.96)),
+        mbsd_with(&|m| m.fit_bucket = Some(false), stable(0.96)),
         false,
     ));
     v.push(spec(
@@ -309,16 +308,15 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     for (label, p) in contrib::switched_off(&mbsd) {
         v.push(spec(format!("mbsd, {label}"), p, false));
     }
-    // The threshold rule with the shown guess, and with bucket fit off (Dream: the guess's
-    // shadow is two rows there, which spill the window's bucket; README, *Dream*).
+    // Dream's default before the shown guess (the LLaDA default without its guess on LLaDA).
     v.push(spec(
-        "mbsd, no STS, threshold 0.9, shown guess, no bucket fit (--no-sts --threshold 0.9 --show-guess --no-bucket-fit)",
+        "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
         mbsd_with(
             &|m| {
-                m.fit_bucket = false;
-                m.show_guess = Some(true)
+                m.fit_bucket = Some(true);
+                m.show_guess = Some(false)
             },
-            Decide::Threshold(0.9),
+            Decide::Staged(ds),
         ),
         false,
     ));
@@ -349,7 +347,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
             &|m| {
                 m.sliding = Some(false);
                 m.lookahead = false;
-                m.fit_bucket = false;
+                m.fit_bucket = Some(false);
                 m.refresh = Some(true)
             },
             Decide::Threshold(0.9),
@@ -697,29 +695,34 @@ mod tests {
         let s = specs(&base(), false, true);
         let find = |l: &str| s.rows.iter().find(|r| r.label == l).unwrap();
         let d = find(DEFAULTS).params;
-        assert_eq!(d.decide, Decide::Staged(Staged::default()));
+        assert_eq!(d.decide, Decide::Threshold(0.9));
         let m = d.strategy.mbsd().unwrap();
         assert_eq!(
             (m.sliding, m.refresh, m.show_guess, m.fit_bucket),
-            (Some(false), Some(true), Some(false), true)
+            (Some(false), Some(true), Some(true), Some(false))
         );
         // Another spelling of the same decoder runs once, as the defaults.
         assert!(s.same.contains(&(
-            "mbsd, no sliding, refresh (--no-sliding --refresh)".to_string(),
+            "mbsd, no sliding, refresh (--refresh), threshold 0.9, no bucket fit".to_string(),
             DEFAULTS.to_string()
         )));
+        // Its mechanisms switched off or on, each a configuration.
         for l in [
-            "mbsd, with the shown guess (--show-guess)",
-            "mbsd, no sliding, refresh (--refresh), threshold 0.9, no bucket fit",
-            "mbsd, no STS, threshold 0.9, shown guess, no bucket fit (--no-sts --threshold 0.9 --show-guess --no-bucket-fit)",
+            "mbsd, no shown guess (--no-show-guess)",
+            "mbsd, staged decisions (--sts --show-guess)",
+            "mbsd, with bucket fit (--bucket-fit)",
+            "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
         ] {
             assert!(s.rows.iter().any(|r| r.label == l), "{l} missing");
         }
         // Dream's vanilla is its own algorithm, without a threshold.
-        assert!(!s
-            .rows
+        assert!(!s.rows.iter().any(|r| r.label.starts_with("vanilla, threshold")));
+        // The LLaDA run has the last one already: the defaults without the guess.
+        let llada = specs(&base(), false, false);
+        assert!(llada
+            .same
             .iter()
-            .any(|r| r.label.starts_with("vanilla, threshold")));
+            .any(|x| x.0.starts_with("mbsd, staged decisions, bucket fit")));
     }
 
     #[test]

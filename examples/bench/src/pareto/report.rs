@@ -197,16 +197,8 @@ fn projection_text(ctx: &Context) -> String {
 /// The configuration `mbsd (defaults)` stands for on a model with (`shift_logits`, Dream) or
 /// without shifted logits (LLaDA): the decoder's defaults for that family.
 fn defaults_text(shift_logits: bool) -> String {
-    let mbsd = Strategy::Mbsd(MbsdParams::default());
-    let p = super::pin(
-        DecodeParams {
-            strategy: mbsd,
-            decide: mbsd.default_decide(),
-            ..Default::default()
-        },
-        shift_logits,
-    );
-    let (decide, m) = (p.decide, p.strategy.mbsd().expect("mbsd"));
+    let decide = Strategy::Mbsd(MbsdParams::default()).default_decide(shift_logits);
+    let m = MbsdParams::default().pinned(shift_logits, decide);
     let on_off = |b: Option<bool>| if b == Some(true) { "on" } else { "off" };
     let rule = match decide {
         Decide::Staged(s) => format!(
@@ -214,14 +206,7 @@ fn defaults_text(shift_logits: bool) -> String {
              their left context within {} positions",
             s.visible,
             s.stable,
-            // The joint check's `auto` as it resolves on this family.
-            verify_label(s.verify.map(|v| dllm_decode::Verify {
-                joint: match v.joint.resolve(shift_logits, m.show_guess == Some(true)) {
-                    Some(r) => dllm_decode::Joint::On(r),
-                    None => dllm_decode::Joint::Off,
-                },
-                ..v
-            })),
+            verify_label(s.verify),
             if s.no_adjacent {
                 "never adjacent in one step"
             } else {
@@ -237,7 +222,7 @@ fn defaults_text(shift_logits: bool) -> String {
     format!(
         "`mbsd (defaults)` is mbsd at the decoder's defaults for {}: {rule}; sliding {}, a refresh \
          at each block start {}; a shown guess {}; lookahead {} (trigger {}), bucket fit {}, \
-         selective logits on.",
+         a left trim {}, selective logits on.",
         if shift_logits {
             "a Dream model (shifted logits)"
         } else {
@@ -246,13 +231,20 @@ fn defaults_text(shift_logits: bool) -> String {
         on_off(m.sliding),
         on_off(m.refresh),
         match (m.show_guess, decide) {
-            (Some(true), Decide::Staged(_)) => "on (the joint check's `auto` is off beside it)",
+            (Some(true), Decide::Staged(_)) => "on (the joint check's auto is then off)",
             (Some(true), _) => "on",
             _ => "off",
         },
         on_off(Some(m.lookahead)),
         m.trigger,
-        on_off(Some(m.fit_bucket)),
+        on_off(m.fit_bucket),
+        if m.trim_left && m.sliding == Some(false) {
+            "on"
+        } else if m.trim_left {
+            "on (a sliding window starts at the frontier: nothing to trim)"
+        } else {
+            "off"
+        },
     )
 }
 

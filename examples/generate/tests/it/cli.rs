@@ -116,8 +116,9 @@ fn json_output_matches_the_library() {
             block_length: 8,
             steps: 16,
             strategy: strategy.parse::<Strategy>().unwrap(),
-            // What the CLI decides with when given no decision flag (mbsd: staged decisions).
-            decide: strategy.parse::<Strategy>().unwrap().default_decide(),
+            // What the CLI decides with when given no decision flag on a LLaDA model (mbsd:
+            // staged decisions).
+            decide: strategy.parse::<Strategy>().unwrap().default_decide(false),
             early_stop: false,
             ..Default::default()
         };
@@ -520,7 +521,9 @@ fn flags_are_checked_first_and_ignored_settings_are_errors() {
             "give either --threshold or the thetas",
         ),
         (&["--threshold", "1.5"], "`--threshold`: 1.5"),
-        (&["--steps", "24"], "`--steps`: with staged decisions"),
+        // Staged decisions are the default on LLaDA models only (known once the model loads):
+        // asked for, they are checked first.
+        (&["--sts", "--steps", "24"], "`--steps`: with staged decisions"),
         (&["--latency-table", "/dev/zero"], "--latency-table"),
         (
             &["--strategy", "mbsd", "--latency-table", "/dev/zero"],

@@ -68,7 +68,9 @@ fn solo_answers(model: &str, cases: &[Case]) -> Vec<Solo> {
                 a.strategy = s.to_string();
             }
             a.threshold = c.threshold;
-            let p = a.resolve(&loaded.defaults).expect("parameters");
+            let p = a
+                .resolve(&loaded.defaults, loaded.model.info().shift_logits)
+                .expect("parameters");
             let ids = tok.encode_prompt(&c.prompt, false).unwrap();
             let mut model = loaded.model.new_sequence().unwrap();
             let mut until_stop = |e: &StepEvent<'_>| {
