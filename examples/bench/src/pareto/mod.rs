@@ -339,6 +339,29 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         ),
         false,
     ));
+    // The paper's thetas with everything else at the defaults (staged decisions: on Dream the
+    // shown guess is then off), with and without verification: the verification bar.
+    let paper = Staged {
+        visible: 0.7,
+        stable: 0.9,
+        ..ds
+    };
+    v.push(spec(
+        "mbsd, theta 0.7 / 0.9, the rest at the defaults (--theta-visible 0.7 --theta-stable 0.9)",
+        mbsd_with(&|_| {}, Decide::Staged(paper)),
+        false,
+    ));
+    v.push(spec(
+        "mbsd, theta 0.7 / 0.9, the rest at the defaults, no verification (--theta-visible 0.7 --theta-stable 0.9 --no-verify)",
+        mbsd_with(
+            &|_| {},
+            Decide::Staged(Staged {
+                verify: None,
+                ..paper
+            }),
+        ),
+        false,
+    ));
     // Dual cache's block-start refresh without its suffix rows, decisions at threshold 0.9: what
     // closes Dream's gap to dual-cache (README, *Where the forwards go*).
     v.push(spec(
