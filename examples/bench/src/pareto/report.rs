@@ -24,7 +24,9 @@ pub const CHOSEN_ON_TUNING: &str =
      and again the joint check chosen after its first verdict; the fresh2 set judged that, and the \
      left wait was chosen on all four sets after; the fresh3 set chose nothing. The shown guess \
      (LLaDA) was chosen after all of that on the tuning and confirmation sets alone, and judged on \
-     fresh, fresh2 and fresh3; on Dream nothing searched then met the bar and its default stayed";
+     fresh, fresh2 and fresh3; Dream's default (the threshold rule with the guess and the left \
+     trim) was chosen on the tuning and confirmation sets once its forwards were priced as the \
+     model computes them, and judged on fresh, fresh2 and fresh3";
 
 /// What the run was.
 pub struct Context {
