@@ -191,8 +191,8 @@ pub struct DecodeArgs {
     pub suspect_dependents: bool,
     /// mbsd verification: a token decided in the same step as another decision at most 8
     /// positions away waits for a fresh look (a shadow row) before it is final, unless decided at
-    /// least 0.9999 confident: `on`, `off`, or `auto` (on for LLaDA, off for Dream, as chosen on
-    /// the tuning and confirmation sets) [default: auto].
+    /// least 0.9999 confident: `on`, `off`, or `auto` (on for LLaDA unless the window shows a
+    /// guess, off for Dream, as chosen on the tuning and confirmation sets) [default: auto].
     #[arg(long)]
     pub joint_check: Option<String>,
     /// mbsd verification: a step that sends a token back still takes all its other decisions
