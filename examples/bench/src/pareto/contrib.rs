@@ -319,7 +319,8 @@ mod tests {
             m.fit_bucket != pm.fit_bucket,
             m.trim_left != pm.trim_left,
             s.is_some() != ps.is_some(),
-            s.zip(ps).is_some_and(|(a, b)| a.no_adjacent != b.no_adjacent),
+            s.zip(ps)
+                .is_some_and(|(a, b)| a.no_adjacent != b.no_adjacent),
             s.zip(ps).is_some_and(|(a, b)| a.wait_left != b.wait_left),
             s.zip(ps)
                 .and_then(|(a, b)| a.verify.zip(b.verify))

@@ -739,7 +739,10 @@ mod tests {
             assert!(s.rows.iter().any(|r| r.label == l), "{l} missing");
         }
         // Dream's vanilla is its own algorithm, without a threshold.
-        assert!(!s.rows.iter().any(|r| r.label.starts_with("vanilla, threshold")));
+        assert!(!s
+            .rows
+            .iter()
+            .any(|r| r.label.starts_with("vanilla, threshold")));
         // The LLaDA run has the last one already: the defaults without the guess.
         let llada = specs(&base(), false, false);
         assert!(llada

@@ -523,7 +523,10 @@ fn flags_are_checked_first_and_ignored_settings_are_errors() {
         (&["--threshold", "1.5"], "`--threshold`: 1.5"),
         // Staged decisions are the default on LLaDA models only (known once the model loads):
         // asked for, they are checked first.
-        (&["--sts", "--steps", "24"], "`--steps`: with staged decisions"),
+        (
+            &["--sts", "--steps", "24"],
+            "`--steps`: with staged decisions",
+        ),
         (&["--latency-table", "/dev/zero"], "--latency-table"),
         (
             &["--strategy", "mbsd", "--latency-table", "/dev/zero"],
