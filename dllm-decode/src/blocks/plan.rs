@@ -1,6 +1,8 @@
 //! Planning: what the next forward computes — the window the policy chooses, the logits rows a
 //! decision needs, the verification rows of tentative tokens, and what enters the cache.
 
+use std::ops::Range;
+
 use dllm_models::Ask;
 
 use super::{Blocks, Planned};
@@ -93,13 +95,10 @@ impl Blocks<'_> {
             .verifier
             .as_ref()
             .map_or(0, |v| v.waiting(&self.states) * v.group_rows);
-        // The guess (below) is the last forward's prediction for the first undecided position.
-        let guess_rows = match (self.show_guess, cands.first()) {
-            (true, Some(&k)) if self.guessed[k].is_some() && seen[k] == self.mask() => {
-                1 + usize::from(self.info.shift_logits)
-            }
-            _ => 0,
-        };
+        // The guess the window will show (below), priced before the policy plans it.
+        let guess_rows = self
+            .guess_in(&cands, &seen, 0..len)
+            .map_or(0, |_| 1 + usize::from(self.info.shift_logits));
         let view = DecodeView {
             canvas: &self.canvas,
             mask: self.mask(),
@@ -124,15 +123,7 @@ impl Blocks<'_> {
         // The guess: the last forward's prediction for the window's first undecided position.
         // It enters the cache with the window (a rejected guess leaves its position stale, and
         // the next window, starting at the frontier, recomputes everything after it).
-        let shown = if self.show_guess {
-            let first = cands
-                .iter()
-                .copied()
-                .find(|&k| k >= plan.start && k < plan.end && seen[k] == self.mask());
-            first.and_then(|k| self.guessed[k].map(|t| (k, t)))
-        } else {
-            None
-        };
+        let shown = self.guess_in(&cands, &seen, plan.start..plan.end);
         if let Some((k, t)) = shown {
             seen[k] = t;
         }
@@ -140,24 +131,7 @@ impl Blocks<'_> {
         // forward.
         let window = plan.start..plan.end;
         let cands: Vec<usize> = cands.into_iter().filter(|k| window.contains(k)).collect();
-        let mask = self.mask();
-        let draft_rows: Vec<usize> = if plan.drafts {
-            window
-                .clone()
-                .filter(|&k| !block.contains(&k) && self.canvas[k] == mask)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let rows: Vec<usize> = if self.p.sls {
-            // The guess's own row only repeats its input: its shadow scores it.
-            let guess = shown.map(|g| g.0);
-            (cands.iter().chain(&draft_rows).copied())
-                .filter(|&k| Some(k) != guess)
-                .collect()
-        } else {
-            window.clone().collect()
-        };
+        let (draft_rows, rows) = self.logits_rows(&plan, &block, &cands, shown);
         let cached = if plan.fresh_cache { 0 } else { self.cache_len };
         let mut shadows = match &self.verifier {
             Some(v) => v.shadows(&self.states, (window.len(), rows.len(), cached), false),
@@ -182,6 +156,52 @@ impl Blocks<'_> {
             shown,
             computed: 0,
         })))
+    }
+
+    /// The guess a window over `window` shows (`MbsdParams::show_guess`): the last forward's
+    /// prediction for its first undecided position, `(position, token)`.
+    fn guess_in(
+        &self,
+        cands: &[usize],
+        seen: &[u32],
+        window: Range<usize>,
+    ) -> Option<(usize, u32)> {
+        if !self.show_guess {
+            return None;
+        }
+        let first =
+            (cands.iter().copied()).find(|&k| window.contains(&k) && seen[k] == self.mask())?;
+        self.guessed[first].map(|t| (first, t))
+    }
+
+    /// A planned window's draft positions (undecided, beyond the block) and its logits rows: the
+    /// candidates and drafts (the shown guess's own row only repeats its input: its shadow scores
+    /// it), or every window row without selective logits.
+    fn logits_rows(
+        &self,
+        plan: &WindowPlan,
+        block: &Range<usize>,
+        cands: &[usize],
+        shown: Option<(usize, u32)>,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let window = plan.start..plan.end;
+        let mask = self.mask();
+        let draft_rows: Vec<usize> = if plan.drafts {
+            (window.clone())
+                .filter(|&k| !block.contains(&k) && self.canvas[k] == mask)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let rows = if self.p.sls {
+            let guess = shown.map(|g| g.0);
+            (cands.iter().chain(&draft_rows).copied())
+                .filter(|&k| Some(k) != guess)
+                .collect()
+        } else {
+            window.collect()
+        };
+        (draft_rows, rows)
     }
 
     /// A forward that only verifies: every undecided position is decided, but tokens wait for
