@@ -346,11 +346,11 @@ mod tests {
 
     #[test]
     fn a_forward_is_priced_by_the_rows_the_model_computes() {
-        // A Dream window of 32 positions with one shadow computes the row before the window and
-        // two rows for the shadow: 35 rows, the 64-row bucket of the NPU table.
+        // A Dream window of 32 positions computes the row before it too: 33 rows, the 64-row
+        // bucket of the NPU table (priced by its positions it would fit the 32-row one).
         let m = PhoneModel::new(1.0, LogitsOn::Npu).unwrap();
-        let mut dream = trace(100, 132, 32, 1);
-        dream.computed = 35;
+        let mut dream = trace(100, 132, 32, 0);
+        dream.computed = 33;
         let llada = trace(100, 132, 32, 0);
         let (d, l) = (
             m.traced(Target::Npu, &dream).device_ms,
