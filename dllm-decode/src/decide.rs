@@ -121,7 +121,8 @@ pub struct Verify {
     /// yet is tentative too, whatever its confidence (it may rest on that token).
     pub suspect_dependents: bool,
     /// A step whose verification sends a token back decides only its most confident candidate
-    /// (the others were predicted with the rejected token as context).
+    /// and makes no token final by verification (the others' rows and shadows saw the rejected
+    /// token as context: they are looked at again).
     pub hold_on_remask: bool,
     /// Shadow rows beyond the bucket's free rows may add at most this fraction of the forward's
     /// latency (the latency table's price).

@@ -12,6 +12,12 @@
 //!   step decides the position again, with the window's fresh context) — within the guards below;
 //! * otherwise it stays Visible; it has had its fresh look, and is looked at again as rows allow.
 //!
+//! A shadow sees the forward's other rows, tentative tokens included, so two tentative tokens
+//! can vouch for each other (a result digit and the next line's copy of it). A forward whose
+//! verification sends a token back (with `hold_on_remask`) therefore makes nothing final: its
+//! other shadows saw the token that went back and are looked at again by the next forward; nor
+//! does a shadow after a shown guess that its own shadow rejected.
+//!
 //! Guards: of the decisions a forward's answer made, verification sends back at most all but one
 //! (every step keeps at least one decision: the generation always progresses), a position is
 //! remasked at most `max_remasks` times, and a position remasked and then decided again with the
@@ -161,7 +167,9 @@ impl Verifier {
 
     /// Apply the shadows' verdicts: `rows[i]` are the logits of the shadow of `looked[i]`.
     /// Remasked positions hold `mask` after; the lowest probabilities go back first, as long as
-    /// the step that decided each keeps one decision.
+    /// the step that decided each keeps one decision. No position at or after `unsure_from` (a
+    /// rejected guess: the shadows saw it) becomes Stable, and none at all when a token goes back
+    /// and `hold_on_remask` is set; those stay tentative, waiting for their fresh look.
     pub fn judge(
         &mut self,
         looked: &[usize],
@@ -169,31 +177,50 @@ impl Verifier {
         canvas: &mut [u32],
         states: &mut [TokenState],
         mask: u32,
+        unsure_from: usize,
     ) -> Result<Verdicts> {
         let mut v = Verdicts::default();
         let mut low = Vec::new();
+        let mut next = Vec::with_capacity(looked.len());
         for (&pos, row) in looked.iter().zip(rows) {
             let p = softmax(row)
                 .get(canvas[pos] as usize)
                 .copied()
                 .unwrap_or(0.0);
-            self.unlooked[pos] = false;
             self.conf[pos] = p;
             v.looked.push((pos, p));
-            states[pos] = transition(states[pos], TokenEvent::Rescored(p), self.thresholds)?;
-            if states[pos] == TokenState::Stable {
-                v.stabilized.push(pos);
-            } else if p < self.cfg.tau_back as f64 && self.remasks[pos] < self.cfg.max_remasks {
+            let n = transition(states[pos], TokenEvent::Rescored(p), self.thresholds)?;
+            if n != TokenState::Stable
+                && p < self.cfg.tau_back as f64
+                && self.remasks[pos] < self.cfg.max_remasks
+            {
                 low.push((pos, p));
             }
+            next.push((pos, n));
         }
         low.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        let mut back = Vec::new();
         for &(pos, _) in &low {
             let kept = self.standing.entry(self.origin[pos]).or_insert(0);
             if *kept <= 1 {
                 continue;
             }
             *kept -= 1;
+            back.push(pos);
+        }
+        let held = !back.is_empty() && self.cfg.hold_on_remask;
+        for (pos, n) in next {
+            if n == TokenState::Stable && (held || pos >= unsure_from) {
+                // Its shadow saw a token sent back (or a rejected guess): not a fresh look.
+                continue;
+            }
+            self.unlooked[pos] = false;
+            states[pos] = n;
+            if n == TokenState::Stable {
+                v.stabilized.push(pos);
+            }
+        }
+        for pos in back {
             self.remasks[pos] += 1;
             self.remasked_token[pos] = Some(canvas[pos]);
             v.remasked.push((pos, canvas[pos]));
@@ -202,5 +229,117 @@ impl Verifier {
         }
         v.remasked.sort_unstable();
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MASK: u32 = 9;
+
+    /// Positions 2, 4 and 6 decided Visible by forward 0 (tokens 1, 2, 3), in a 8-position canvas.
+    fn three_tentative(hold: bool) -> (Verifier, Vec<u32>, Vec<TokenState>) {
+        let cfg = Verify {
+            hold_on_remask: hold,
+            ..Verify::default()
+        };
+        let th = Thresholds {
+            visible: 0.7,
+            stable: 0.9,
+        };
+        let npu = Arc::new(crate::latency::sm8750_npu());
+        let mut v = Verifier::new(cfg, th, 1, npu, 8, false);
+        let mut canvas = vec![MASK; 8];
+        let mut states = vec![TokenState::Invisible; 8];
+        for (pos, tok) in [(2, 1), (4, 2), (6, 3)] {
+            canvas[pos] = tok;
+            states[pos] = TokenState::Visible;
+            v.counted(pos, 0);
+            v.decided(pos, tok, 0.8);
+        }
+        (v, canvas, states)
+    }
+
+    /// A logits row (vocabulary 10) giving `tok` probability `p`, the rest spread evenly.
+    fn row(tok: u32, p: f64) -> Vec<f32> {
+        let rest = (1.0 - p) / 9.0;
+        (0..10)
+            .map(|t| if t == tok { p.ln() } else { rest.ln() } as f32)
+            .collect()
+    }
+
+    #[test]
+    fn a_forward_that_sends_a_token_back_makes_nothing_final() {
+        // Position 2's shadow rejects its token; 4's and 6's would confirm theirs, but they saw
+        // position 2's token as context.
+        let rows = [row(1, 0.01), row(2, 0.99), row(3, 0.99)];
+        let (mut v, mut canvas, mut states) = three_tentative(true);
+        let d = v
+            .judge(
+                &[2, 4, 6],
+                &rows,
+                &mut canvas,
+                &mut states,
+                MASK,
+                usize::MAX,
+            )
+            .unwrap();
+        assert_eq!(d.remasked, vec![(2, 1)]);
+        assert!(d.stabilized.is_empty());
+        assert_eq!(canvas[2], MASK);
+        assert_eq!(states[4], TokenState::Visible);
+        assert!(v.is_unlooked(4, &states) && v.is_unlooked(6, &states));
+        assert_eq!(d.looked.len(), 3);
+        // The next forward's shadows, with position 2 undecided, do make them final.
+        let d = v
+            .judge(
+                &[4, 6],
+                &rows[1..],
+                &mut canvas,
+                &mut states,
+                MASK,
+                usize::MAX,
+            )
+            .unwrap();
+        assert_eq!(d.stabilized, vec![4, 6]);
+        assert_eq!(states[6], TokenState::Stable);
+
+        // Without the hold, the same verdicts make 4 and 6 final at once.
+        let (mut v, mut canvas, mut states) = three_tentative(false);
+        let d = v
+            .judge(
+                &[2, 4, 6],
+                &rows,
+                &mut canvas,
+                &mut states,
+                MASK,
+                usize::MAX,
+            )
+            .unwrap();
+        assert_eq!(d.remasked, vec![(2, 1)]);
+        assert_eq!(d.stabilized, vec![4, 6]);
+    }
+
+    #[test]
+    fn shadows_after_a_rejected_guess_make_nothing_final() {
+        let rows = [row(1, 0.99), row(2, 0.99), row(3, 0.99)];
+        let (mut v, mut canvas, mut states) = three_tentative(true);
+        // A guess at position 3 was rejected: 4 and 6 saw it.
+        let d = v
+            .judge(&[2, 4, 6], &rows, &mut canvas, &mut states, MASK, 3)
+            .unwrap();
+        assert_eq!(d.stabilized, vec![2]);
+        assert!(d.remasked.is_empty());
+        assert_eq!(states[2], TokenState::Stable);
+        assert_eq!(states[4], TokenState::Visible);
+        assert!(v.is_unlooked(6, &states));
+        // Low verdicts after the guess still send a token back.
+        let low = [row(2, 0.01), row(3, 0.99)];
+        let d = v
+            .judge(&[4, 6], &low, &mut canvas, &mut states, MASK, 3)
+            .unwrap();
+        assert_eq!(d.remasked, vec![(4, 2)]);
+        assert_eq!(states[6], TokenState::Visible);
     }
 }

@@ -247,13 +247,15 @@ pub fn questions(kinds: &[TaskKind], limit: Option<usize>) -> Vec<Example> {
 /// them. The joint check (verification, 2026-12-04) was chosen after the fresh set had judged
 /// the default before it, so [`QuestionSet::Fresh2`], read by nothing until the defaults of that
 /// day were fixed, judges the final choice. The left wait (staged decisions, 2026-12-04, the day's
-/// fourth session) was chosen on all four, and [`QuestionSet::Fresh3`] judges it. Held-out questions past the first 200 are not excluded
+/// fourth session) was chosen on all four, and [`QuestionSet::Fresh3`] judges it.
+/// [`QuestionSet::Fresh4`] judges verification's step-boundary rules of 2026-12-06, found by
+/// reading wrong answers of the earlier sets. Held-out questions past the first 200 are not excluded
 /// from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
 /// The sets are ordered as they were made (and used): `Tuning < Confirmation < Fresh < Fresh2 <
-/// Fresh3`.
+/// Fresh3 < Fresh4`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionSet {
@@ -268,13 +270,25 @@ pub enum QuestionSet {
     Fresh2,
     /// The confirmation generator's questions 901-1200 and held-out long-math questions 1001-1300.
     Fresh3,
+    /// The confirmation generator's questions 1201-1500 and held-out long-math questions 1301-1600.
+    Fresh4,
 }
 
 impl QuestionSet {
     /// Questions of the tuning set.
     pub const TUNING_SIZE: usize = 100;
     /// Every set, in order.
-    pub const ALL: [QuestionSet; 5] = [
+    pub const ALL: [QuestionSet; 6] = [
+        QuestionSet::Tuning,
+        QuestionSet::Confirmation,
+        QuestionSet::Fresh,
+        QuestionSet::Fresh2,
+        QuestionSet::Fresh3,
+        QuestionSet::Fresh4,
+    ];
+    /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4`,
+    /// which judged the verification rules of 2026-12-06 and is kept for the next verdict.
+    pub const PICTURE: [QuestionSet; 5] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
         QuestionSet::Fresh,
@@ -283,7 +297,7 @@ impl QuestionSet {
     ];
 
     /// Its questions, always the same, in order: the tuning set is held-out long-math 1-100; the
-    /// k-th set after it (k = 1, 2, 3, 4) is the confirmation generator's k-th 300 questions, then
+    /// k-th set after it (k = 1, 2, 3, 4, 5) is the confirmation generator's k-th 300 questions, then
     /// the k-th 300 held-out long-math questions after the first 100.
     pub fn questions(self) -> Vec<Example> {
         use crate::tasks::long::confirm::{confirmation_stream, CONFIRMATION_SIZE};
@@ -315,6 +329,7 @@ impl QuestionSet {
             QuestionSet::Fresh => 1,
             QuestionSet::Fresh2 => 2,
             QuestionSet::Fresh3 => 3,
+            QuestionSet::Fresh4 => 4,
         };
         let held = Self::TUNING_SIZE + k * N;
         Some((k * N..(k + 1) * N, held..held + N))
@@ -341,7 +356,7 @@ impl QuestionSet {
         }
     }
 
-    /// `tuning`, `confirmation`, `fresh`, `fresh2` or `fresh3`.
+    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3` or `fresh4`.
     pub fn name(self) -> &'static str {
         match self {
             QuestionSet::Tuning => "tuning",
@@ -349,6 +364,7 @@ impl QuestionSet {
             QuestionSet::Fresh => "fresh",
             QuestionSet::Fresh2 => "fresh2",
             QuestionSet::Fresh3 => "fresh3",
+            QuestionSet::Fresh4 => "fresh4",
         }
     }
 }
@@ -362,8 +378,9 @@ impl std::str::FromStr for QuestionSet {
             "fresh" => Ok(QuestionSet::Fresh),
             "fresh2" => Ok(QuestionSet::Fresh2),
             "fresh3" => Ok(QuestionSet::Fresh3),
+            "fresh4" => Ok(QuestionSet::Fresh4),
             _ => Err(Error::InvalidArgument(format!(
-                "unknown question set {s:?} (expected tuning, confirmation, fresh, fresh2 or fresh3)"
+                "unknown question set {s:?} (expected tuning, confirmation, fresh, fresh2, fresh3 or fresh4)"
             ))),
         }
     }
@@ -708,6 +725,7 @@ mod tests {
         assert_eq!(sets[2].len(), 600);
         assert_eq!(sets[3].len(), 600);
         assert_eq!(sets[4].len(), 600);
+        assert_eq!(sets[5].len(), 600);
         let mut seen = std::collections::HashSet::new();
         for (set, qs) in QuestionSet::ALL.iter().zip(&sets) {
             for q in qs {
@@ -737,6 +755,7 @@ mod tests {
                 "the confirmation generator's questions 301-600, then held-out long-math questions 401-700",
                 "the confirmation generator's questions 601-900, then held-out long-math questions 701-1000",
                 "the confirmation generator's questions 901-1200, then held-out long-math questions 1001-1300",
+                "the confirmation generator's questions 1201-1500, then held-out long-math questions 1301-1600",
             ]
         );
         // The held-out part of a set follows the previous set's: fresh2's first held-out question
@@ -745,6 +764,7 @@ mod tests {
         assert_eq!(sets[3][300].prompt, held[700].prompt);
         assert!(QuestionSet::Tuning < QuestionSet::Fresh2);
         assert!(QuestionSet::Fresh2 < QuestionSet::Fresh3);
+        assert_eq!(QuestionSet::PICTURE, QuestionSet::ALL[..5]);
     }
 
     #[test]

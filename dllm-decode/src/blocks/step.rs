@@ -56,8 +56,11 @@ impl Blocks<'_> {
         self.out.draft_predictions += pl.draft_rows.len();
         let revised = self.oracle_step();
         self.out.revised += revised.len();
-        let (remasked, verified) = self.verdicts(&pl, &answer)?;
-        self.check_guess(&mut pl, &mut scored, &answer)?;
+        let rejected = self.check_guess(&mut pl, &mut scored, &answer)?;
+        // A rejected guess was seen by every verification row after it: none of them makes a
+        // token final.
+        let unsure_from = rejected.unwrap_or(usize::MAX);
+        let (remasked, verified) = self.verdicts(&pl, &answer, unsure_from)?;
         let hold =
             !remasked.is_empty() && self.verifier.as_ref().is_some_and(|v| v.cfg.hold_on_remask);
         let (unmasked, confidences) = self.select(&pl, &scored, hold)?;
@@ -160,7 +163,12 @@ impl Blocks<'_> {
 
     /// The verification rows' verdicts: the positions remasked, and every position looked at
     /// with its shadow's probability.
-    fn verdicts(&mut self, pl: &Planned, answer: &Answer) -> Result<(Vec<usize>, Looked)> {
+    fn verdicts(
+        &mut self,
+        pl: &Planned,
+        answer: &Answer,
+        unsure_from: usize,
+    ) -> Result<(Vec<usize>, Looked)> {
         let Some(v) = self.verifier.as_mut() else {
             return Ok(Default::default());
         };
@@ -182,6 +190,7 @@ impl Blocks<'_> {
             &mut self.canvas,
             &mut self.states,
             mask,
+            unsure_from,
         )?;
         let remasked: Vec<usize> = verdicts.remasked.iter().map(|r| r.0).collect();
         self.out.remasked.extend(verdicts.remasked);
@@ -200,9 +209,9 @@ impl Blocks<'_> {
         pl: &mut Planned,
         scored: &mut Vec<Scored>,
         answer: &Answer,
-    ) -> Result<()> {
+    ) -> Result<Option<usize>> {
         let Some((pos, token)) = pl.shown else {
-            return Ok(());
+            return Ok(None);
         };
         let n = answer.verify_logits.dims3()?.1;
         let (Some(last), Ok(k)) = (n.checked_sub(1), pl.cands.binary_search(&pos)) else {
@@ -222,6 +231,7 @@ impl Blocks<'_> {
             .map_or(f64::INFINITY, f64::from);
         if s.token == token && s.confidence >= theta {
             self.out.guesses_confirmed += 1;
+            Ok(None)
         } else {
             pl.cands.truncate(k + 1);
             scored.truncate(k + 1);
@@ -230,8 +240,8 @@ impl Blocks<'_> {
                 self.drafts[p] = None;
             }
             pl.draft_rows.clear();
+            Ok(Some(pos))
         }
-        Ok(())
     }
 
     /// The next forward's guesses: this forward's prediction of every position it left

@@ -150,10 +150,10 @@ pub struct DecodeArgs {
     /// mbsd: show a guess — each forward writes the previous forward's prediction for the
     /// window's first undecided position into its canvas and checks it with a shadow row; when
     /// confirmed, what depends on it can be decided in the same forward (one extra row per
-    /// forward; the default for LLaDA models with a threshold or staged decisions)
+    /// forward; the default for LLaDA models, and for Dream models deciding by the threshold rule)
     #[arg(long, conflicts_with = "no_show_guess")]
     pub show_guess: bool,
-    /// mbsd: never show a guess (the default for Dream models)
+    /// mbsd: never show a guess (the default for Dream models with staged decisions, `--sts`)
     #[arg(long)]
     pub no_show_guess: bool,
     /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule;
@@ -195,8 +195,9 @@ pub struct DecodeArgs {
     /// guess, off for Dream, as chosen on the tuning and confirmation sets) [default: auto].
     #[arg(long)]
     pub joint_check: Option<String>,
-    /// mbsd verification: a step that sends a token back still takes all its other decisions
-    /// (by default it takes only its most confident candidate: the others saw the rejected token).
+    /// mbsd verification: a step that sends a token back still takes all its other decisions and
+    /// lets its other verification rows make tokens final (by default it takes only its most
+    /// confident candidate and makes nothing final: the others saw the rejected token).
     #[arg(long)]
     pub no_hold: bool,
     /// mbsd staged decisions: allow two adjacent positions to be decided in one step below
