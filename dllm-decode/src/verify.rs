@@ -238,27 +238,45 @@ mod tests {
 
     const MASK: u32 = 9;
 
-    /// Positions 2, 4 and 6 decided Visible by forward 0 (tokens 1, 2, 3), in a 8-position canvas.
-    fn three_tentative(hold: bool) -> (Verifier, Vec<u32>, Vec<TokenState>) {
-        let cfg = Verify {
-            hold_on_remask: hold,
-            ..Verify::default()
-        };
-        let th = Thresholds {
-            visible: 0.7,
-            stable: 0.9,
-        };
-        let npu = Arc::new(crate::latency::sm8750_npu());
-        let mut v = Verifier::new(cfg, th, 1, npu, 8, false);
-        let mut canvas = vec![MASK; 8];
-        let mut states = vec![TokenState::Invisible; 8];
-        for (pos, tok) in [(2, 1), (4, 2), (6, 3)] {
-            canvas[pos] = tok;
-            states[pos] = TokenState::Visible;
-            v.counted(pos, 0);
-            v.decided(pos, tok, 0.8);
+    /// A verifier with positions 2, 4 and 6 decided Visible by forward 0 (tokens 1, 2, 3) in an
+    /// 8-position canvas.
+    struct Fixture {
+        v: Verifier,
+        canvas: Vec<u32>,
+        states: Vec<TokenState>,
+    }
+
+    impl Fixture {
+        fn new(hold: bool) -> Self {
+            let cfg = Verify {
+                hold_on_remask: hold,
+                ..Verify::default()
+            };
+            let th = Thresholds {
+                visible: 0.7,
+                stable: 0.9,
+            };
+            let npu = Arc::new(crate::latency::sm8750_npu());
+            let mut v = Verifier::new(cfg, th, 1, npu, 8, false);
+            let mut canvas = vec![MASK; 8];
+            let mut states = vec![TokenState::Invisible; 8];
+            for (pos, tok) in [(2, 1), (4, 2), (6, 3)] {
+                canvas[pos] = tok;
+                states[pos] = TokenState::Visible;
+                v.counted(pos, 0);
+                v.decided(pos, tok, 0.8);
+            }
+            Fixture { v, canvas, states }
         }
-        (v, canvas, states)
+
+        fn judge(&mut self, looked: &[usize], rows: &[Vec<f32>], unsure_from: usize) -> Verdicts {
+            let (c, s) = (&mut self.canvas, &mut self.states);
+            self.v.judge(looked, rows, c, s, MASK, unsure_from).unwrap()
+        }
+
+        fn unlooked(&self, p: usize) -> bool {
+            self.v.is_unlooked(p, &self.states)
+        }
     }
 
     /// A logits row (vocabulary 10) giving `tok` probability `p`, the rest spread evenly.
@@ -274,49 +292,22 @@ mod tests {
         // Position 2's shadow rejects its token; 4's and 6's would confirm theirs, but they saw
         // position 2's token as context.
         let rows = [row(1, 0.01), row(2, 0.99), row(3, 0.99)];
-        let (mut v, mut canvas, mut states) = three_tentative(true);
-        let d = v
-            .judge(
-                &[2, 4, 6],
-                &rows,
-                &mut canvas,
-                &mut states,
-                MASK,
-                usize::MAX,
-            )
-            .unwrap();
+        let mut f = Fixture::new(true);
+        let d = f.judge(&[2, 4, 6], &rows, usize::MAX);
         assert_eq!(d.remasked, vec![(2, 1)]);
         assert!(d.stabilized.is_empty());
-        assert_eq!(canvas[2], MASK);
-        assert_eq!(states[4], TokenState::Visible);
-        assert!(v.is_unlooked(4, &states) && v.is_unlooked(6, &states));
+        assert_eq!(f.canvas[2], MASK);
+        assert_eq!(f.states[4], TokenState::Visible);
+        assert!(f.unlooked(4) && f.unlooked(6));
         assert_eq!(d.looked.len(), 3);
         // The next forward's shadows, with position 2 undecided, do make them final.
-        let d = v
-            .judge(
-                &[4, 6],
-                &rows[1..],
-                &mut canvas,
-                &mut states,
-                MASK,
-                usize::MAX,
-            )
-            .unwrap();
+        let d = f.judge(&[4, 6], &rows[1..], usize::MAX);
         assert_eq!(d.stabilized, vec![4, 6]);
-        assert_eq!(states[6], TokenState::Stable);
+        assert_eq!(f.states[6], TokenState::Stable);
 
         // Without the hold, the same verdicts make 4 and 6 final at once.
-        let (mut v, mut canvas, mut states) = three_tentative(false);
-        let d = v
-            .judge(
-                &[2, 4, 6],
-                &rows,
-                &mut canvas,
-                &mut states,
-                MASK,
-                usize::MAX,
-            )
-            .unwrap();
+        let mut f = Fixture::new(false);
+        let d = f.judge(&[2, 4, 6], &rows, usize::MAX);
         assert_eq!(d.remasked, vec![(2, 1)]);
         assert_eq!(d.stabilized, vec![4, 6]);
     }
@@ -324,22 +315,17 @@ mod tests {
     #[test]
     fn shadows_after_a_rejected_guess_make_nothing_final() {
         let rows = [row(1, 0.99), row(2, 0.99), row(3, 0.99)];
-        let (mut v, mut canvas, mut states) = three_tentative(true);
+        let mut f = Fixture::new(true);
         // A guess at position 3 was rejected: 4 and 6 saw it.
-        let d = v
-            .judge(&[2, 4, 6], &rows, &mut canvas, &mut states, MASK, 3)
-            .unwrap();
+        let d = f.judge(&[2, 4, 6], &rows, 3);
         assert_eq!(d.stabilized, vec![2]);
         assert!(d.remasked.is_empty());
-        assert_eq!(states[2], TokenState::Stable);
-        assert_eq!(states[4], TokenState::Visible);
-        assert!(v.is_unlooked(6, &states));
+        assert_eq!(f.states[2], TokenState::Stable);
+        assert_eq!(f.states[4], TokenState::Visible);
+        assert!(f.unlooked(6));
         // Low verdicts after the guess still send a token back.
-        let low = [row(2, 0.01), row(3, 0.99)];
-        let d = v
-            .judge(&[4, 6], &low, &mut canvas, &mut states, MASK, 3)
-            .unwrap();
+        let d = f.judge(&[4, 6], &[row(2, 0.01), row(3, 0.99)], 3);
         assert_eq!(d.remasked, vec![(4, 2)]);
-        assert_eq!(states[6], TokenState::Visible);
+        assert_eq!(f.states[6], TokenState::Visible);
     }
 }
