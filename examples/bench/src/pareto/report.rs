@@ -26,7 +26,8 @@ pub const CHOSEN_ON_TUNING: &str =
      (LLaDA) was chosen after all of that on the tuning and confirmation sets alone, and judged on \
      fresh, fresh2 and fresh3; Dream's default (the threshold rule with the guess and the left \
      trim) was chosen on the tuning and confirmation sets once its forwards were priced as the \
-     model computes them, and judged on fresh, fresh2 and fresh3";
+     model computes them, and judged on fresh, fresh2 and fresh3. The fresh4 set (2026-12-06) \
+     judged all of these and verification's step-boundary rules, and chose nothing";
 
 /// What the run was.
 pub struct Context {
