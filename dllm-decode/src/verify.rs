@@ -168,7 +168,7 @@ impl Verifier {
     /// Apply the shadows' verdicts: `rows[i]` are the logits of the shadow of `looked[i]`.
     /// Remasked positions hold `mask` after; the lowest probabilities go back first, as long as
     /// the step that decided each keeps one decision. No position at or after `unsure_from` (a
-    /// rejected guess: the shadows saw it) becomes Stable, and none at all when a token goes back
+    /// rejected guess's position: the shadows saw it) becomes Stable, and none at all when a token goes back
     /// and `hold_on_remask` is set; those stay tentative, waiting for their fresh look.
     pub fn judge(
         &mut self,
@@ -177,7 +177,7 @@ impl Verifier {
         canvas: &mut [u32],
         states: &mut [TokenState],
         mask: u32,
-        unsure_from: usize,
+        unsure_from: Option<usize>,
     ) -> Result<Verdicts> {
         let mut v = Verdicts::default();
         let mut low = Vec::new();
@@ -210,7 +210,7 @@ impl Verifier {
         }
         let held = !back.is_empty() && self.cfg.hold_on_remask;
         for (pos, n) in next {
-            if n == TokenState::Stable && (held || pos >= unsure_from) {
+            if n == TokenState::Stable && (held || unsure_from.is_some_and(|g| pos >= g)) {
                 // Its shadow saw a token sent back (or a rejected guess): not a fresh look.
                 continue;
             }
@@ -269,7 +269,12 @@ mod tests {
             Fixture { v, canvas, states }
         }
 
-        fn judge(&mut self, looked: &[usize], rows: &[Vec<f32>], unsure_from: usize) -> Verdicts {
+        fn judge(
+            &mut self,
+            looked: &[usize],
+            rows: &[Vec<f32>],
+            unsure_from: Option<usize>,
+        ) -> Verdicts {
             let (c, s) = (&mut self.canvas, &mut self.states);
             self.v.judge(looked, rows, c, s, MASK, unsure_from).unwrap()
         }
@@ -293,7 +298,7 @@ mod tests {
         // position 2's token as context.
         let rows = [row(1, 0.01), row(2, 0.99), row(3, 0.99)];
         let mut f = Fixture::new(true);
-        let d = f.judge(&[2, 4, 6], &rows, usize::MAX);
+        let d = f.judge(&[2, 4, 6], &rows, None);
         assert_eq!(d.remasked, vec![(2, 1)]);
         assert!(d.stabilized.is_empty());
         assert_eq!(f.canvas[2], MASK);
@@ -301,13 +306,13 @@ mod tests {
         assert!(f.unlooked(4) && f.unlooked(6));
         assert_eq!(d.looked.len(), 3);
         // The next forward's shadows, with position 2 undecided, do make them final.
-        let d = f.judge(&[4, 6], &rows[1..], usize::MAX);
+        let d = f.judge(&[4, 6], &rows[1..], None);
         assert_eq!(d.stabilized, vec![4, 6]);
         assert_eq!(f.states[6], TokenState::Stable);
 
         // Without the hold, the same verdicts make 4 and 6 final at once.
         let mut f = Fixture::new(false);
-        let d = f.judge(&[2, 4, 6], &rows, usize::MAX);
+        let d = f.judge(&[2, 4, 6], &rows, None);
         assert_eq!(d.remasked, vec![(2, 1)]);
         assert_eq!(d.stabilized, vec![4, 6]);
     }
@@ -317,14 +322,14 @@ mod tests {
         let rows = [row(1, 0.99), row(2, 0.99), row(3, 0.99)];
         let mut f = Fixture::new(true);
         // A guess at position 3 was rejected: 4 and 6 saw it.
-        let d = f.judge(&[2, 4, 6], &rows, 3);
+        let d = f.judge(&[2, 4, 6], &rows, Some(3));
         assert_eq!(d.stabilized, vec![2]);
         assert!(d.remasked.is_empty());
         assert_eq!(f.states[2], TokenState::Stable);
         assert_eq!(f.states[4], TokenState::Visible);
         assert!(f.unlooked(6));
         // Low verdicts after the guess still send a token back.
-        let d = f.judge(&[4, 6], &[row(2, 0.01), row(3, 0.99)], 3);
+        let d = f.judge(&[4, 6], &[row(2, 0.01), row(3, 0.99)], Some(3));
         assert_eq!(d.remasked, vec![(4, 2)]);
         assert_eq!(f.states[6], TokenState::Visible);
     }

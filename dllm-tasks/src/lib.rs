@@ -38,6 +38,7 @@ pub mod export;
 pub mod long_tokenizer;
 pub mod oracle;
 pub mod probe;
+pub mod sets;
 pub mod tasks;
 pub mod tokenizer;
 pub mod train;

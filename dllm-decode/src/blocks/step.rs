@@ -59,8 +59,7 @@ impl Blocks<'_> {
         let rejected = self.check_guess(&mut pl, &mut scored, &answer)?;
         // A rejected guess was seen by every verification row after it: none of them makes a
         // token final.
-        let unsure_from = rejected.unwrap_or(usize::MAX);
-        let (remasked, verified) = self.verdicts(&pl, &answer, unsure_from)?;
+        let (remasked, verified) = self.verdicts(&pl, &answer, rejected)?;
         let hold =
             !remasked.is_empty() && self.verifier.as_ref().is_some_and(|v| v.cfg.hold_on_remask);
         let (unmasked, confidences) = self.select(&pl, &scored, hold)?;
@@ -167,7 +166,7 @@ impl Blocks<'_> {
         &mut self,
         pl: &Planned,
         answer: &Answer,
-        unsure_from: usize,
+        unsure_from: Option<usize>,
     ) -> Result<(Vec<usize>, Looked)> {
         let Some(v) = self.verifier.as_mut() else {
             return Ok(Default::default());
