@@ -29,6 +29,9 @@ pub const DEFAULT_MAX_REMASKS: usize = 2;
 /// Verification: shadow rows beyond the free rows of the window's latency bucket may add at most
 /// this fraction of the forward's own latency (per the latency table).
 pub const DEFAULT_SHADOW_ALLOWANCE: f64 = 0.1;
+/// Verification: a look at a token leaves out the tentative tokens at most this many positions
+/// away decided in the same step or later (0: it sees them).
+pub const DEFAULT_PARTNERS_WITHIN: usize = 8;
 
 /// Which positions a step decides, and whether decisions are final at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,15 +123,19 @@ pub struct Verify {
     /// A decision taken by a forward whose window holds a tentative token no forward has looked at
     /// yet is tentative too, whatever its confidence (it may rest on that token).
     pub suspect_dependents: bool,
-    /// A step whose verification sends a token back decides only its most confident candidate
-    /// and makes no token final by verification (the others' rows and shadows saw the rejected
-    /// token as context: they are looked at again).
+    /// A step whose verification sends a token back decides only its most confident candidate,
+    /// tentatively, and makes no token final by verification (the rows and shadows saw the
+    /// rejected token as context: they are looked at again).
     pub hold_on_remask: bool,
     /// Shadow rows beyond the bucket's free rows may add at most this fraction of the forward's
     /// latency (the latency table's price).
     pub allowance: f64,
     /// The joint check (see [`Joint`]).
     pub joint: Joint,
+    /// A look leaves out the tentative tokens at most this many positions away that were decided
+    /// in the same step as its token or later (they may rest on it: two unverified tokens must
+    /// not confirm each other); 0 shows them.
+    pub partners_within: usize,
 }
 
 impl Default for Verify {
@@ -140,6 +147,7 @@ impl Default for Verify {
             hold_on_remask: true,
             allowance: DEFAULT_SHADOW_ALLOWANCE,
             joint: Joint::Auto,
+            partners_within: DEFAULT_PARTNERS_WITHIN,
         }
     }
 }

@@ -154,6 +154,7 @@ impl Algorithm for Dream {
             window: 0..len,
             rows: rows.clone(),
             verify: Vec::new(),
+            verify_hidden: Vec::new(),
             commit: None,
         };
         self.asked = Some((masked, rows));

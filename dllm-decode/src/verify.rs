@@ -18,8 +18,16 @@
 //! other shadows saw the token that went back and are looked at again by the next forward; nor
 //! does a shadow after a shown guess that its own shadow rejected.
 //!
-//! Guards: of the decisions a forward's answer made, verification sends back at most all but one
-//! (every step keeps at least one decision: the generation always progresses), a position is
+//! A shadow sees the forward's rows, so two tentative tokens can also agree on a wrong value (a
+//! result and the next line's copy of it, both decided in one step, each confirming the other).
+//! A look at a token therefore leaves out its *partners* (`dllm_models::Ask::verify_hidden`):
+//! the tentative tokens at most `partners_within` positions away that were decided in the same
+//! step as it or later (they may rest on it). It still sees the tokens decided before it, which
+//! it was decided with.
+//!
+//! Guards: of the decisions the last step made, verification sends back at most all but one
+//! (every step keeps at least one decision: the generation always progresses); a token the guard
+//! keeps waits for another look, which sends it back if it still disagrees. A position is
 //! remasked at most `max_remasks` times, and a position remasked and then decided again with the
 //! same token counts as a flip-flop.
 //!
@@ -63,6 +71,9 @@ pub(crate) struct Verifier {
     remasked_token: Vec<Option<u32>>,
     /// Per position: a decision that has not had its fresh look yet.
     unlooked: Vec<bool>,
+    /// Per position: kept by the guard against its look's verdict (looked at again first, but
+    /// nothing waits for it).
+    again: Vec<bool>,
     /// Per position: last known confidence (the priority of a shadow).
     conf: Vec<f64>,
     /// Per position: the forward whose answer made its current decision.
@@ -92,6 +103,7 @@ impl Verifier {
             remasks: vec![0; len],
             remasked_token: vec![None; len],
             unlooked: vec![false; len],
+            again: vec![false; len],
             conf: vec![1.0; len],
             origin: vec![0; len],
             standing: HashMap::new(),
@@ -111,10 +123,34 @@ impl Verifier {
     /// A position was decided Visible with `token` at `confidence` (tentative, awaiting a look).
     pub fn decided(&mut self, pos: usize, token: u32, confidence: f64) {
         self.unlooked[pos] = true;
+        self.again[pos] = false;
         self.conf[pos] = confidence;
         if self.remasked_token[pos] == Some(token) {
             self.flip_flops += 1;
         }
+    }
+
+    /// The partners a look at `p` leaves out (see the module docs): tentative positions at most
+    /// `partners_within` away, decided in the same step as `p` or later, that the forward can
+    /// hide (`visible`: cached or in its window); with shifted logits (`shift`) never the
+    /// position before `p`, which its shadow reads its prediction from.
+    pub fn partners(
+        &self,
+        p: usize,
+        states: &[TokenState],
+        visible: impl Fn(usize) -> bool,
+        shift: bool,
+    ) -> Vec<usize> {
+        let d = self.cfg.partners_within;
+        if d == 0 {
+            return Vec::new();
+        }
+        let hi = (p + d + 1).min(states.len());
+        (p.saturating_sub(d)..hi)
+            .filter(|&q| q != p && !(shift && q + 1 == p))
+            .filter(|&q| states[q] == TokenState::Visible && self.origin[q] >= self.origin[p])
+            .filter(|&q| visible(q))
+            .collect()
     }
 
     /// Whether `p` is tentative and waits for its first fresh look.
@@ -142,8 +178,9 @@ impl Verifier {
     ) -> Vec<usize> {
         let mut cands: Vec<usize> = self.tentative(states).collect();
         cands.sort_by(|&a, &b| {
-            self.unlooked[b]
-                .cmp(&self.unlooked[a])
+            let first = |p: usize| self.unlooked[p] || self.again[p];
+            first(b)
+                .cmp(&first(a))
                 .then(self.conf[a].total_cmp(&self.conf[b]))
                 .then(a.cmp(&b))
         });
@@ -165,9 +202,11 @@ impl Verifier {
         cands
     }
 
-    /// Apply the shadows' verdicts: `rows[i]` are the logits of the shadow of `looked[i]`.
+    /// Apply the shadows' verdicts: `rows[i]` are the logits of the shadow of `looked[i]`, in the
+    /// forward after `now - 1` others (the last step's decisions were made by forward `now - 1`).
     /// Remasked positions hold `mask` after; the lowest probabilities go back first, as long as
-    /// the step that decided each keeps one decision. No position at or after `unsure_from` (a
+    /// the last step keeps one of its decisions (a token kept by that guard waits for another
+    /// look). No position at or after `unsure_from` (a
     /// rejected guess's position: the shadows saw it) becomes Stable, and none at all when a token goes back
     /// and `hold_on_remask` is set; those stay tentative, waiting for their fresh look.
     pub fn judge(
@@ -176,7 +215,7 @@ impl Verifier {
         rows: &[Vec<f32>],
         canvas: &mut [u32],
         states: &mut [TokenState],
-        mask: u32,
+        (mask, now): (u32, usize),
         unsure_from: Option<usize>,
     ) -> Result<Verdicts> {
         let mut v = Verdicts::default();
@@ -199,13 +238,15 @@ impl Verifier {
             next.push((pos, n));
         }
         low.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let mut back = Vec::new();
+        let (mut back, mut kept_back) = (Vec::new(), Vec::new());
         for &(pos, _) in &low {
-            let kept = self.standing.entry(self.origin[pos]).or_insert(0);
-            if *kept <= 1 {
+            let origin = self.origin[pos];
+            let kept = self.standing.entry(origin).or_insert(0);
+            if *kept <= 1 && origin + 1 >= now {
+                kept_back.push(pos);
                 continue;
             }
-            *kept -= 1;
+            *kept = kept.saturating_sub(1);
             back.push(pos);
         }
         let held = !back.is_empty() && self.cfg.hold_on_remask;
@@ -215,10 +256,15 @@ impl Verifier {
                 continue;
             }
             self.unlooked[pos] = false;
+            self.again[pos] = false;
             states[pos] = n;
             if n == TokenState::Stable {
                 v.stabilized.push(pos);
             }
+        }
+        // The guard kept it, not the verdict: it is looked at again first.
+        for pos in kept_back {
+            self.again[pos] = true;
         }
         for pos in back {
             self.remasks[pos] += 1;
@@ -276,7 +322,9 @@ mod tests {
             unsure_from: Option<usize>,
         ) -> Verdicts {
             let (c, s) = (&mut self.canvas, &mut self.states);
-            self.v.judge(looked, rows, c, s, MASK, unsure_from).unwrap()
+            self.v
+                .judge(looked, rows, c, s, (MASK, 1), unsure_from)
+                .unwrap()
         }
 
         fn unlooked(&self, p: usize) -> bool {
@@ -332,5 +380,52 @@ mod tests {
         let d = f.judge(&[4, 6], &[row(2, 0.01), row(3, 0.99)], Some(3));
         assert_eq!(d.remasked, vec![(4, 2)]);
         assert_eq!(f.states[6], TokenState::Visible);
+    }
+
+    #[test]
+    fn the_guard_keeps_one_decision_of_the_last_step_only_and_looks_again() {
+        let mut f = Fixture::new(true);
+        // Forward 0 decided 2, 4 and 6; the next forward's shadows reject all three: two go back,
+        // the step keeps one (its most confident), which is looked at again first (nothing
+        // waits for it: it is not unlooked).
+        let d = f.judge(
+            &[2, 4, 6],
+            &[row(1, 0.01), row(2, 0.02), row(3, 0.03)],
+            None,
+        );
+        assert_eq!(d.remasked, vec![(2, 1), (4, 2)]);
+        assert_eq!(f.states[6], TokenState::Visible);
+        assert!(f.v.again[6] && !f.unlooked(6));
+        // A later forward's look sends it back: the guard protects only the last step.
+        let (c, s) = (&mut f.canvas, &mut f.states);
+        let d =
+            f.v.judge(&[6], &[row(3, 0.03)], c, s, (MASK, 3), None)
+                .unwrap();
+        assert_eq!(d.remasked, vec![(6, 3)]);
+        assert_eq!(f.canvas[6], MASK);
+    }
+
+    #[test]
+    fn a_look_leaves_out_the_tentative_tokens_decided_with_or_after_it() {
+        let mut f = Fixture::new(true);
+        // Forward 1 decided position 7 (after 2, 4 and 6 by forward 0).
+        f.canvas[7] = 4;
+        f.states[7] = TokenState::Visible;
+        f.v.counted(7, 1);
+        let all = |_| true;
+        // 2's look: 4 and 6 (same step) and 7 (later) within 8; 6 and 7 see no partner before.
+        assert_eq!(f.v.partners(2, &f.states, all, false), vec![4, 6, 7]);
+        assert_eq!(f.v.partners(6, &f.states, all, false), vec![2, 4, 7]);
+        assert!(f.v.partners(7, &f.states, all, false).is_empty());
+        // Only positions the forward can hide; with shifted logits never the one before it.
+        assert_eq!(f.v.partners(2, &f.states, |q| q != 6, false), vec![4, 7]);
+        assert_eq!(f.v.partners(7, &f.states, all, true), Vec::<usize>::new());
+        assert_eq!(f.v.partners(6, &f.states, all, true), vec![2, 4, 7]);
+        assert_eq!(f.v.partners(4, &f.states, all, true), vec![2, 6, 7]);
+        // Within the distance only; 0 turns it off.
+        f.v.cfg.partners_within = 2;
+        assert_eq!(f.v.partners(4, &f.states, all, false), vec![2, 6]);
+        f.v.cfg.partners_within = 0;
+        assert!(f.v.partners(4, &f.states, all, false).is_empty());
     }
 }

@@ -594,6 +594,23 @@ pub enum AskDefect {
         /// Cached rows after the commit.
         cache_len: usize,
     },
+    /// [`crate::Ask::verify_hidden`] holds another number of lists than there are shadows.
+    #[error("{lists} lists of hidden positions for {shadows} verification positions (give one per shadow, or none)")]
+    HiddenLists {
+        /// Lists given.
+        lists: usize,
+        /// Verification positions.
+        shadows: usize,
+    },
+    /// A position a shadow hides is outside the canvas, listed twice, or one of the shadow's own
+    /// rows.
+    #[error("shadow {shadow} cannot hide position {position}: outside the canvas, listed twice, or one of the shadow's own rows")]
+    HiddenInvalid {
+        /// The hidden position.
+        position: usize,
+        /// The shadow's position.
+        shadow: usize,
+    },
     /// An ask that empties the cache must forward from position 0.
     #[error("an ask that empties the cache must start its window at 0, not {start}")]
     ClearedWindowStart {

@@ -447,7 +447,10 @@ pub trait DiffusionLm: Send {
 /// [`DiffusionLm::answer`] for any model, through its other methods: the forward, then the
 /// commit, then one single-position window forward per shadow (the position masked) against the
 /// committed cache — the same logits as the shadow rows of a model that computes them inside the
-/// forward, when the commit covers the window.
+/// forward, when the commit covers the window. A shadow that hides positions
+/// ([`crate::Ask::verify_hidden`]) is a window forward from the first to the last of its
+/// positions, all of them masked: the same logits when they are adjacent; with positions between
+/// them, those are recomputed seeing the masks too (inside the forward they see the tokens).
 pub fn answer_with<M: DiffusionLm + ?Sized>(
     model: &mut M,
     ask: &crate::Ask,
@@ -463,20 +466,23 @@ pub fn answer_with<M: DiffusionLm + ?Sized>(
         model.commit(c.clone())?;
     }
     let mut rows = Vec::with_capacity(ask.verify.len());
-    for &p in &ask.verify {
-        if p >= model.cache_len() {
+    for (k, &p) in ask.verify.iter().enumerate() {
+        let hidden = ask.hidden_of(k);
+        let all = || std::iter::once(p).chain(hidden.iter().copied());
+        if let Some(q) = all().find(|&q| q >= model.cache_len()) {
             return Err(crate::AskDefect::VerifyNotCommitted {
-                position: p,
+                position: q,
                 cache_len: model.cache_len(),
             }
             .into());
         }
         let mut masked = ask.clone();
         for row in &mut masked.canvas {
-            row[p] = info.special.mask;
+            all().for_each(|q| row[q] = info.special.mask);
         }
+        let (lo, hi) = (all().min().unwrap_or(p), all().max().unwrap_or(p));
         let t = masked.canvas_tensor(model.device())?;
-        rows.push(model.forward(&t, p..p + 1, Rows::Positions(&[p]))?);
+        rows.push(model.forward(&t, lo..hi + 1, Rows::Positions(&[p]))?);
     }
     let verify_logits = if rows.is_empty() {
         Tensor::zeros(

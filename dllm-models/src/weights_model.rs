@@ -250,7 +250,8 @@ impl TransformerWeights {
     }
 
     /// The parts of a window forward of one sequence over a cache of `len` rows (`cached`),
-    /// writing the window's K/V into `free`, with a verification group per `verify` position.
+    /// writing the window's K/V into `free`, with a verification group per `verify` position
+    /// (its rows, then one masked row per position it hides: `hidden[k]`, none when empty).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn window_part<'a, T: KvElem>(
         &self,
@@ -260,7 +261,7 @@ impl TransformerWeights {
         canvas: Vec<Vec<u32>>,
         window: Range<usize>,
         rows: Rows<'_>,
-        verify: &[usize],
+        (verify, hidden): (&[usize], &[Vec<usize>]),
     ) -> Result<(Part<'a, T>, Pending)> {
         let b = canvas.len();
         let WindowRows { ws, n, hidden_rows } = self.window_rows(rows, window.clone())?;
@@ -276,7 +277,9 @@ impl TransformerWeights {
             len,
             cached,
             main: Main::Window { ws, n, free },
-            groups: verify.iter().map(|&p| Group::of(p, shift)).collect(),
+            groups: (verify.iter().enumerate())
+                .map(|(k, &p)| Group::hiding(p, shift, hidden.get(k).map_or(&[], Vec::as_slice)))
+                .collect(),
             main_out: hidden_rows.unwrap_or_else(|| (0..n).collect()),
             canvas,
         };
@@ -313,7 +316,7 @@ impl TransformerWeights {
             .collect();
         let ids = canvas.to_vec2::<u32>()?;
         let (part, pending) =
-            self.window_part(cached.to_vec(), free, len, ids, window, rows, &[])?;
+            self.window_part(cached.to_vec(), free, len, ids, window, rows, (&[], &[]))?;
         let mut out = Parts::run(self, &mut [part])?;
         Ok((out.remove(0).0, pending))
     }

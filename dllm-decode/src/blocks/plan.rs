@@ -263,8 +263,36 @@ impl Blocks<'_> {
             .is_some_and(|v| range.into_iter().any(|p| v.is_unlooked(p, &self.states)))
     }
 
+    /// What each shadow of a planned forward leaves out ([`crate::verify::Verifier::partners`]):
+    /// positions cached or in the window; nothing for the shown guess's shadow. Empty when no
+    /// shadow hides anything.
+    fn partners(&self, planned: &Planned) -> Vec<Vec<usize>> {
+        let Some(v) = &self.verifier else {
+            return Vec::new();
+        };
+        let window = planned.plan.start..planned.plan.end;
+        let cached = if planned.plan.fresh_cache || self.out.forwards == 0 {
+            0
+        } else {
+            self.cache_len
+        };
+        let visible = |q: usize| q < cached || window.contains(&q);
+        let guess = planned.shown.map(|g| g.0);
+        let lists: Vec<Vec<usize>> = (planned.shadows.iter())
+            .map(|&p| match Some(p) == guess {
+                true => Vec::new(),
+                false => v.partners(p, &self.states, visible, self.info.shift_logits),
+            })
+            .collect();
+        match lists.iter().all(Vec::is_empty) {
+            true => Vec::new(),
+            false => lists,
+        }
+    }
+
     /// The ask of a planned forward (kept until its answer arrives).
     fn ask(&mut self, planned: Planned) -> Ask {
+        let verify_hidden = self.partners(&planned);
         let mut canvas = vec![planned.seen.clone()];
         if self.p.cfg_scale > 0.0 {
             let mut uncond = planned.seen.clone();
@@ -279,6 +307,7 @@ impl Blocks<'_> {
             window: planned.plan.start..planned.plan.end,
             rows: planned.rows.clone(),
             verify: planned.shadows.clone(),
+            verify_hidden,
             commit: planned.commit.clone(),
         };
         let computed = ask.rows_count(self.info.shift_logits) / ask.canvas.len().max(1);

@@ -188,7 +188,7 @@ impl Blocks<'_> {
             &rows[..n],
             &mut self.canvas,
             &mut self.states,
-            mask,
+            (mask, self.out.forwards),
             unsure_from,
         )?;
         let remasked: Vec<usize> = verdicts.remasked.iter().map(|r| r.0).collect();
@@ -325,7 +325,8 @@ impl Blocks<'_> {
                             .iter()
                             .any(|&q| q != pos && q.abs_diff(pos) <= r.within)
                 });
-            if (suspect || joint) && self.states[pos] == TokenState::Stable {
+            // `hold`: it saw a token this forward's verification sent back.
+            if (suspect || joint || hold) && self.states[pos] == TokenState::Stable {
                 // It may rest on a token nobody has checked: tentative until looked at.
                 self.states[pos] = TokenState::Visible;
             }

@@ -179,6 +179,8 @@ fn verify() -> Verify {
         hold_on_remask: false,
         allowance: 1e9,
         joint: Joint::Off,
+        // The scripted tests below look at one mechanism at a time (one test hides partners).
+        partners_within: 0,
     }
 }
 
@@ -257,18 +259,19 @@ fn tentative_tokens_are_verified_later_remasked_never_replaced_and_stabilised() 
 }
 
 #[test]
-fn every_step_keeps_at_least_one_of_its_decisions() {
+fn the_last_step_keeps_at_least_one_of_its_decisions() {
     let mut m = Scripted::new();
     let mut standing = std::collections::HashMap::<usize, usize>::new();
     let mut origin = vec![usize::MAX; 64];
     let mut remasks = 0;
     let mut obs = |e: &StepEvent<'_>| {
         // This step's remasks first (they are judged before its decisions).
+        // The guard protects the last step's decisions; older ones may all go back.
         for &q in e.remasked {
             let kept = standing.get_mut(&origin[q]).unwrap();
             *kept -= 1;
             assert!(
-                *kept >= 1,
+                *kept >= 1 || origin[q] + 1 < e.step,
                 "step {} took back every decision of step {}",
                 e.step,
                 origin[q]
@@ -480,4 +483,61 @@ fn the_joint_check_holds_back_confident_tokens_decided_beside_each_other() {
     let (g_ex, _, _) = run(&params(Some(exempt)));
     assert_eq!(g_ex.generated(), g_off.generated());
     assert_eq!(g_ex.verified, g_off.verified);
+}
+
+#[test]
+fn a_look_hides_the_tentative_tokens_decided_with_or_after_its_token() {
+    let partners = Verify {
+        partners_within: 4,
+        ..verify()
+    };
+    let (g, m, _) = run(&params(Some(partners)));
+    let mut hidden = 0;
+    for a in &m.asks {
+        if a.verify_hidden.is_empty() {
+            continue;
+        }
+        assert_eq!(a.verify_hidden.len(), a.verify.len());
+        let canvas = &a.canvas[0];
+        for (&p, list) in a.verify.iter().zip(&a.verify_hidden) {
+            for &q in list {
+                assert!(q != p && q.abs_diff(p) <= 4, "shadow {p} hides {q}");
+                assert_ne!(canvas[q], MASK, "shadow {p} hides the undecided {q}");
+                hidden += 1;
+            }
+        }
+    }
+    assert!(hidden > 0);
+    // The scripted model ignores attention: hiding changes no decision.
+    let (g0, m0, _) = run(&params(Some(verify())));
+    assert!(m0.asks.iter().all(|a| a.verify_hidden.is_empty()));
+    assert_eq!(g.generated(), g0.generated());
+}
+
+#[test]
+fn a_step_that_sends_a_token_back_decides_one_token_tentatively() {
+    let hold = Verify {
+        hold_on_remask: true,
+        ..verify()
+    };
+    let mut m = Scripted::new();
+    let mut held = 0;
+    let mut obs = |e: &StepEvent<'_>| {
+        if !e.remasked.is_empty() {
+            // Its rows saw the token that went back: one decision, not final.
+            assert!(e.unmasked.len() <= 1, "step {}: {:?}", e.step, e.unmasked);
+            for &q in e.unmasked {
+                assert_eq!(
+                    e.states[q],
+                    TokenState::Visible,
+                    "step {} position {q}",
+                    e.step
+                );
+                held += 1;
+            }
+        }
+        Control::Continue
+    };
+    let g = generate(&mut m, PROMPT, &params(Some(hold)), &mut obs).unwrap();
+    assert!(held > 0 && g.remasks() > 0);
 }

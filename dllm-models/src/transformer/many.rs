@@ -39,6 +39,7 @@ impl DiffusionTransformer {
     ///     canvas: vec![canvas],
     ///     clear_cache: true,
     ///     verify: vec![],
+    ///     verify_hidden: vec![],
     ///     commit: None,
     /// };
     /// let (ka, kb) = (ask(vec![2, 10, 11, 5]), ask(vec![2, 10, 11, 12, 13, 5]));
@@ -97,9 +98,8 @@ impl DiffusionTransformer {
         let canvas = ask.canvas_tensor(&self.weights.device)?;
         let b = self.check_window(&canvas, &ask.window)?;
         let len = self.len();
-        if let Some(&p) = ask
-            .verify
-            .iter()
+        if let Some(&p) = (ask.verify.iter())
+            .chain(ask.verify_hidden.iter().flatten())
             .find(|&&p| p >= len && !ask.window.contains(&p))
         {
             return Err(AskDefect::VerifyUnseen {
@@ -145,7 +145,7 @@ fn many_on<T: KvElem>(
             a.canvas.clone(),
             a.window.clone(),
             Rows::Positions(&a.rows),
-            &a.verify,
+            (&a.verify, &a.verify_hidden),
         )?;
         parts.push(part);
         pendings.push(pending);

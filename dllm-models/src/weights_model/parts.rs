@@ -56,6 +56,14 @@ impl Group {
             rows: shift.group(p),
         }
     }
+
+    /// The group that verifies `p` with the positions `hidden` masked too: one more row each
+    /// (input MASK, in place of the position's cached and window rows).
+    pub(crate) fn hiding(p: usize, shift: crate::shift::Shift, hidden: &[usize]) -> Self {
+        let mut g = Self::of(p, shift);
+        g.rows.extend(hidden.iter().map(|&q| (q, true)));
+        g
+    }
 }
 
 /// One sequence's share of a call.

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use dllm_decode::latency::LatencyTable;
 use dllm_decode::params::{
-    DEFAULT_MAX_REMASKS, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE,
-    DEFAULT_THETA_VISIBLE, DEFAULT_WAIT_LEFT,
+    DEFAULT_MAX_REMASKS, DEFAULT_PARTNERS_WITHIN, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK,
+    DEFAULT_THETA_STABLE, DEFAULT_THETA_VISIBLE, DEFAULT_WAIT_LEFT,
 };
 use dllm_decode::{
     Decide, DecodeParams, Decoder, DreamParams, Joint, MbsdParams, Outcome, Requested, Staged,
@@ -209,6 +209,11 @@ pub struct DecodeArgs {
     /// result digit before its operand); 0 never waits.
     #[arg(long, default_value_t = DEFAULT_WAIT_LEFT)]
     pub wait_left: usize,
+    /// mbsd verification: a token's verification row leaves out (sees masked) the tentative
+    /// tokens at most this many positions away that were decided in the same step or later —
+    /// they may rest on it, and two unverified tokens must not confirm each other; 0 shows them.
+    #[arg(long, default_value_t = DEFAULT_PARTNERS_WITHIN)]
+    pub partners_within: usize,
     /// mbsd verification: shadow rows beyond the latency bucket's free rows may add this fraction
     /// of the forward's latency.
     #[arg(long, default_value_t = DEFAULT_SHADOW_ALLOWANCE)]
@@ -417,6 +422,7 @@ impl DecodeArgs {
                 Some(j) => j.parse()?,
                 None => Joint::Auto,
             },
+            partners_within: self.partners_within,
         };
         let d = Verify::default();
         let given = [
@@ -431,6 +437,10 @@ impl DecodeArgs {
             ("--allow-adjacent", self.allow_adjacent),
             ("--wait-left", self.wait_left != DEFAULT_WAIT_LEFT),
             ("--verify-allowance", verify.allowance != d.allowance),
+            (
+                "--partners-within",
+                verify.partners_within != d.partners_within,
+            ),
         ];
         let staged_asked = self.sts || given.iter().any(|g| g.1);
         if strategy.is_mbsd() && !self.no_sts {

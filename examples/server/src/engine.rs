@@ -555,6 +555,7 @@ mod tests {
             canvas: vec![canvas],
             clear_cache: true,
             verify,
+            verify_hidden: vec![],
             commit: None,
         }
     }

@@ -169,7 +169,8 @@ fn eight_sequences_batched_equal_their_solo_forwards_on_the_hexagon_device() {
 }
 
 /// A window forward with shadow rows, then the leave-one-out forward of each shadow position on
-/// the committed cache: position masked, a one-position window.
+/// the committed cache: position masked, a one-position window (for the shadow that hides its
+/// neighbour, both masked, a two-position window).
 fn shadows_match_leave_one_out(backend: Backend, tol: f32) {
     let m = model(backend);
     let tok = m.tokenizer.clone().unwrap();
@@ -191,11 +192,14 @@ fn shadows_match_leave_one_out(backend: Backend, tol: f32) {
         window: 0..len,
         rows: vec![],
         verify: vec![],
+        verify_hidden: vec![],
         commit: Some(0..len),
     })
     .unwrap();
-    // A window over the second part, verifying cached and window positions.
+    // A window over the second part, verifying cached and window positions; one shadow also
+    // hides the position after it (a leave-two-out forward).
     let verify = vec![p + 3, p + 10, p + n - 2, p + n - 1];
+    let hidden = vec![vec![], vec![], vec![p + n - 1], vec![]];
     let window = p + n - 6..len;
     let ans = seq
         .answer(&Ask {
@@ -204,16 +208,20 @@ fn shadows_match_leave_one_out(backend: Backend, tol: f32) {
             window: window.clone(),
             rows: vec![len - 1],
             verify: verify.clone(),
+            verify_hidden: hidden.clone(),
             commit: Some(window),
         })
         .unwrap();
     let shadows = ans.verify_logits.to_dtype(candle_core::DType::F32).unwrap();
     for (k, &pos) in verify.iter().enumerate() {
         let mut masked = canvas.clone();
-        masked[pos] = mask;
+        let last = hidden[k].last().copied().unwrap_or(pos);
+        for q in pos..=last {
+            masked[q] = mask;
+        }
         let t = Tensor::from_vec(masked, (1, len), m.model.device()).unwrap();
         let loo = seq
-            .forward(&t, pos..pos + 1, Rows::Positions(&[pos]))
+            .forward(&t, pos..last + 1, Rows::Positions(&[pos]))
             .unwrap();
         let a: Vec<f32> = shadows
             .narrow(1, k, 1)
