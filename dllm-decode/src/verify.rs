@@ -15,8 +15,9 @@
 //! A shadow sees the forward's other rows, tentative tokens included, so two tentative tokens
 //! can vouch for each other (a result digit and the next line's copy of it). A forward whose
 //! verification sends a token back (with `hold_on_remask`) therefore makes nothing final: its
-//! other shadows saw the token that went back and are looked at again by the next forward; nor
-//! does a shadow after a shown guess that its own shadow rejected.
+//! other shadows saw the token that went back and are looked at again by the next forward, and
+//! the one decision it takes is tentative; nor does a shadow after a shown guess that its own
+//! shadow rejected make anything final.
 //!
 //! A shadow sees the forward's rows, so two tentative tokens can also agree on a wrong value (a
 //! result and the next line's copy of it, both decided in one step, each confirming the other).

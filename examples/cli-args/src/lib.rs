@@ -197,7 +197,8 @@ pub struct DecodeArgs {
     pub joint_check: Option<String>,
     /// mbsd verification: a step that sends a token back still takes all its other decisions and
     /// lets its other verification rows make tokens final (by default it takes only its most
-    /// confident candidate and makes nothing final: the others saw the rejected token).
+    /// confident candidate, tentatively, and makes nothing final: the others saw the rejected
+    /// token).
     #[arg(long)]
     pub no_hold: bool,
     /// mbsd staged decisions: allow two adjacent positions to be decided in one step below
