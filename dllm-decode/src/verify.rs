@@ -170,12 +170,14 @@ impl Verifier {
 
     /// The shadows of a forward of `window` rows (`rows` logits rows, `cached` cache rows):
     /// tentative positions, unlooked first, lowest confidence first, as many as the latency table
-    /// prices within the bucket's free rows plus `allowance`; all of them with `all`.
+    /// prices within the bucket's free rows plus `allowance` — each shadow's rows and the
+    /// `partners(p)` rows of the positions it hides; all of them with `all`.
     pub fn shadows(
         &self,
         states: &[TokenState],
         (window, rows, cached): (usize, usize, usize),
         all: bool,
+        partners: &dyn Fn(usize) -> usize,
     ) -> Vec<usize> {
         let mut cands: Vec<usize> = self.tentative(states).collect();
         cands.sort_by(|&a, &b| {
@@ -188,9 +190,9 @@ impl Verifier {
         if !all {
             let base = self.npu.cost_ms(window, rows, cached);
             let allowed = base * self.cfg.allowance;
-            let mut n = 0;
+            let (mut n, mut extra) = (0, 0);
             while n < cands.len() {
-                let extra = (n + 1) * self.group_rows;
+                extra += self.group_rows + partners(cands[n]);
                 let cost = self.npu.cost_ms(window + extra, rows + n + 1, cached) - base;
                 if cost > allowed + 1e-9 {
                     break;

@@ -134,7 +134,15 @@ impl Blocks<'_> {
         let (draft_rows, rows) = self.logits_rows(&plan, &block, &cands, shown);
         let cached = if plan.fresh_cache { 0 } else { self.cache_len };
         let mut shadows = match &self.verifier {
-            Some(v) => v.shadows(&self.states, (window.len(), rows.len(), cached), false),
+            Some(v) => {
+                let hidden = |p: usize| self.partners_of(v, p, &window, cached).len();
+                v.shadows(
+                    &self.states,
+                    (window.len(), rows.len(), cached),
+                    false,
+                    &hidden,
+                )
+            }
             None => Vec::new(),
         };
         shadows.extend(shown.map(|g| g.0));
@@ -229,7 +237,7 @@ impl Blocks<'_> {
             .min(self.cache_len)
             .max(usize::from(self.info.shift_logits));
         let cached = self.cache_len;
-        let shadows = v.shadows(&self.states, (end - start, 0, cached), true);
+        let shadows = v.shadows(&self.states, (end - start, 0, cached), true, &|_| 0);
         let plan = WindowPlan {
             start,
             end,
@@ -276,18 +284,29 @@ impl Blocks<'_> {
         } else {
             self.cache_len
         };
-        let visible = |q: usize| q < cached || window.contains(&q);
         let guess = planned.shown.map(|g| g.0);
         let lists: Vec<Vec<usize>> = (planned.shadows.iter())
             .map(|&p| match Some(p) == guess {
                 true => Vec::new(),
-                false => v.partners(p, &self.states, visible, self.info.shift_logits),
+                false => self.partners_of(v, p, &window, cached),
             })
             .collect();
         match lists.iter().all(Vec::is_empty) {
             true => Vec::new(),
             false => lists,
         }
+    }
+
+    /// The partners a forward over `window` after `cached` cache rows can hide from `p`'s look.
+    fn partners_of(
+        &self,
+        v: &crate::verify::Verifier,
+        p: usize,
+        window: &Range<usize>,
+        cached: usize,
+    ) -> Vec<usize> {
+        let visible = |q: usize| q < cached || window.contains(&q);
+        v.partners(p, &self.states, visible, self.info.shift_logits)
     }
 
     /// The ask of a planned forward (kept until its answer arrives).
