@@ -431,4 +431,20 @@ mod tests {
         f.v.cfg.partners_within = 0;
         assert!(f.v.partners(4, &f.states, all, false).is_empty());
     }
+
+    #[test]
+    fn the_rows_of_hidden_partners_are_priced_with_their_shadow() {
+        let f = Fixture::new(true);
+        // A window of 29 rows leaves 3 free rows in the 32-row bucket: three shadows fit...
+        let none = f.v.shadows(&f.states, (29, 8, 64), false, &|_| 0);
+        assert_eq!(none, vec![2, 4, 6]);
+        // ... but not when each also hides two partners (three rows a shadow).
+        let two = f.v.shadows(&f.states, (29, 8, 64), false, &|_| 2);
+        assert!(two.len() < 3, "{two:?}");
+        // With `all` nothing is priced.
+        assert_eq!(
+            f.v.shadows(&f.states, (29, 8, 64), true, &|_| 2),
+            vec![2, 4, 6]
+        );
+    }
 }
