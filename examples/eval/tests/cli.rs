@@ -245,12 +245,23 @@ fn long_suite_json_has_steps_and_commit_frontier() {
             })
             .collect();
         assert_eq!(steps.len(), 64);
-        // One token per step: the commit steps are a permutation of the 64 steps, and the
-        // first block is finished before the second starts.
+        // One token per step (random weights: nothing reaches a threshold): every position's
+        // last commit step is its own, within the answer's forwards.
         let mut sorted = steps.clone();
         sorted.sort();
-        assert_eq!(sorted, (0..64).collect::<Vec<u64>>());
-        assert!(steps[..32].iter().all(|&s| s < 32), "{steps:?}");
+        sorted.dedup();
+        assert_eq!(sorted.len(), 64, "{steps:?}");
+        assert!(
+            steps.iter().all(|&s| s < a["forwards"].as_u64().unwrap()),
+            "{a}"
+        );
+        // Without remasks the steps are a permutation of the 64 steps and the first block is
+        // finished before the second starts (verification may send a token of the first block
+        // back during the second: its commit step is then the later one).
+        if a["remasks"].as_u64().unwrap() == 0 {
+            assert_eq!(sorted, (0..64).collect::<Vec<u64>>());
+            assert!(steps[..32].iter().all(|&s| s < 32), "{steps:?}");
+        }
     }
     // With threshold decoding several positions share a step, and the early stop leaves
     // positions no step decoded (null) when a block ends in EOS.
