@@ -28,7 +28,8 @@
 //!
 //! Guards: of the decisions the last step made, verification sends back at most all but one
 //! (every step keeps at least one decision: the generation always progresses); a token the guard
-//! keeps waits for another look, which sends it back if it still disagrees. A position is
+//! keeps is looked at again first (nothing waits for it), and that look sends it back if it
+//! still disagrees. A position is
 //! remasked at most `max_remasks` times, and a position remasked and then decided again with the
 //! same token counts as a flip-flop.
 //!
@@ -208,8 +209,8 @@ impl Verifier {
     /// Apply the shadows' verdicts: `rows[i]` are the logits of the shadow of `looked[i]`, in the
     /// forward after `now - 1` others (the last step's decisions were made by forward `now - 1`).
     /// Remasked positions hold `mask` after; the lowest probabilities go back first, as long as
-    /// the last step keeps one of its decisions (a token kept by that guard waits for another
-    /// look). No position at or after `unsure_from` (a
+    /// the last step keeps one of its decisions (a token kept by that guard is looked at again
+    /// first; nothing waits for that look). No position at or after `unsure_from` (a
     /// rejected guess's position: the shadows saw it) becomes Stable, and none at all when a token goes back
     /// and `hold_on_remask` is set; those stay tentative, waiting for their fresh look.
     pub fn judge(
