@@ -306,7 +306,7 @@ impl Blocks<'_> {
         cached: usize,
     ) -> Vec<usize> {
         let visible = |q: usize| q < cached || window.contains(&q);
-        v.partners(p, &self.states, visible, self.info.shift_logits)
+        v.partners(p, &self.states, visible)
     }
 
     /// The ask of a planned forward (kept until its answer arrives).

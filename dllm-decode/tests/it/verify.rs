@@ -486,7 +486,7 @@ fn the_joint_check_holds_back_confident_tokens_decided_beside_each_other() {
 }
 
 #[test]
-fn a_look_hides_the_tentative_tokens_decided_with_or_after_its_token() {
+fn a_look_hides_the_tentative_tokens_after_its_token_decided_with_or_after_it() {
     let partners = Verify {
         partners_within: 4,
         ..verify()
@@ -501,7 +501,8 @@ fn a_look_hides_the_tentative_tokens_decided_with_or_after_its_token() {
         let canvas = &a.canvas[0];
         for (&p, list) in a.verify.iter().zip(&a.verify_hidden) {
             for &q in list {
-                assert!(q != p && q.abs_diff(p) <= 4, "shadow {p} hides {q}");
+                // Never a token before it (its operands), at most 4 after it.
+                assert!(q > p && q - p <= 4, "shadow {p} hides {q}");
                 assert_ne!(canvas[q], MASK, "shadow {p} hides the undecided {q}");
                 hidden += 1;
             }
