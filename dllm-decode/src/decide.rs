@@ -132,9 +132,10 @@ pub struct Verify {
     pub allowance: f64,
     /// The joint check (see [`Joint`]).
     pub joint: Joint,
-    /// A look leaves out the tentative tokens at most this many positions away that were decided
-    /// in the same step as its token or later (they may rest on it: two unverified tokens must
-    /// not confirm each other); 0 shows them.
+    /// A look leaves out the tentative tokens after its token, at most this many positions away,
+    /// that were decided in the same step as its token or later (they may rest on it: two
+    /// unverified tokens must not confirm each other; the tokens before it stay in view); 0
+    /// shows them.
     pub partners_within: usize,
 }
 

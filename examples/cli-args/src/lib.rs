@@ -211,8 +211,9 @@ pub struct DecodeArgs {
     #[arg(long, default_value_t = DEFAULT_WAIT_LEFT)]
     pub wait_left: usize,
     /// mbsd verification: a token's verification row leaves out (sees masked) the tentative
-    /// tokens at most this many positions away that were decided in the same step or later —
-    /// they may rest on it, and two unverified tokens must not confirm each other; 0 shows them.
+    /// tokens after it, at most this many positions away, that were decided in the same step or
+    /// later — they may rest on it, and two unverified tokens must not confirm each other (the
+    /// tokens before it, its operands, stay in view); 0 shows them.
     #[arg(long, default_value_t = DEFAULT_PARTNERS_WITHIN)]
     pub partners_within: usize,
     /// mbsd verification: shadow rows beyond the latency bucket's free rows may add this fraction
