@@ -28,7 +28,6 @@ mod kernels_common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Instant;
 
 use serde_json::Value;
 
@@ -280,14 +279,6 @@ fn the_workspace_on_aarch64_under_qemu() {
     let target_dir = std::env::var_os("LLADA_AARCH64_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("aarch64"));
-    let mut times: Vec<(String, f64)> = Vec::new();
-    let mut lap = {
-        let mut t = Instant::now();
-        move |what: &str, times: &mut Vec<(String, f64)>| {
-            times.push((what.to_owned(), t.elapsed().as_secs_f64()));
-            t = Instant::now();
-        }
-    };
 
     // Only the packages run here: kernels-cpu's test harnesses (its unit tests, `it` and
     // `alloc`; no examples) and generate's binary (not its tests, whose dev-dependencies would
@@ -310,7 +301,6 @@ fn the_workspace_on_aarch64_under_qemu() {
     ]);
     c.args(["-p", "kernels-cpu", "--tests"]);
     let tests = build(c, "cross-building kernels-cpu's tests");
-    lap("build", &mut times);
     let kernel_tests: Vec<&Exe> = tests
         .iter()
         .filter(|e| e.package == "kernels-cpu" && e.test)
@@ -357,10 +347,6 @@ fn the_workspace_on_aarch64_under_qemu() {
             prints.insert(cpu, (line.to_owned(), print));
         }
     }
-    lap(
-        &format!("kernels-cpu tests, -cpu {}", CPUS.map(|c| c.0).join(", ")),
-        &mut times,
-    );
     let x86_hex = format!("{x86_print:016x}");
     let first = &prints["max"].1;
     for (cpu, (line, print)) in &prints {
@@ -425,13 +411,11 @@ fn the_workspace_on_aarch64_under_qemu() {
         );
     }
     let runs_done = arm.len();
-    lap("generate comparisons", &mut times);
 
-    let total: f64 = times.iter().map(|(_, s)| s).sum();
     announce(&format!(
         "aarch64-qemu: kernels-cpu's {} test executables passed on {}; paths {}; kernel \
          fingerprint {} ({}) on every model, x86 {x86_best} {x86_hex}; generate gave x86's tokens \
-         in {runs_done} runs on {GENERATE_CPU} ({}); time {:.0} s: {}",
+         in {runs_done} runs on {GENERATE_CPU} ({})",
         kernel_tests.len(),
         CPUS.map(|c| c.0).join(", "),
         CPUS.map(|c| format!("{}=[{}]", c.0, c.1)).join(" "),
@@ -442,11 +426,5 @@ fn the_workspace_on_aarch64_under_qemu() {
             "equal to x86"
         },
         RUNS.map(|r| format!("{} {}", r.0, r.1)).join(", "),
-        total,
-        times
-            .iter()
-            .map(|(w, s)| format!("{w} {s:.0} s"))
-            .collect::<Vec<_>>()
-            .join(", "),
     ));
 }

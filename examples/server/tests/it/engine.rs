@@ -8,7 +8,6 @@ use crate::common;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use clap::Parser;
 use common::{connect, request_head, Server};
@@ -403,16 +402,32 @@ fn clients_that_hang_up_mid_stream_free_their_sequences_and_disturb_no_one() {
         .collect();
     let dropped: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(dropped, REQUESTS as u64 / 5);
-    // The server notices a hang-up at its next write; wait (bounded) for the last ones.
-    let deadline = Instant::now() + Duration::from_secs(120);
+    // The server notices a hang-up at its next write; wait for the last ones, bounded by the
+    // engine's own progress rather than a clock: a sequence still live after the engine ran
+    // enough forwards to finish every one of them from scratch (200 tokens, vanilla: one
+    // forward a token) was never cancelled; an engine that runs no forward while sequences live
+    // is stuck (it decides a step in milliseconds; a poll is a round trip to the server).
+    const STALL_POLLS: usize = 100_000;
+    let first = metrics(&s);
+    let live = first["llada_running_sequences"] + first["llada_waiting_sequences"];
+    let limit = first["llada_forwards_total"] + 200.0 * live;
+    let (mut last, mut idle_polls) = (first["llada_forwards_total"], 0);
     loop {
         let m = metrics(&s);
         if m["llada_running_sequences"] == 0.0 && m["llada_waiting_sequences"] == 0.0 {
             break;
         }
+        let forwards = m["llada_forwards_total"];
         assert!(
-            Instant::now() < deadline,
-            "sequences still running long after every client finished: {m:?}"
+            forwards <= limit,
+            "sequences still running after {} forwards, enough to finish them all: {m:?}",
+            forwards - first["llada_forwards_total"]
+        );
+        idle_polls = if forwards > last { 0 } else { idle_polls + 1 };
+        last = forwards;
+        assert!(
+            idle_polls < STALL_POLLS,
+            "live sequences but no forward in {STALL_POLLS} polls: {m:?}"
         );
     }
     let h = s.health();
