@@ -29,8 +29,8 @@ pub const DEFAULT_MAX_REMASKS: usize = 2;
 /// Verification: shadow rows beyond the free rows of the window's latency bucket may add at most
 /// this fraction of the forward's own latency (per the latency table).
 pub const DEFAULT_SHADOW_ALLOWANCE: f64 = 0.1;
-/// Verification: a look at a token leaves out the tentative tokens at most this many positions
-/// away decided in the same step or later (0: it sees them).
+/// Verification: a look at a token leaves out the tentative tokens after it, at most this many
+/// positions away, decided in the same step or later (0: it sees them).
 pub const DEFAULT_PARTNERS_WITHIN: usize = 8;
 
 /// Which positions a step decides, and whether decisions are final at once.

@@ -27,7 +27,8 @@ pub const CHOSEN_ON_TUNING: &str =
      fresh, fresh2 and fresh3; Dream's default (the threshold rule with the guess and the left \
      trim) was chosen on the tuning and confirmation sets once its forwards were priced as the \
      model computes them, and judged on fresh, fresh2 and fresh3. The fresh4 set (2026-12-06) \
-     judged all of these and verification's step-boundary rules, and chose nothing";
+     judged all of these and verification's step-boundary rules; its wrong answers were read \
+     after that verdict (the partner rule came from them), and the fresh5 set judged the rule";
 
 /// What the run was.
 pub struct Context {
