@@ -213,6 +213,7 @@ impl Algorithm for Dream {
             final_len: final_prefix(&self.states, self.prompt_len),
             states: &self.states,
             tentative: &self.tentative,
+            guess: None,
         })
     }
 

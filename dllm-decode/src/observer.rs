@@ -58,6 +58,10 @@ pub struct StepEvent<'a> {
     /// candidates that were not chosen, and drafts beyond the block), as `(position, token)`:
     /// tentative tokens, neither context nor final.
     pub tentative: &'a [(usize, u32)],
+    /// The canvas position whose guess this step's forward showed
+    /// ([`crate::MbsdParams::show_guess`]), and whether its shadow confirmed it: the forward saw
+    /// that position's guessed token, not the mask.
+    pub guess: Option<(usize, bool)>,
 }
 
 /// The length of the final prefix of the generated positions: the Stable positions from

@@ -223,6 +223,7 @@ mod tests {
             states: &states,
             final_len: crate::observer::final_prefix(&states, 2),
             tentative: &[],
+            guess: None,
         };
         assert_eq!(e.final_len, 2);
         let mut s = FinalTextStream::new(decode, vec![3]);

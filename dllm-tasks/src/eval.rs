@@ -15,6 +15,7 @@ use dllm_models::DiffusionLm;
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
+use crate::first_wrong::{first_wrong, FirstWrong};
 use crate::oracle::OracleDecisions;
 pub use crate::sets::QuestionSet;
 use crate::tasks::long::{check_steps, StepScore};
@@ -110,6 +111,9 @@ pub struct StepLog {
     pub verified: Vec<(usize, f64)>,
     /// Positions sent back to the mask.
     pub remasked: Vec<usize>,
+    /// The position whose guess the forward showed (it saw the guessed token there, not the
+    /// mask), and whether the guess was confirmed.
+    pub guess: Option<(usize, bool)>,
 }
 
 /// One question's outcome (`eval --dump` writes one per line).
@@ -157,6 +161,9 @@ pub struct Answered {
     pub drafts_wrong: usize,
     /// Every step, in order.
     pub log: Vec<StepLog>,
+    /// Where the answer first differs from the reference, read against `log` (`None` when it
+    /// never does): see [`crate::first_wrong`].
+    pub first_wrong: Option<FirstWrong>,
 }
 
 /// Token-level calibration: committed tokens whose confidence fell in `[lo, hi)` (the last band
@@ -349,6 +356,7 @@ pub fn answer_with(
                 .collect(),
             verified: e.verified.iter().map(|&(p, c)| (at(p), c)).collect(),
             remasked: e.remasked.iter().map(|&p| at(p)).collect(),
+            guess: e.guess.map(|(p, confirmed)| (at(p), confirmed)),
         });
         for (k, &p) in e.unmasked.iter().enumerate() {
             if let Some(i) = p
@@ -380,6 +388,9 @@ pub fn answer_with(
         .zip(&reference)
         .map(|(a, b)| a == b)
         .collect();
+    let first_wrong = first_wrong(&token_right, &commit_step, &commit_confidence, &log, |p| {
+        tok.decode(&reference[p..=p], false).unwrap_or_default()
+    });
     Ok(Answered {
         task: ex.kind,
         prompt: ex.prompt.clone(),
@@ -400,6 +411,7 @@ pub fn answer_with(
         drafts_taken: counts.drafts_taken,
         drafts_wrong: counts.drafts_wrong,
         log,
+        first_wrong,
     })
 }
 
@@ -529,8 +541,34 @@ pub fn table(scores: &[TaskScore]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A wrong long-math answer with this first wrong token (for the tables' tests).
+    pub(crate) fn answered_with(first_wrong: Option<FirstWrong>) -> Answered {
+        Answered {
+            task: TaskKind::LongMath,
+            prompt: String::new(),
+            reference: String::new(),
+            response: String::new(),
+            exact: false,
+            final_answer: false,
+            forwards: 1,
+            tokens: 0,
+            steps: None,
+            commit_step: Vec::new(),
+            commit_confidence: Vec::new(),
+            token_right: Vec::new(),
+            remasks: 0,
+            remasks_wrong: 0,
+            guesses: (0, 0),
+            verified: 0,
+            drafts_taken: 0,
+            drafts_wrong: 0,
+            log: Vec::new(),
+            first_wrong,
+        }
+    }
 
     #[test]
     fn the_table_counts_forwards_per_worked_step() {
@@ -574,25 +612,11 @@ mod tests {
     #[test]
     fn calibration_bands_count_committed_tokens_by_confidence() {
         let a = Answered {
-            task: TaskKind::LongMath,
-            prompt: String::new(),
-            reference: String::new(),
-            response: String::new(),
-            exact: false,
-            final_answer: false,
-            forwards: 1,
             tokens: 5,
-            steps: None,
             commit_step: vec![Some(0); 6],
             commit_confidence: vec![Some(0.2), Some(0.5), Some(0.69), Some(0.7), Some(1.0), None],
             token_right: vec![false, true, false, true, true, true],
-            remasks: 0,
-            remasks_wrong: 0,
-            guesses: (0, 0),
-            verified: 0,
-            drafts_taken: 0,
-            drafts_wrong: 0,
-            log: Vec::new(),
+            ..answered_with(None)
         };
         let b = calibration(&[a]);
         let got: Vec<(usize, usize)> = b.iter().map(|b| (b.tokens, b.right)).collect();

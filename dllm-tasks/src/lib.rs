@@ -35,6 +35,7 @@
 pub mod error;
 pub mod eval;
 pub mod export;
+pub mod first_wrong;
 pub mod long_tokenizer;
 pub mod oracle;
 pub mod probe;

@@ -87,6 +87,7 @@ struct Report {
     remasked: Vec<usize>,
     verified: Vec<(usize, f64)>,
     tentative: Vec<(usize, u32)>,
+    guess: Option<(usize, bool)>,
 }
 
 /// The block algorithm's state.

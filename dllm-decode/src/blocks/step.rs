@@ -87,6 +87,7 @@ impl Blocks<'_> {
             remasked,
             verified,
             tentative,
+            guess: pl.shown.map(|(pos, _)| (pos, rejected.is_none())),
         };
         self.advance()
     }
@@ -382,6 +383,7 @@ impl Blocks<'_> {
             states: &self.states,
             final_len: final_prefix(&self.states, self.prompt_len),
             tentative: &r.tentative,
+            guess: r.guess,
         }
     }
 }

@@ -65,7 +65,9 @@ fn the_rows_after_a_guess_count_only_when_its_shadow_confirms_it() {
         &[(at(0), 0, 0.95), (at(1), 1, 0.6), (at(2), 2, 0.5)],
         &[],
     );
-    assert_eq!(g.absorb(a).unwrap().unmasked, &[at(0)]);
+    let e = g.absorb(a).unwrap();
+    assert_eq!(e.unmasked, &[at(0)]);
+    assert_eq!(e.guess, None, "nothing was shown");
     // Forward 2 shows forward 1's prediction for the first undecided position and checks it.
     let ask = g.next().unwrap().unwrap();
     assert_eq!(ask.canvas[0][at(1)], 1, "the guess is written in");
@@ -88,6 +90,11 @@ fn the_rows_after_a_guess_count_only_when_its_shadow_confirms_it() {
     assert_eq!(decided, vec![at(1), at(2)]);
     assert_eq!((e.canvas[at(1)], e.canvas[at(2)]), (1, 2));
     assert_eq!(
+        e.guess,
+        Some((at(1), true)),
+        "the event names the confirmed guess"
+    );
+    assert_eq!(
         (g.progress().guesses_shown, g.progress().guesses_confirmed),
         (1, 1)
     );
@@ -100,6 +107,7 @@ fn the_rows_after_a_guess_count_only_when_its_shadow_confirms_it() {
     let e = g.absorb(a).unwrap();
     assert_eq!(e.unmasked, &[at(3)]);
     assert_eq!((e.canvas[at(3)], e.canvas[at(4)]), (2, MASK));
+    assert_eq!(e.guess, Some((at(3), false)), "and the rejected one");
     assert_eq!(
         (g.progress().guesses_shown, g.progress().guesses_confirmed),
         (2, 1)

@@ -73,6 +73,12 @@ struct Args {
     /// answer, position by position) per confidence band, per task.
     #[arg(long)]
     calibration: bool,
+    /// Also print where the wrong answers first go wrong: each one's first token that differs
+    /// from the reference, by how the forward deciding it saw the 8 positions before it (masked
+    /// or decided) and its confidence, with what verification did with it, per task (README,
+    /// *What the default still gets wrong*; `--dump` holds each answer's `first_wrong`).
+    #[arg(long)]
+    first_errors: bool,
     /// Diagnostic, not a decoder: the decision rule sees every prediction that already equals the
     /// reference answer's token as certain and every other one as uncertain, so each forward
     /// decides exactly what the model already predicts right; its forwards per answer bound what
@@ -296,6 +302,9 @@ fn check_flags(a: &Args) -> Result<Asked> {
     }
     if a.oracle_decisions && a.probe {
         bail!("--oracle-decisions changes how answers are decoded; --probe decodes nothing");
+    }
+    if (a.calibration || a.first_errors) && a.probe {
+        bail!("--calibration and --first-errors read decoded answers; --probe decodes nothing");
     }
     if let Some(t) = &a.tokenizer {
         dllm_models::files::open_regular(t, "tokenizer").context("--tokenizer")?;

@@ -1,10 +1,12 @@
-//! The evaluation's output: the table (with `--calibration`'s bands) or the `--json` object.
+//! The evaluation's output: the table (with `--calibration`'s bands and `--first-errors`'
+//! classes) or the `--json` object.
 
 use std::time::Instant;
 
 use dllm_decode::{DecodeParams, Staged};
 use dllm_models::{Arch, ModelInfo};
 use dllm_tasks::eval::{calibration, calibration_table, table, Answered, QuestionSet, TaskScore};
+use dllm_tasks::first_wrong::{first_errors, first_errors_table};
 use dllm_tasks::{Suite, TaskKind};
 use serde_json::Value;
 
@@ -112,7 +114,8 @@ impl Report<'_> {
         })
     }
 
-    /// One task's entry of the `--json` object (with its calibration under `--calibration`).
+    /// One task's entry of the `--json` object (with its calibration under `--calibration`, its
+    /// wrong answers' first wrong tokens under `--first-errors`).
     fn task_json(&self, s: &TaskScore) -> Value {
         serde_json::json!({
             "task": s.task.name(), "paper_dataset": s.task.paper_dataset(), "n": s.n,
@@ -123,11 +126,13 @@ impl Report<'_> {
             "revision_precision": s.revision_precision(), "drafts_wrong": s.drafts_wrong,
             "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
             "calibration": self.args.calibration.then(|| calibration(&self.answers_of(s.task))),
+            "first_errors": self.args.first_errors.then(|| first_errors(&self.answers_of(s.task))),
         })
     }
 
     /// The table: a line of settings, the scores per task, then (with `--calibration`) each
-    /// task's committed tokens per confidence band.
+    /// task's committed tokens per confidence band and (with `--first-errors`) its wrong answers
+    /// by their first wrong token.
     fn print_table(&self, d: &Decoding) {
         println!("{}\n", self.settings_line(d));
         print!("{}", table(self.scores));
@@ -139,6 +144,16 @@ impl Report<'_> {
                     s.task.name()
                 );
                 print!("{}", calibration_table(&calibration(&mine)));
+            }
+        }
+        if self.args.first_errors {
+            for s in self.scores {
+                let rows = first_errors(&self.answers_of(s.task));
+                println!(
+                    "\n{}: wrong answers by their first wrong token\n",
+                    s.task.name()
+                );
+                print!("{}", first_errors_table(&rows));
             }
         }
     }

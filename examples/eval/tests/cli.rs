@@ -569,3 +569,36 @@ fn dream_models_decode_with_their_family_defaults() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--no-sts"));
 }
+
+#[test]
+fn first_errors_class_every_wrong_answer() {
+    // At threshold 0.5 tiny-llada-long decides results beside their masked operands: most of
+    // its wrong answers first go wrong there, below 0.9.
+    let v = tuning20(&["--threshold", "0.5", "--first-errors"]);
+    let t = &v["tasks"][0];
+    let n = t["n"].as_u64().unwrap();
+    let wrong = n - (t["final_answer_accuracy"].as_f64().unwrap() * n as f64).round() as u64;
+    assert!(
+        wrong >= 5,
+        "threshold 0.5 should lose answers: {wrong} wrong"
+    );
+    let rows = t["first_errors"].as_array().expect("first_errors rows");
+    assert_eq!(rows.len(), 5);
+    let count = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap();
+    let total: u64 = rows.iter().map(|r| count(r, "answers")).sum();
+    assert_eq!(total, wrong, "every wrong answer in one class: {rows:?}");
+    let masked_low = &rows[1];
+    assert_eq!(
+        masked_low["class"],
+        "left context masked, decided below 0.9"
+    );
+    assert!(count(masked_low, "answers") * 2 > wrong, "{rows:?}");
+    for r in rows {
+        assert!(count(r, "after_equals") <= count(r, "answers"));
+    }
+    // Without the flag the field is null; with --probe the flag is refused.
+    assert!(tuning20(&[])["tasks"][0]["first_errors"].is_null());
+    let out = run(&["--model", &long_model(), "--probe", "--first-errors"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--probe decodes nothing"));
+}
