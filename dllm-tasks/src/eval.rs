@@ -389,8 +389,9 @@ pub fn answer_with(
         .map(|(a, b)| a == b)
         .collect();
     let first_wrong = first_wrong(&token_right, &commit_step, &commit_confidence, &log, |p| {
-        tok.decode(&reference[p..=p], false).unwrap_or_default()
-    });
+        (tok.decode(&reference[p..=p], false))
+            .map_err(|e| Error::Eval(format!("decoding reference token {}: {e}", reference[p])))
+    })?;
     Ok(Answered {
         task: ex.kind,
         prompt: ex.prompt.clone(),

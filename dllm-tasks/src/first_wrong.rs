@@ -11,6 +11,7 @@
 use serde::Serialize;
 
 use crate::eval::{Answered, StepLog};
+use crate::Result;
 
 /// How far before the first wrong token the positions its deciding forward saw masked are
 /// counted (a long-math line's result sits 2 and 4 positions after its operands).
@@ -45,15 +46,17 @@ pub struct FirstWrong {
 
 /// The first wrong token of an answer (`None` when every position equals the reference), from
 /// [`Answered`]'s per-position records and step log; `after(position)` is the reference's token
-/// text at a position.
+/// text at a position (its error is returned).
 pub fn first_wrong(
     token_right: &[bool],
     commit_step: &[Option<usize>],
     commit_confidence: &[Option<f64>],
     log: &[StepLog],
-    after: impl FnOnce(usize) -> String,
-) -> Option<FirstWrong> {
-    let k = token_right.iter().position(|&r| !r)?;
+    after: impl FnOnce(usize) -> Result<String>,
+) -> Result<Option<FirstWrong>> {
+    let Some(k) = token_right.iter().position(|&r| !r) else {
+        return Ok(None);
+    };
     let step = commit_step.get(k).copied().flatten();
     let entry = step.and_then(|s| log.iter().find(|l| l.step == s));
     let guess = entry.and_then(|l| l.guess).map(|g| g.0);
@@ -66,9 +69,9 @@ pub fn first_wrong(
             .collect(),
         None => Vec::new(),
     };
-    Some(FirstWrong {
+    Ok(Some(FirstWrong {
         position: k,
-        after: if k == 0 { String::new() } else { after(k - 1) },
+        after: if k == 0 { String::new() } else { after(k - 1)? },
         step,
         confidence: commit_confidence.get(k).copied().flatten(),
         masked_before,
@@ -77,7 +80,7 @@ pub fn first_wrong(
             .flat_map(|l| l.verified.iter().filter(|v| v.0 == k).map(|v| v.1))
             .collect(),
         remasked: log.iter().filter(|l| l.remasked.contains(&k)).count(),
-    })
+    }))
 }
 
 /// One row of [`first_errors`]: wrong answers whose first wrong token falls in one class.
@@ -187,7 +190,9 @@ mod tests {
             remasked: vec![],
             ..log(2, &[5, 7, 8, 9], None)
         });
-        let f = first_wrong(&right, &steps, &conf, &logs, |p| format!("t{p}")).unwrap();
+        let f = first_wrong(&right, &steps, &conf, &logs, |p| Ok(format!("t{p}")))
+            .unwrap()
+            .unwrap();
         assert_eq!(f.position, 6);
         assert_eq!(f.after, "t5");
         assert_eq!(f.step, Some(1));
@@ -199,10 +204,16 @@ mod tests {
         assert_eq!(f.remasked, 0);
         // Without the guess, 5 (decided later) was masked too.
         logs[1].guess = None;
-        let f = first_wrong(&right, &steps, &conf, &logs, |p| format!("t{p}")).unwrap();
+        let f = first_wrong(&right, &steps, &conf, &logs, |p| Ok(format!("t{p}")))
+            .unwrap()
+            .unwrap();
         assert_eq!(f.masked_before, vec![1, 2, 3]);
         // A right answer has none.
-        assert!(first_wrong(&[true; 10], &steps, &conf, &logs, |_| String::new()).is_none());
+        assert!(
+            first_wrong(&[true; 10], &steps, &conf, &logs, |_| Ok(String::new()))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]
@@ -211,7 +222,9 @@ mod tests {
         let conf = [Some(1.0), Some(1.0), Some(1.0), Some(0.6)];
         let right = [true, true, true, false];
         let logs = vec![log(0, &[0, 1, 2], None), log(1, &[3], None)];
-        let f = first_wrong(&right, &steps, &conf, &logs, |_| "=".into()).unwrap();
+        let f = first_wrong(&right, &steps, &conf, &logs, |_| Ok("=".into()))
+            .unwrap()
+            .unwrap();
         assert!(f.masked_before.is_empty());
         assert!(f.alone);
         let rows = first_errors(&[crate::eval::tests::answered_with(Some(f))]);
