@@ -39,8 +39,8 @@ pub use generation::{ForwardTrace, Generation, Outcome, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{final_prefix, Control, StepEvent, StepObserver};
 pub use params::{
-    Decide, DecodeParams, DreamAlg, DreamParams, Joint, JointRule, MbsdParams, Remasking,
-    Requested, Staged, Strategy, Verify,
+    Decide, DecodeParams, DreamAlg, DreamParams, Joint, JointRule, MbsdParams, NearWait,
+    Remasking, Requested, Staged, Strategy, Verify,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 pub use stream::FinalTextStream;
@@ -373,6 +373,8 @@ impl<'a> Decoder<'a> {
                 },
                 no_adjacent: s.no_adjacent,
                 wait_left: s.wait_left,
+                near_wait: s.near_wait,
+                guess: None,
             }),
             (None, Decide::Threshold(t)) => Box::new(select::ThresholdSelector {
                 threshold: t as f64,

@@ -39,9 +39,9 @@ pub const MAX_TEMPERATURE: f32 = 10.0;
 pub const MAX_CFG_SCALE: f32 = 100.0;
 
 pub use crate::decide::{
-    Decide, Staged, Verify, DEFAULT_MAX_REMASKS, DEFAULT_NO_ADJACENT, DEFAULT_PARTNERS_WITHIN,
-    DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE, DEFAULT_THETA_VISIBLE,
-    DEFAULT_WAIT_LEFT,
+    Decide, NearWait, Staged, Verify, DEFAULT_MAX_REMASKS, DEFAULT_NEAR_WAIT, DEFAULT_NO_ADJACENT,
+    DEFAULT_PARTNERS_WITHIN, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE,
+    DEFAULT_THETA_VISIBLE, DEFAULT_WAIT_LEFT,
 };
 pub use crate::joint::{Joint, JointRule, DEFAULT_JOINT_UNLESS_ABOVE, DEFAULT_JOINT_WITHIN};
 pub use crate::strategy::{
@@ -375,6 +375,7 @@ impl DecodeParams {
                         ),
                     );
                 }
+                s.near_wait.map_or(Ok(()), crate::decide::NearWait::check)?;
                 s.verify.map_or(Ok(()), Verify::check)
             }
         }

@@ -209,6 +209,14 @@ pub trait Selector {
     /// Step `step_in_block` of the block: choose among `(position, confidence)` candidates.
     fn select(&mut self, candidates: &[(usize, f64)], step_in_block: usize) -> Vec<usize>;
 
+    /// This step showed a guess at `pos` and its shadow confirmed it (`None`: no guess, or a
+    /// rejected one; see `MbsdParams::show_guess`): the step's other rows saw it as the token it
+    /// becomes, so it is decided context for them. Called before [`Selector::select`]; default:
+    /// ignored.
+    fn guess_confirmed(&mut self, pos: Option<usize>) {
+        let _ = pos;
+    }
+
     /// The block that just became current has drafts `(position, confidence)` from earlier
     /// forwards: those that meet the commit criterion now are accepted without a forward.
     /// Default: none (drafts are re-decided by the block's own forwards).

@@ -178,9 +178,12 @@ impl crate::roles::Selector for ThresholdSelector {
 /// operand). With `wait_left` = n > 0, a candidate below `theta_stable` *waits* while another
 /// candidate (an undecided position of the block) lies at most n positions before it: it was
 /// predicted without its left context (a result digit before its operand, an operand copied
-/// before the line it comes from), and is decided once that context is. The step's fallback
-/// decision is then the most confident candidate that does not wait (the first undecided
-/// position never does, so every step decides something).
+/// before the line it comes from), and is decided once that context is. The near wait
+/// (`near_wait`) does the same at any threshold, closer: below its confidence a candidate waits
+/// while another lies at most its `within` positions before it. A confirmed shown guess
+/// ([`crate::roles::Selector::guess_confirmed`]) is decided context: nothing waits for it. The
+/// step's fallback decision is then the most confident candidate that does not wait (the first
+/// undecided position never does, so every step decides something).
 #[derive(Debug, Clone, Copy)]
 pub struct StsSelector {
     /// The two thresholds.
@@ -190,28 +193,45 @@ pub struct StsSelector {
     /// Below the stable threshold, wait while an undecided position lies at most this many
     /// positions before (0: never wait).
     pub wait_left: usize,
+    /// The near wait (`None`: off).
+    pub near_wait: Option<crate::decide::NearWait>,
+    /// This step's confirmed shown guess (set by `guess_confirmed`; start with `None`).
+    pub guess: Option<usize>,
 }
 
 impl StsSelector {
-    /// Whether the candidate at `pos` has another candidate at most `wait_left` positions before
-    /// it (`candidates` sorted by position or not).
-    fn left_open(&self, candidates: &[(usize, f64)], pos: usize) -> bool {
-        self.wait_left > 0
+    /// Whether another candidate than the confirmed guess lies at most `within` positions before
+    /// `pos` (`candidates` sorted by position or not).
+    fn left_open(&self, candidates: &[(usize, f64)], pos: usize, within: usize) -> bool {
+        within > 0
             && candidates
                 .iter()
-                .any(|&(q, _)| q < pos && q + self.wait_left >= pos)
+                .any(|&(q, _)| q < pos && q + within >= pos && Some(q) != self.guess)
+    }
+
+    /// Whether the candidate at `pos`, `c` confident, waits for its left context.
+    fn waits(&self, candidates: &[(usize, f64)], pos: usize, c: f64) -> bool {
+        // A NaN confidence reaches no threshold: it waits wherever a wait applies.
+        let below = |th: f64| !(c >= th);
+        (below(self.thresholds.stable) && self.left_open(candidates, pos, self.wait_left))
+            || self.near_wait.is_some_and(|n| {
+                below(f64::from(n.below)) && self.left_open(candidates, pos, n.within)
+            })
     }
 }
 
 impl crate::roles::Selector for StsSelector {
+    fn guess_confirmed(&mut self, pos: Option<usize>) {
+        self.guess = pos;
+    }
+
     fn select(&mut self, candidates: &[(usize, f64)], _step: usize) -> Vec<usize> {
         let t = self.thresholds;
-        if !self.no_adjacent && self.wait_left == 0 {
+        if !self.no_adjacent && self.wait_left == 0 && self.near_wait.is_none() {
             return above_threshold(candidates, t.visible);
         }
         // A NaN confidence reaches no threshold.
         let reaches = |c: f64, th: f64| c >= th;
-        let waits = |pos: usize, c: f64| !reaches(c, t.stable) && self.left_open(candidates, pos);
         let mut chosen: Vec<usize> = Vec::new();
         let ranked = ranked(candidates);
         for &(pos, c) in &ranked {
@@ -219,7 +239,7 @@ impl crate::roles::Selector for StsSelector {
                 break;
             }
             let beside = self.no_adjacent && chosen.iter().any(|&q| q + 1 == pos || pos + 1 == q);
-            if (beside && !reaches(c, t.stable)) || waits(pos, c) {
+            if (beside && !reaches(c, t.stable)) || self.waits(candidates, pos, c) {
                 continue;
             }
             chosen.push(pos);
@@ -227,7 +247,12 @@ impl crate::roles::Selector for StsSelector {
         if chosen.is_empty() {
             // Nothing reached the visible threshold (or everything that did waits): the most
             // confident candidate that does not wait.
-            chosen.extend(ranked.iter().find(|&&(p, c)| !waits(p, c)).map(|c| c.0));
+            chosen.extend(
+                ranked
+                    .iter()
+                    .find(|&&(p, c)| !self.waits(candidates, p, c))
+                    .map(|c| c.0),
+            );
         }
         chosen
     }
@@ -323,12 +348,16 @@ mod tests {
             thresholds,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
+            guess: None,
         };
         assert_eq!(plain.select(&c, 0), vec![10, 13, 11, 12, 15]);
         let mut apart = StsSelector {
             thresholds,
             no_adjacent: true,
             wait_left: 0,
+            near_wait: None,
+            guess: None,
         };
         // 11 sits beside 10, 12 beside 13 (both decided first); 15 has no decided neighbour.
         assert_eq!(apart.select(&c, 0), vec![10, 13, 15]);
@@ -351,6 +380,8 @@ mod tests {
             thresholds,
             no_adjacent: true,
             wait_left: 8,
+            near_wait: None,
+            guess: None,
         };
         // 20 is undecided: 24 (0.93, visible) waits for it, 26 (stable) does not, 40 is too far
         // to wait; 20 itself (0.5) is not visible.
@@ -366,6 +397,43 @@ mod tests {
         wait.wait_left = 0;
         assert_eq!(wait.select(&c, 0), vec![26, 24, 40]);
         assert_eq!(wait.select(&[(30, 0.3), (33, 0.8)], 0), vec![33]);
+    }
+
+    #[test]
+    fn the_near_wait_holds_a_sure_candidate_beside_an_undecided_one() {
+        use crate::roles::Selector;
+        let mut near = StsSelector {
+            thresholds: crate::states::Thresholds {
+                visible: 0.9,
+                stable: 0.9,
+            },
+            no_adjacent: true,
+            wait_left: 8,
+            near_wait: Some(crate::decide::NearWait {
+                within: 2,
+                below: 0.975,
+            }),
+            guess: None,
+        };
+        // 12 and 13 are final-threshold candidates; 13 has 12 (undecided now) one position before
+        // it and waits below 0.975; 20 is three positions from 17, beyond the near wait.
+        let c = [(10, 0.99), (12, 0.93), (13, 0.96), (17, 0.99), (20, 0.95)];
+        assert_eq!(near.select(&c, 0), vec![10, 17, 20]);
+        // At 0.975 it no longer waits.
+        let sure = [(10, 0.99), (12, 0.93), (13, 0.98)];
+        assert_eq!(near.select(&sure, 0), vec![10, 13]);
+        // A confirmed shown guess at 12 is decided context: 13 does not wait for it (12 waits
+        // for 10, which this forward saw masked).
+        near.guess_confirmed(Some(12));
+        assert_eq!(near.select(&c, 0), vec![10, 17, 13, 20]);
+        // A rejected guess (none confirmed) counts again.
+        near.guess_confirmed(None);
+        assert_eq!(near.select(&c, 0), vec![10, 17, 20]);
+        // Everything waits but the first candidate: the fallback is the first.
+        assert_eq!(near.select(&[(5, 0.5), (6, 0.97)], 0), vec![5]);
+        // Off: 12 and 13 are decided (0.93 and 0.96 reach the final threshold).
+        near.near_wait = None;
+        assert_eq!(near.select(&c, 0), vec![10, 17, 13, 20, 12]);
     }
 
     #[test]

@@ -17,13 +17,14 @@ use crate::{Error, Result};
 /// [`QuestionSet::Fresh4`] judges verification's step-boundary rules of 2026-12-06, found by
 /// reading wrong answers of the earlier sets. [`QuestionSet::Fresh5`] (2026-12-06, the day's
 /// second session) judges the partner rule's second version, chosen on the tuning and
-/// confirmation sets. Held-out questions past the first 200 are not excluded
+/// confirmation sets. [`QuestionSet::Fresh6`] (the day's fourth session) judges the near wait
+/// and θ_stable 0.9, chosen on the tuning and confirmation sets. Held-out questions past the first 200 are not excluded
 /// from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
 /// The sets are ordered as they were made (and used): `Tuning < Confirmation < Fresh < Fresh2 <
-/// Fresh3 < Fresh4 < Fresh5`.
+/// Fresh3 < Fresh4 < Fresh5 < Fresh6`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionSet {
@@ -42,13 +43,15 @@ pub enum QuestionSet {
     Fresh4,
     /// The confirmation generator's questions 1501-1800 and held-out long-math questions 1601-1900.
     Fresh5,
+    /// The confirmation generator's questions 1801-2100 and held-out long-math questions 1901-2200.
+    Fresh6,
 }
 
 impl QuestionSet {
     /// Questions of the tuning set.
     pub const TUNING_SIZE: usize = 100;
     /// Every set, in order.
-    pub const ALL: [QuestionSet; 7] = [
+    pub const ALL: [QuestionSet; 8] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
         QuestionSet::Fresh,
@@ -56,9 +59,10 @@ impl QuestionSet {
         QuestionSet::Fresh3,
         QuestionSet::Fresh4,
         QuestionSet::Fresh5,
+        QuestionSet::Fresh6,
     ];
-    /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4`
-    /// and `Fresh5`, which judged the verification rules of 2026-12-06 (`--sets` adds them).
+    /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4`,
+    /// `Fresh5` and `Fresh6`, which judged the rules of 2026-12-06 (`--sets` adds them).
     pub const PICTURE: [QuestionSet; 5] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
@@ -68,7 +72,7 @@ impl QuestionSet {
     ];
 
     /// Its questions, always the same, in order: the tuning set is held-out long-math 1-100; the
-    /// k-th set after it (k = 1, ..., 6) is the confirmation generator's k-th 300 questions, then
+    /// k-th set after it (k = 1, ..., 7) is the confirmation generator's k-th 300 questions, then
     /// the k-th 300 held-out long-math questions after the first 100.
     pub fn questions(self) -> Vec<Example> {
         use crate::tasks::long::confirm::{confirmation_stream, CONFIRMATION_SIZE};
@@ -102,6 +106,7 @@ impl QuestionSet {
             QuestionSet::Fresh3 => 3,
             QuestionSet::Fresh4 => 4,
             QuestionSet::Fresh5 => 5,
+            QuestionSet::Fresh6 => 6,
         };
         let held = Self::TUNING_SIZE + k * N;
         Some((k * N..(k + 1) * N, held..held + N))
@@ -128,7 +133,7 @@ impl QuestionSet {
         }
     }
 
-    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4` or `fresh5`.
+    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5` or `fresh6`.
     pub fn name(self) -> &'static str {
         match self {
             QuestionSet::Tuning => "tuning",
@@ -138,6 +143,7 @@ impl QuestionSet {
             QuestionSet::Fresh3 => "fresh3",
             QuestionSet::Fresh4 => "fresh4",
             QuestionSet::Fresh5 => "fresh5",
+            QuestionSet::Fresh6 => "fresh6",
         }
     }
 }
@@ -172,6 +178,7 @@ mod tests {
         assert_eq!(sets[4].len(), 600);
         assert_eq!(sets[5].len(), 600);
         assert_eq!(sets[6].len(), 600);
+        assert_eq!(sets[7].len(), 600);
         let mut seen = std::collections::HashSet::new();
         for (set, qs) in QuestionSet::ALL.iter().zip(&sets) {
             for q in qs {
@@ -203,6 +210,7 @@ mod tests {
                 "the confirmation generator's questions 901-1200, then held-out long-math questions 1001-1300",
                 "the confirmation generator's questions 1201-1500, then held-out long-math questions 1301-1600",
                 "the confirmation generator's questions 1501-1800, then held-out long-math questions 1601-1900",
+                "the confirmation generator's questions 1801-2100, then held-out long-math questions 1901-2200",
             ]
         );
         // The held-out part of a set follows the previous set's: fresh2's first held-out question

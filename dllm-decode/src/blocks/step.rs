@@ -62,6 +62,8 @@ impl Blocks<'_> {
         let (remasked, verified) = self.verdicts(&pl, &answer, rejected)?;
         let hold =
             !remasked.is_empty() && self.verifier.as_ref().is_some_and(|v| v.cfg.hold_on_remask);
+        let confirmed = pl.shown.filter(|_| rejected.is_none()).map(|(pos, _)| pos);
+        self.selector.guess_confirmed(confirmed);
         let (unmasked, confidences) = self.select(&pl, &scored, hold)?;
         if self.show_guess {
             self.keep_guesses(&pl, &scored, &draft_scores);

@@ -258,6 +258,7 @@ fn accepted_drafts_enter_visible_never_final_at_once() {
             stable: 0.9,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
             verify: None,
         }),
         early_stop: false,

@@ -163,6 +163,7 @@ fn params(verify: Option<Verify>) -> DecodeParams {
             stable: 0.9,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
             verify,
         }),
         early_stop: false,
@@ -346,6 +347,7 @@ fn staged_decisions_without_mbsd_and_bad_thetas_are_named_errors() {
             stable: 0.8,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
             verify: None,
         }),
         ..params(None)
@@ -398,6 +400,7 @@ fn deterministic_over_runs_and_thread_counts_with_verification() {
             stable: 0.99,
             no_adjacent: true,
             wait_left: 0,
+            near_wait: None,
             verify: Some(verify()),
         }),
         ..params(None)

@@ -364,6 +364,7 @@ mod tests {
                 stable: 0.9,
                 no_adjacent: false,
                 wait_left: 0,
+                near_wait: None,
                 verify: Some(Verify::default()),
             }),
             ..DecodeParams::default().resolve(asked, &loaded.defaults)

@@ -16,6 +16,8 @@ const FLAGS: &[(&str, &str)] = &[
     ("verify.allowance", "--verify-allowance"),
     ("theta_visible", "--theta-visible"),
     ("theta_stable", "--theta-stable"),
+    ("near_wait.within", "--wait-near"),
+    ("near_wait.below", "--wait-near-below"),
     ("tau_back", "--tau-back"),
     ("mbsd.draft_context", "--draft-context"),
     ("mbsd.refresh", "--refresh"),

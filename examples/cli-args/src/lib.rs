@@ -9,12 +9,12 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use dllm_decode::latency::LatencyTable;
 use dllm_decode::params::{
-    DEFAULT_MAX_REMASKS, DEFAULT_PARTNERS_WITHIN, DEFAULT_SHADOW_ALLOWANCE, DEFAULT_TAU_BACK,
-    DEFAULT_THETA_STABLE, DEFAULT_THETA_VISIBLE, DEFAULT_WAIT_LEFT,
+    DEFAULT_MAX_REMASKS, DEFAULT_NEAR_WAIT, DEFAULT_PARTNERS_WITHIN, DEFAULT_SHADOW_ALLOWANCE,
+    DEFAULT_TAU_BACK, DEFAULT_THETA_STABLE, DEFAULT_THETA_VISIBLE, DEFAULT_WAIT_LEFT,
 };
 use dllm_decode::{
-    Decide, DecodeParams, Decoder, DreamParams, Joint, MbsdParams, Outcome, Requested, Staged,
-    Strategy, Verify,
+    Decide, DecodeParams, Decoder, DreamParams, Joint, MbsdParams, NearWait, Outcome, Requested,
+    Staged, Strategy, Verify,
 };
 use dllm_models::source::DecodeDefaults;
 
@@ -172,7 +172,8 @@ pub struct DecodeArgs {
     /// mbsd: confidence at which a prediction becomes visible (tentative) context [default: 0.9].
     #[arg(long)]
     pub theta_visible: Option<f32>,
-    /// mbsd: confidence at which a token becomes final [default: 0.95].
+    /// mbsd: confidence at which a token becomes final [default: 0.9; 0.95 before the near
+    /// wait].
     #[arg(long)]
     pub theta_stable: Option<f32>,
     /// mbsd: no verification of tentative tokens (Visible tokens are never looked at again).
@@ -210,6 +211,16 @@ pub struct DecodeArgs {
     /// result digit before its operand); 0 never waits.
     #[arg(long, default_value_t = DEFAULT_WAIT_LEFT)]
     pub wait_left: usize,
+    /// mbsd staged decisions, the near wait: a candidate below --wait-near-below, at any
+    /// threshold, waits while an undecided position lies at most this many positions before it
+    /// (a result digit decided in the forward that decides its operand saw it masked); 0 never
+    /// waits.
+    #[arg(long, default_value_t = DEFAULT_NEAR_WAIT.within)]
+    pub wait_near: usize,
+    /// mbsd staged decisions: the confidence at which the near wait (--wait-near) lets a
+    /// candidate go.
+    #[arg(long, default_value_t = DEFAULT_NEAR_WAIT.below)]
+    pub wait_near_below: f32,
     /// mbsd verification: a token's verification row leaves out (sees masked) the tentative
     /// tokens after it, at most this many positions away, that were decided in the same step or
     /// later — they may rest on it, and two unverified tokens must not confirm each other (the
@@ -438,12 +449,25 @@ impl DecodeArgs {
             ("--no-hold", self.no_hold),
             ("--allow-adjacent", self.allow_adjacent),
             ("--wait-left", self.wait_left != DEFAULT_WAIT_LEFT),
+            ("--wait-near", self.wait_near != DEFAULT_NEAR_WAIT.within),
+            (
+                "--wait-near-below",
+                self.wait_near_below != DEFAULT_NEAR_WAIT.below,
+            ),
             ("--verify-allowance", verify.allowance != d.allowance),
             (
                 "--partners-within",
                 verify.partners_within != d.partners_within,
             ),
         ];
+        if self.wait_near == 0 && self.wait_near_below != DEFAULT_NEAR_WAIT.below {
+            return Err(dllm_decode::DecodeError::InvalidParam {
+                name: "near_wait.below",
+                reason: "--wait-near-below sets the near wait's confidence, and --wait-near 0 \
+                         turns the near wait off"
+                    .into(),
+            });
+        }
         let staged_asked = self.sts || given.iter().any(|g| g.1);
         if strategy.is_mbsd() && !self.no_sts {
             let family = strategy.default_decide(shift_logits);
@@ -453,6 +477,10 @@ impl DecodeArgs {
                     stable: self.theta_stable.unwrap_or(DEFAULT_THETA_STABLE),
                     no_adjacent: !self.allow_adjacent,
                     wait_left: self.wait_left,
+                    near_wait: (self.wait_near > 0).then_some(NearWait {
+                        within: self.wait_near,
+                        below: self.wait_near_below,
+                    }),
                     verify: (!self.no_verify).then_some(verify),
                 }));
             }

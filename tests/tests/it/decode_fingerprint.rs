@@ -126,6 +126,7 @@ fn mbsd(p: fn(Strategy) -> DecodeParams, visible: f32, stable: f32) -> DecodePar
             stable,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
             verify: None,
         }),
         ..p(Strategy::Mbsd(legacy()))
@@ -214,6 +215,7 @@ fn long_cases() -> Vec<Case> {
             stable: 0.9,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
             verify: None,
         })
     };

@@ -57,6 +57,7 @@ fn params() -> Vec<DecodeParams> {
             stable: 0.9,
             no_adjacent: false,
             wait_left: 0,
+            near_wait: None,
             verify,
         })
     };

@@ -241,6 +241,7 @@ fn mbsd_without_sliding_decides_again_what_verification_sends_back_in_a_past_blo
             visible: 0.8,
             stable: 0.9,
             wait_left: 0,
+            near_wait: None,
             verify: Some(dllm_decode::Verify {
                 tau_back: 0.9,
                 joint: dllm_decode::Joint::Off,

@@ -106,6 +106,14 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             q.decide = Decide::Staged(dllm_decode::Staged { wait_left: 0, ..s });
             v.push(("left wait", "no left wait (--wait-left 0)".into(), q));
         }
+        if s.near_wait.is_some() {
+            let mut q = *p;
+            q.decide = Decide::Staged(dllm_decode::Staged {
+                near_wait: None,
+                ..s
+            });
+            v.push(("near wait", "no near wait (--wait-near 0)".into(), q));
+        }
         if let Some(on) = s.verify.filter(|v| v.joint != dllm_decode::Joint::Off) {
             let mut q = *p;
             let verify = Some(dllm_decode::Verify {
@@ -322,6 +330,7 @@ mod tests {
             s.zip(ps)
                 .is_some_and(|(a, b)| a.no_adjacent != b.no_adjacent),
             s.zip(ps).is_some_and(|(a, b)| a.wait_left != b.wait_left),
+            s.zip(ps).is_some_and(|(a, b)| a.near_wait != b.near_wait),
             s.zip(ps)
                 .and_then(|(a, b)| a.verify.zip(b.verify))
                 .is_some_and(|(a, b)| a.joint != b.joint),

@@ -173,7 +173,7 @@ pub fn verify_label(v: Option<Verify>) -> String {
 /// The label of a staged configuration.
 pub fn staged_label(s: &Staged) -> String {
     format!(
-        "mbsd, theta {} / {}, {}{}{}",
+        "mbsd, theta {} / {}, {}{}{}{}",
         s.visible,
         s.stable,
         verify_label(s.verify),
@@ -186,7 +186,11 @@ pub fn staged_label(s: &Staged) -> String {
             format!(", wait left {}", s.wait_left)
         } else {
             String::new()
-        }
+        },
+        s.near_wait.map_or(String::new(), |n| format!(
+            ", wait near {} below {}",
+            n.within, n.below
+        )),
     )
 }
 
@@ -291,6 +295,20 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         mbsd_with(&|m| m.fit_bucket = Some(false), stable(0.96)),
         false,
     ));
+    // The staged decisions before the near wait (2026-12-06's fourth session), LLaDA's default
+    // then.
+    let before_near = Staged {
+        stable: 0.95,
+        near_wait: None,
+        ..ds
+    };
+    if !shift_logits {
+        v.push(spec(
+            "mbsd, the default before the near wait (--theta-stable 0.95 --wait-near 0)",
+            mbsd_with(&|_| {}, Decide::Staged(before_near)),
+            false,
+        ));
+    }
     v.push(spec(
         "mbsd, no shown guess, no joint check (--no-show-guess --joint-check off)",
         mbsd_with(
@@ -308,15 +326,17 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     for (label, p) in contrib::switched_off(&mbsd) {
         v.push(spec(format!("mbsd, {label}"), p, false));
     }
-    // Dream's default before the shown guess (the LLaDA default without its guess on LLaDA).
+    // Dream's default before the shown guess (the LLaDA default before the shown guess and the
+    // near wait, on LLaDA).
     v.push(spec(
-        "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
+        "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess \
+         --theta-stable 0.95 --wait-near 0)",
         mbsd_with(
             &|m| {
                 m.fit_bucket = Some(true);
                 m.show_guess = Some(false)
             },
-            Decide::Staged(ds),
+            Decide::Staged(before_near),
         ),
         false,
     ));
@@ -410,6 +430,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         stable,
         no_adjacent,
         wait_left: 0,
+        near_wait: None,
         verify,
     };
     for tv in [0.6f32, 0.7, 0.8, 0.85, 0.9] {
@@ -432,6 +453,12 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     // ... and with the left wait (both in the defaults).
     v.push(point(Staged {
         wait_left: ds.wait_left,
+        ..at(0.7, 0.9, true, Some(joint))
+    }));
+    // ... and with the near wait (the three in the defaults).
+    v.push(point(Staged {
+        wait_left: ds.wait_left,
+        near_wait: ds.near_wait,
         ..at(0.7, 0.9, true, Some(joint))
     }));
     for tv in [0.8f32, 0.9] {

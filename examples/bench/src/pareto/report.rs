@@ -207,7 +207,7 @@ fn defaults_text(shift_logits: bool) -> String {
     let rule = match decide {
         Decide::Staged(s) => format!(
             "staged decisions, theta {} / {}, {}; decisions below theta_stable {}, waiting for \
-             their left context within {} positions",
+             their left context within {} positions{}",
             s.visible,
             s.stable,
             verify_label(s.verify),
@@ -217,6 +217,10 @@ fn defaults_text(shift_logits: bool) -> String {
                 "may be adjacent"
             },
             s.wait_left,
+            s.near_wait.map_or(String::new(), |n| format!(
+                "; decisions below {} waiting within {} positions (the near wait)",
+                n.below, n.within
+            )),
         ),
         Decide::Threshold(t) => {
             format!("the threshold rule at {t} (decisions final at once, no staged decisions)")
