@@ -311,6 +311,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
             "bucket fit",
             "adjacency rule",
             "left wait",
+            "near wait",
             "joint check",
             "verification",
             "staged decisions",

@@ -534,8 +534,20 @@ fn dream_models_decode_with_their_family_defaults() {
         "{p}"
     );
     assert!(t(&def, "guesses_shown") > 20.0, "{}", def["tasks"]);
-    // Dream's previous default, spelled out: staged decisions, bucket fit, no guess.
-    let old = tuning20_on(m, &["--sts", "--bucket-fit", "--no-show-guess"]);
+    // Dream's previous default, spelled out: staged decisions (at the thresholds and without
+    // the near wait of the time), bucket fit, no guess.
+    let old = tuning20_on(
+        m,
+        &[
+            "--sts",
+            "--bucket-fit",
+            "--no-show-guess",
+            "--theta-stable",
+            "0.95",
+            "--wait-near",
+            "0",
+        ],
+    );
     let q = &old["params"];
     assert_eq!(
         (&q["theta_stable"], &q["threshold"]),
@@ -572,9 +584,9 @@ fn dream_models_decode_with_their_family_defaults() {
 
 #[test]
 fn first_errors_class_every_wrong_answer() {
-    // At threshold 0.5 tiny-llada-long decides results beside their masked operands: most of
-    // its wrong answers first go wrong there, below 0.9.
-    let v = tuning20(&["--threshold", "0.5", "--first-errors"]);
+    // At threshold 0.5 without the near wait tiny-llada-long decides results beside their
+    // masked operands: most of its wrong answers first go wrong there, below 0.9.
+    let v = tuning20(&["--threshold", "0.5", "--wait-near", "0", "--first-errors"]);
     let t = &v["tasks"][0];
     let n = t["n"].as_u64().unwrap();
     let wrong = n - (t["final_answer_accuracy"].as_f64().unwrap() * n as f64).round() as u64;

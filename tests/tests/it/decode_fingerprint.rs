@@ -470,8 +470,9 @@ const TINY_LLADA_LONG_CPU: &[(&str, u64)] = &[
     ("mbsd 0.7/0.9", 0xa625c096f171bab2),
     // The shown guess with the table's legacy switches (lookahead on) at threshold 0.9.
     ("mbsd shown guess", 0x1ad249830e5228fc),
-    // The decoder's defaults (on LLaDA: the shown guess, no lookahead).
-    ("mbsd defaults", 0x510e242eab369f41),
+    // The decoder's defaults (on LLaDA: the shown guess, the near wait, theta 0.9 / 0.9, no
+    // lookahead).
+    ("mbsd defaults", 0x848f829fb0f0e893),
     ("mbsd no sts 0.9", 0x5fc6f3957d0a7647),
     ("mbsd schedule", 0xc034323b67d6dc1b),
     ("mbsd no sliding/lookahead", 0x1e01c37a4a2804dc),

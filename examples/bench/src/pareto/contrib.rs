@@ -405,6 +405,7 @@ mod tests {
                 "bucket fit",
                 "adjacency rule",
                 "left wait",
+                "near wait",
                 "joint check",
                 "verification",
                 "staged decisions",

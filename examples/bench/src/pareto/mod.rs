@@ -761,7 +761,8 @@ mod tests {
             "mbsd, no shown guess (--no-show-guess)",
             "mbsd, staged decisions (--sts --show-guess)",
             "mbsd, with bucket fit (--bucket-fit)",
-            "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess)",
+            "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess \
+             --theta-stable 0.95 --wait-near 0)",
         ] {
             assert!(s.rows.iter().any(|r| r.label == l), "{l} missing");
         }
@@ -770,12 +771,17 @@ mod tests {
             .rows
             .iter()
             .any(|r| r.label.starts_with("vanilla, threshold")));
-        // The LLaDA run has the last one already: the defaults without the guess.
+        // On LLaDA the last one is the default before the shown guess and the near wait: a row
+        // of its own, and the default before the near wait is one too.
         let llada = specs(&base(), false, false);
-        assert!(llada
-            .same
-            .iter()
-            .any(|x| x.0.starts_with("mbsd, staged decisions, bucket fit")));
+        for l in [
+            "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess \
+             --theta-stable 0.95 --wait-near 0)",
+            "mbsd, the default before the near wait (--theta-stable 0.95 --wait-near 0)",
+        ] {
+            assert!(llada.rows.iter().any(|r| r.label == l), "{l} missing");
+        }
+        assert!(!s.rows.iter().any(|r| r.label.contains("before the near wait")));
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub const CHOSEN_ON_TUNING: &str =
      trim) was chosen on the tuning and confirmation sets once its forwards were priced as the \
      model computes them, and judged on fresh, fresh2 and fresh3. The fresh4 set (2026-12-06) \
      judged all of these and verification's step-boundary rules; its wrong answers were read \
-     after that verdict (the partner rule came from them), and the fresh5 set judged the rule";
+     after that verdict (the partner rule came from them), and the fresh5 set judged the rule. \
+     LLaDA's near wait and theta_stable 0.9 came from the wrong answers of the sets up to fresh4, \
+     were chosen on the tuning and confirmation sets, and the fresh6 set judged them";
 
 /// What the run was.
 pub struct Context {
