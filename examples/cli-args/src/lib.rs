@@ -39,10 +39,10 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub steps: Option<usize>,
     /// mbsd (multi-block speculative decoding with staged decisions, verification and, on LLaDA
-    /// models, a shown guess: on 1800 long-math questions nothing was chosen on, tiny-llada-long
-    /// 99.1% vs threshold-0.9's 97.2% and vanilla's 99.6%, in fewer forwards than threshold 0.9
-    /// (9.02 vs 9.05) at about 0.7x dual-cache's projected latency; `--no-show-guess` is the
-    /// previous default, 99.7% in 11.2 forwards; Dream models decide by the threshold rule at 0.9
+    /// models, a shown guess and the near wait: on 600 long-math questions nothing was chosen on
+    /// (fresh6), tiny-llada-long 595 right vs threshold-0.9's 584 and vanilla's 599, in fewer
+    /// forwards than threshold 0.9 (9.08 vs 9.12) at about 0.7x dual-cache's projected latency;
+    /// `--theta-stable 0.95 --wait-near 0` is the previous default, 592 in 9.10; Dream models decide by the threshold rule at 0.9
     /// with a refresh at each block start instead of sliding, the shown guess and no bucket fit:
     /// on tiny-dream-long 1742 of 1800 in 10.35 forwards vs threshold 0.9's 1739 in 10.74; see
     /// the README), vanilla (the
