@@ -39,8 +39,8 @@ pub use generation::{ForwardTrace, Generation, Outcome, StopReason};
 pub use latency::{LatencyPoint, LatencyTable};
 pub use observer::{final_prefix, Control, StepEvent, StepObserver};
 pub use params::{
-    Decide, DecodeParams, DreamAlg, DreamParams, Joint, JointRule, MbsdParams, NearWait,
-    Remasking, Requested, Staged, Strategy, Verify,
+    Decide, DecodeParams, DreamAlg, DreamParams, Joint, JointRule, MbsdParams, NearWait, Remasking,
+    Requested, Staged, Strategy, Verify,
 };
 pub use roles::{DecodeView, Selector, WindowPlan, WindowPolicy};
 pub use stream::FinalTextStream;

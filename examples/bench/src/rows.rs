@@ -75,6 +75,9 @@ impl RowSpec {
             "theta_stable": staged.map(|s| s.stable),
             "tau_back": verify.map(|v| v.tau_back),
             "no_adjacent": staged.map(|s| s.no_adjacent),
+            "wait_left": staged.map(|s| s.wait_left),
+            "wait_near": staged.map(|s| s.near_wait.map_or(0, |n| n.within)),
+            "wait_near_below": staged.and_then(|s| s.near_wait).map(|n| n.below),
         })
     }
 }

@@ -98,6 +98,9 @@ impl Report<'_> {
                 "theta_visible": staged.map(|s| f32_as_written(s.visible)),
                 "theta_stable": staged.map(|s| f32_as_written(s.stable)),
                 "tau_back": staged.and_then(|s| s.verify).map(|v| f32_as_written(v.tau_back)),
+                // The near wait's positions (0: off) and confidence, staged decisions only.
+                "wait_near": staged.map(|s| s.near_wait.map_or(0, |n| n.within)),
+                "wait_near_below": staged.and_then(|s| s.near_wait).map(|n| f32_as_written(n.below)),
                 "oracle_decisions": a.oracle_decisions,
                 // mbsd's switches as they ran on this model's family, else null.
                 "show_guess": mbsd.map(|m| m.show_guess),

@@ -555,10 +555,16 @@ fn dream_models_decode_with_their_family_defaults() {
         "{q}"
     );
     assert_eq!(
-        (&q["show_guess"], &q["fit_bucket"]),
-        (&serde_json::json!(false), &serde_json::json!(true)),
+        (&q["show_guess"], &q["fit_bucket"], &q["wait_near"]),
+        (
+            &serde_json::json!(false),
+            &serde_json::json!(true),
+            &serde_json::json!(0)
+        ),
         "{q}"
     );
+    // Dream's default decides by the threshold rule: no near wait.
+    assert!(def["params"]["wait_near"].is_null(), "{}", def["params"]);
     assert!(
         t(&def, "forwards_per_answer") < t(&old, "forwards_per_answer") - 1.0,
         "{} vs {}",
@@ -609,7 +615,19 @@ fn first_errors_class_every_wrong_answer() {
         assert!(count(r, "after_equals") <= count(r, "answers"));
     }
     // Without the flag the field is null; with --probe the flag is refused.
-    assert!(tuning20(&[])["tasks"][0]["first_errors"].is_null());
+    let d = tuning20(&[]);
+    assert!(d["tasks"][0]["first_errors"].is_null());
+    // The defaults as they ran: LLaDA's near wait (2 positions, below 0.975) at theta 0.9 / 0.9.
+    let p = &d["params"];
+    assert_eq!(
+        (&p["wait_near"], &p["wait_near_below"], &p["theta_stable"]),
+        (
+            &serde_json::json!(2),
+            &serde_json::json!(0.975),
+            &serde_json::json!(0.9)
+        ),
+        "{p}"
+    );
     let out = run(&["--model", &long_model(), "--probe", "--first-errors"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--probe decodes nothing"));

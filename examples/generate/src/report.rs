@@ -75,6 +75,16 @@ impl Report<'_> {
                 .staged()
                 .and_then(|s| s.verify)
                 .map(|v| as_written(v.tau_back)),
+            // The near wait's positions (0: off) and confidence (staged decisions), else null.
+            "wait_near": params
+                .decide
+                .staged()
+                .map(|s| s.near_wait.map_or(0, |n| n.within)),
+            "wait_near_below": params
+                .decide
+                .staged()
+                .and_then(|s| s.near_wait)
+                .map(|n| as_written(n.below)),
             // mbsd's switches as they ran on this model's family, else null.
             "show_guess": mbsd.map(|m| m.show_guess),
             "fit_bucket": mbsd.map(|m| m.fit_bucket),

@@ -781,7 +781,10 @@ mod tests {
         ] {
             assert!(llada.rows.iter().any(|r| r.label == l), "{l} missing");
         }
-        assert!(!s.rows.iter().any(|r| r.label.contains("before the near wait")));
+        assert!(!s
+            .rows
+            .iter()
+            .any(|r| r.label.contains("before the near wait")));
     }
 
     #[test]

@@ -651,3 +651,41 @@ fn the_kv_cache_dtype_is_a_flag_and_reported() {
     assert_eq!(v["kv_dtype"], "f16", "the NPU's cache: {v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn json_reports_the_near_wait_and_refuses_a_contradiction() {
+    let dir = model_dir("near-wait");
+    let d = dir.to_str().unwrap();
+    let base = short_run(d);
+    // LLaDA's default: staged decisions at theta 0.9 / 0.9 with the near wait.
+    let v = run_json(&base, &[]);
+    assert_eq!(
+        (&v["wait_near"], &v["wait_near_below"], &v["theta_stable"]),
+        (
+            &serde_json::json!(2),
+            &serde_json::json!(0.975),
+            &serde_json::json!(0.9)
+        ),
+        "{v}"
+    );
+    let v = run_json(&base, &["--wait-near", "3", "--wait-near-below", "0.99"]);
+    assert_eq!(
+        (&v["wait_near"], &v["wait_near_below"]),
+        (&serde_json::json!(3), &serde_json::json!(0.99)),
+        "{v}"
+    );
+    let v = run_json(&base, &["--wait-near", "0"]);
+    assert_eq!(v["wait_near"], 0, "{v}");
+    assert!(v["wait_near_below"].is_null(), "{v}");
+    // A confidence for a wait that is off, or out of range, is refused by its flag's name.
+    for bad in [
+        &["--wait-near", "0", "--wait-near-below", "0.9"][..],
+        &["--wait-near-below", "1.5"][..],
+    ] {
+        let out = run(&[&base[..], bad].concat());
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--wait-near-below"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
