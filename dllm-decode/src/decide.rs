@@ -11,7 +11,7 @@ use crate::joint::Joint;
 /// dual-cache with threshold 0.9; judged on the fresh set, then on fresh2 and, with the left wait,
 /// on fresh3, which nothing read before (99.8% there, vanilla 99.3%, threshold 0.9 97.2%). With
 /// the shown guess (`MbsdParams::show_guess`, LLaDA) θ_visible changed no answer where it was
-/// measured (θ 0.7, 0.8 and 0.85 / 0.9 gave the same answers on six sets, README).
+/// measured (θ 0.7, 0.8 and 0.85 / 0.9 gave the same answers on six sets, `examples/bench/defaults.md`).
 pub const DEFAULT_THETA_VISIBLE: f32 = 0.9;
 /// Staged decisions: the confidence at which a token becomes final. 0.9 since the near wait
 /// ([`DEFAULT_NEAR_WAIT`]) holds back the decisions between 0.9 and 0.975 whose left neighbours
@@ -112,7 +112,7 @@ pub struct Staged {
 /// confirmed is decided context, not undecided). A line's result digit decided in the forward
 /// that also decides its operands was predicted with them masked; such decisions, 0.96 to 0.99
 /// confident and above the stable threshold, were about half of the default's wrong answers
-/// before the near wait (README, *What the default still gets wrong*). The left wait
+/// before the near wait (`examples/bench/defaults.md`, *What the default still gets wrong*). The left wait
 /// ([`Staged::wait_left`]) does the same for decisions below the stable threshold and further
 /// away.
 #[derive(Debug, Clone, Copy, PartialEq)]

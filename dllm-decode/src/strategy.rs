@@ -182,8 +182,8 @@ impl MbsdParams {
     /// slides and does not refresh; a model with them (Dream) refreshes at each block start and
     /// does not slide (chosen per family on the tuning, confirmation, fresh and fresh2 sets: on
     /// tiny-dream-long sliding cost accuracy, and the refresh is what dual cache has that the
-    /// sliding window lacks; on tiny-llada-long the refresh bought nothing; README, *Default
-    /// decoding*).
+    /// sliding window lacks; on tiny-llada-long the refresh bought nothing; `examples/bench/defaults.md`,
+    /// *Dream*).
     pub fn resolved(self, shift_logits: bool) -> (bool, bool) {
         (
             self.sliding.unwrap_or(!shift_logits),
@@ -197,8 +197,8 @@ impl MbsdParams {
     /// (Dream) shows one under the threshold rule (its default), not under staged decisions
     /// (chosen on the tuning and confirmation sets: on tiny-dream-long the guess with the
     /// threshold rule at 0.9 took 674 of 700 in 10.3 forwards per answer against 672 in 10.7
-    /// without; with staged decisions at their defaults it cost 13 right answers; README,
-    /// *Default decoding*).
+    /// without; with staged decisions at their defaults it cost 13 right answers;
+    /// `examples/bench/defaults.md`, *The shown guess*).
     pub fn shows_guess(self, shift_logits: bool, decide: crate::Decide) -> bool {
         self.show_guess.unwrap_or(if shift_logits {
             matches!(decide, crate::Decide::Threshold(_))
@@ -212,7 +212,7 @@ impl MbsdParams {
     /// models, not on Dream models (chosen on the tuning and confirmation sets: on
     /// tiny-dream-long, with Dream's default decisions and the left trim, cutting the tail took
     /// 11.73 forwards per answer against 10.28 without, more than dual-cache + threshold 0.9's
-    /// 10.69, for 2 fewer right answers of 700; README, *Dream*). The left trim
+    /// 10.69, for 2 fewer right answers of 700; `examples/bench/defaults.md`, *Dream*). The left trim
     /// ([`Self::trim_left`]) fits Dream's windows without delaying a decision.
     pub fn fits_bucket(self, shift_logits: bool) -> bool {
         self.fit_bucket.unwrap_or(!shift_logits)

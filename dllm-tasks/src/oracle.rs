@@ -7,7 +7,7 @@
 //! forward, exactly the positions the model already predicts right (and, when it predicts none of
 //! them right, the most confident wrong one, as its fallback). The forwards it takes bound what
 //! any decision rule on this model's predictions could reach; the gap to a real rule is what the
-//! model's confidence cannot tell apart (README, *The forwards frontier*).
+//! model's confidence cannot tell apart (`examples/bench/defaults.md`, *The forwards frontier*).
 //!
 //! Only the decision rows change: verification (shadow) rows, the cache and the K/V are the
 //! model's own.

@@ -75,14 +75,14 @@ struct Args {
     calibration: bool,
     /// Also print where the wrong answers first go wrong: each one's first token that differs
     /// from the reference, by how the forward deciding it saw the 8 positions before it (masked
-    /// or decided) and its confidence, with what verification did with it, per task (README,
-    /// *What the default still gets wrong*; `--dump` holds each answer's `first_wrong`).
+    /// or decided) and its confidence, with what verification did with it, per task
+    /// (`examples/bench/defaults.md`, *What the default still gets wrong*; `--dump` holds each answer's `first_wrong`).
     #[arg(long)]
     first_errors: bool,
     /// Diagnostic, not a decoder: the decision rule sees every prediction that already equals the
     /// reference answer's token as certain and every other one as uncertain, so each forward
     /// decides exactly what the model already predicts right; its forwards per answer bound what
-    /// any decision rule could reach with this model (README, *The forwards frontier*).
+    /// any decision rule could reach with this model (`examples/bench/defaults.md`, *The forwards frontier*).
     #[arg(long)]
     oracle_decisions: bool,
 }

@@ -383,7 +383,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         false,
     ));
     // Dual cache's block-start refresh without its suffix rows, decisions at threshold 0.9: what
-    // closes Dream's gap to dual-cache (README, *Where the forwards go*).
+    // closes Dream's gap to dual-cache (`examples/bench/defaults.md`, *Where the forwards go*).
     v.push(spec(
         "mbsd, no sliding, refresh (--refresh), threshold 0.9, no bucket fit",
         mbsd_with(
