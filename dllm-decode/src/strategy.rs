@@ -108,6 +108,14 @@ pub struct MbsdParams {
     /// (the block's last undecided positions wait for the next forward) instead of paying for the
     /// next bucket (`None`: the model family's default, see [`MbsdParams::fits_bucket`]).
     pub fit_bucket: Option<bool>,
+    /// Count the shown guess's shadow rows in the forward the bucket fit fits to a bucket (off
+    /// by default): the window gives up its last positions so that the guess's rows fit the
+    /// bucket instead of starting the next one. Fewer rows per forward, more forwards: on
+    /// tiny-llada-long (tuning + confirmation, 700) the same 699 right in 9.95 forwards per
+    /// answer against the default's 9.04, projected on confirmation at 7.64 s against 8.36 s
+    /// (`examples/bench/defaults.md`, *Tried on 2026-12-06*). Needs the bucket fit and the shown
+    /// guess (an error otherwise).
+    pub fit_guess: bool,
     /// Leave decided positions out of the window's left when its forward would pass a bucket
     /// edge of the latency table: positions before the frontier whose cached K/V are current
     /// (computed from the token they hold), which the window would only recompute. The forward
@@ -149,6 +157,7 @@ impl Default for MbsdParams {
             sliding: None,
             lookahead: false,
             fit_bucket: None,
+            fit_guess: false,
             trim_left: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
             allowance: DEFAULT_LOOKAHEAD_ALLOWANCE,

@@ -33,7 +33,7 @@ use crate::rng::Rng;
 use crate::roles::{Selector, WindowPlan, WindowPolicy};
 use crate::states::{Thresholds, TokenState};
 use crate::verify::Verifier;
-use crate::Result;
+use crate::{DecodeError, Result};
 
 /// What the decoder set up for one generation's block algorithm.
 pub(crate) struct Setup<'a> {
@@ -152,6 +152,25 @@ impl<'a> Blocks<'a> {
             .strategy
             .mbsd()
             .is_some_and(|m| m.shows_guess(shift, p.decide));
+        if let Some(m) = p.strategy.mbsd().filter(|m| m.fit_guess) {
+            let missing = match (m.fits_bucket(shift), show_guess) {
+                (false, _) => Some(
+                    "the bucket fit, which is off here (turned off, or a Dream model, where it is \
+                     off by default)",
+                ),
+                (true, false) => Some(
+                    "the shown guess, which is off here (turned off, or staged decisions on a \
+                     Dream model)",
+                ),
+                _ => None,
+            };
+            if let Some(what) = missing {
+                return Err(DecodeError::param(
+                    "mbsd.fit_guess",
+                    format!("fitting the guess's rows in the bucket needs {what}"),
+                ));
+            }
+        }
         let verifier = match (p.decide.staged().and_then(|st| st.verify), thresholds) {
             (Some(v), Some(t)) => Some(Verifier::new(
                 v,

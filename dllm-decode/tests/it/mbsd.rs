@@ -345,6 +345,68 @@ fn flat_table(bucket: usize, ms: f64) -> LatencyTable {
     }
 }
 
+/// The rows each forward after the first computes (window, verification and guess rows), and
+/// the guesses shown, in one generation on the synthetic model, threshold 0.9.
+fn computed_rows(table: LatencyTable, mbsd: MbsdParams) -> (Vec<usize>, usize) {
+    let p = params(MBSD(MbsdParams::default()), Some(0.9), mbsd);
+    let out = Decoder::new(p)
+        .latency_table(Arc::new(table))
+        .run(&mut synthetic(), PROMPT, &mut ())
+        .unwrap();
+    let rows = out.trace.iter().skip(1).map(|f| f.computed).collect();
+    (rows, out.guesses_shown)
+}
+
+#[test]
+fn the_guess_rows_fit_the_bucket_only_when_asked() {
+    // By default the bucket fit leaves the shown guess's shadow row out of the forward it fits:
+    // a window cut to the 8-position edge plus the guess's row pays for the next bucket. With
+    // `fit_guess` the window gives up a position for the row instead.
+    let shown = MbsdParams {
+        lookahead: false,
+        show_guess: Some(true),
+        ..Default::default()
+    };
+    let fitted = MbsdParams {
+        fit_guess: true,
+        ..shown
+    };
+    let (rows, guesses) = computed_rows(flat_table(8, 100.0), shown);
+    assert!(guesses > 0 && rows.iter().any(|&r| r > 8), "{rows:?}");
+    let (rows, guesses) = computed_rows(flat_table(8, 100.0), fitted);
+    assert!(guesses > 0 && rows.iter().all(|&r| r <= 8), "{rows:?}");
+}
+
+#[test]
+fn fitting_the_guess_needs_the_bucket_fit_and_the_guess() {
+    for (m, what) in [
+        (
+            MbsdParams {
+                fit_guess: true,
+                fit_bucket: Some(false),
+                show_guess: Some(true),
+                ..Default::default()
+            },
+            "bucket fit",
+        ),
+        (
+            MbsdParams {
+                fit_guess: true,
+                show_guess: Some(false),
+                ..Default::default()
+            },
+            "shown guess",
+        ),
+    ] {
+        let p = params(MBSD(MbsdParams::default()), Some(0.9), m);
+        let e = Decoder::new(p)
+            .run(&mut synthetic(), PROMPT, &mut ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fit_guess") && e.contains(what), "{e}");
+    }
+}
+
 /// The forward windows of one generation on the synthetic model, threshold 0.9.
 fn windows(table: LatencyTable, mbsd: MbsdParams) -> Vec<Range<usize>> {
     let mut spy = Spy {

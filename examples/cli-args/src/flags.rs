@@ -26,6 +26,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("mbsd.trigger", "--lookahead-trigger"),
     ("mbsd.lookahead", "--lookahead"),
     ("mbsd.fit_bucket", "--no-bucket-fit"),
+    ("mbsd.fit_guess", "--fit-guess"),
     ("mbsd.sliding", "--no-sliding"),
     ("dream.alg_temp", "--alg-temp"),
     ("dream.top_p", "--top-p"),

@@ -115,6 +115,11 @@ pub struct DecodeArgs {
     /// edge (the default for LLaDA models).
     #[arg(long)]
     pub bucket_fit: bool,
+    /// mbsd: count the shown guess's shadow rows in the forward the bucket fit fits to a bucket
+    /// (the window gives up its last positions for them): fewer rows per forward, more forwards;
+    /// needs the bucket fit and the shown guess (the README's `generate` reference).
+    #[arg(long, conflicts_with = "no_bucket_fit")]
+    pub fit_guess: bool,
     /// mbsd: never leave decided positions out of the window's left to fit a bucket edge (by
     /// default a window whose rows — with the row before it on Dream, the verification rows and
     /// the shown guess's shadow — would pass a bucket edge leaves out decided positions before
@@ -375,6 +380,7 @@ impl DecodeArgs {
             sliding: flag_pair(self.sliding, self.no_sliding),
             lookahead: self.lookahead,
             fit_bucket: flag_pair(self.bucket_fit, self.no_bucket_fit),
+            fit_guess: self.fit_guess,
             trim_left: !self.no_trim_left,
             trigger: self.lookahead_trigger,
             allowance: self.lookahead_allowance,
@@ -395,6 +401,7 @@ impl DecodeArgs {
             ("--no-lookahead", self.no_lookahead),
             ("--no-bucket-fit", self.no_bucket_fit),
             ("--bucket-fit", self.bucket_fit),
+            ("--fit-guess", self.fit_guess),
             ("--no-trim-left", self.no_trim_left),
             ("--lookahead-trigger", m.trigger != d.trigger),
             ("--lookahead-allowance", m.allowance != d.allowance),

@@ -88,6 +88,7 @@ impl Report<'_> {
             // mbsd's switches as they ran on this model's family, else null.
             "show_guess": mbsd.map(|m| m.show_guess),
             "fit_bucket": mbsd.map(|m| m.fit_bucket),
+            "fit_guess": mbsd.map(|m| m.fit_guess),
             "trim_left": mbsd.map(|m| m.trim_left),
             "sliding": mbsd.map(|m| m.sliding),
             "refresh": mbsd.map(|m| m.refresh),

@@ -325,6 +325,7 @@ mod tests {
             m.sliding != pm.sliding,
             m.show_guess != pm.show_guess,
             m.fit_bucket != pm.fit_bucket,
+            m.fit_guess != pm.fit_guess,
             m.trim_left != pm.trim_left,
             s.is_some() != ps.is_some(),
             s.zip(ps)

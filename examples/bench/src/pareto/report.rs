@@ -247,7 +247,11 @@ fn defaults_text(shift_logits: bool) -> String {
         },
         on_off(Some(m.lookahead)),
         m.trigger,
-        on_off(m.fit_bucket),
+        match (m.fit_bucket, m.fit_guess) {
+            (Some(true), true) => "on (counting the guess's rows)",
+            (Some(true), false) => "on",
+            _ => "off",
+        },
         if m.trim_left && m.sliding == Some(false) {
             "on"
         } else if m.trim_left {

@@ -653,6 +653,33 @@ fn the_kv_cache_dtype_is_a_flag_and_reported() {
 }
 
 #[test]
+fn json_reports_the_guess_fitted_in_the_bucket_and_refuses_it_without_a_guess() {
+    let dir = model_dir("fit-guess");
+    let d = dir.to_str().unwrap();
+    let base = short_run(d);
+    let v = run_json(&base, &[]);
+    assert_eq!(
+        (&v["fit_guess"], &v["fit_bucket"]),
+        (&serde_json::json!(false), &serde_json::json!(true)),
+        "{v}"
+    );
+    let v = run_json(&base, &["--fit-guess"]);
+    assert_eq!(v["fit_guess"], true, "{v}");
+    // Without the guess or the bucket fit there is nothing to fit: refused by the flag's name.
+    for bad in [
+        &["--fit-guess", "--no-show-guess"][..],
+        &["--fit-guess", "--no-bucket-fit"][..],
+        &["--fit-guess", "--strategy", "dual-cache"][..],
+    ] {
+        let out = run(&[&base[..], bad].concat());
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--fit-guess"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn json_reports_the_near_wait_and_refuses_a_contradiction() {
     let dir = model_dir("near-wait");
     let d = dir.to_str().unwrap();
