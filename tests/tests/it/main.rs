@@ -18,6 +18,7 @@ mod gguf;
 mod hexagon;
 mod hostile_inputs;
 mod hub;
+mod mbsd_sweep;
 mod npu_refresh;
 mod outside_app;
 mod reference;
