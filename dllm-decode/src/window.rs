@@ -285,6 +285,11 @@ impl WindowPolicy for MbsdWindow {
             start = usize::from(v.info.shift_logits);
         }
         let mut end = v.block.end;
+        if let Some(span) = self.params.span {
+            // At most `span` positions from the frontier; a refresh or stale positions before it
+            // are recomputed on top.
+            end = end.min(start.max(v.frontier()) + span);
+        }
         if self.params.trim_left && !(v.step_in_block == 0 && refresh) {
             start = self.trim_left(v, start, end);
         }

@@ -18,13 +18,16 @@ use crate::{Error, Result};
 /// reading wrong answers of the earlier sets. [`QuestionSet::Fresh5`] (2026-12-06, the day's
 /// second session) judges the partner rule's second version, chosen on the tuning and
 /// confirmation sets. [`QuestionSet::Fresh6`] (the day's fourth session) judges the near wait
-/// and θ_stable 0.9, chosen on the tuning and confirmation sets. Held-out questions past the first 200 are not excluded
+/// and θ_stable 0.9, chosen on the tuning and confirmation sets. [`QuestionSet::Fresh7`]
+/// (2026-12-06, the day's fifth session) judges mbsd's window sliding across one block
+/// (`--block-length 128 --span 16 --wait-near 8`), chosen on the tuning and confirmation sets.
+/// Held-out questions past the first 200 are not excluded
 /// from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
 /// The sets are ordered as they were made (and used): `Tuning < Confirmation < Fresh < Fresh2 <
-/// Fresh3 < Fresh4 < Fresh5 < Fresh6`.
+/// Fresh3 < Fresh4 < Fresh5 < Fresh6 < Fresh7`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionSet {
@@ -45,13 +48,15 @@ pub enum QuestionSet {
     Fresh5,
     /// The confirmation generator's questions 1801-2100 and held-out long-math questions 1901-2200.
     Fresh6,
+    /// The confirmation generator's questions 2101-2400 and held-out long-math questions 2201-2500.
+    Fresh7,
 }
 
 impl QuestionSet {
     /// Questions of the tuning set.
     pub const TUNING_SIZE: usize = 100;
     /// Every set, in order.
-    pub const ALL: [QuestionSet; 8] = [
+    pub const ALL: [QuestionSet; 9] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
         QuestionSet::Fresh,
@@ -60,9 +65,11 @@ impl QuestionSet {
         QuestionSet::Fresh4,
         QuestionSet::Fresh5,
         QuestionSet::Fresh6,
+        QuestionSet::Fresh7,
     ];
     /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4`,
-    /// `Fresh5` and `Fresh6`, which judged the rules of 2026-12-06 (`--sets` adds them).
+    /// `Fresh5`, `Fresh6` and `Fresh7`, which judged the rules of 2026-12-06 (`--sets` adds
+    /// them).
     pub const PICTURE: [QuestionSet; 5] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
@@ -107,6 +114,7 @@ impl QuestionSet {
             QuestionSet::Fresh4 => 4,
             QuestionSet::Fresh5 => 5,
             QuestionSet::Fresh6 => 6,
+            QuestionSet::Fresh7 => 7,
         };
         let held = Self::TUNING_SIZE + k * N;
         Some((k * N..(k + 1) * N, held..held + N))
@@ -133,7 +141,7 @@ impl QuestionSet {
         }
     }
 
-    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5` or `fresh6`.
+    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5`, `fresh6` or `fresh7`.
     pub fn name(self) -> &'static str {
         match self {
             QuestionSet::Tuning => "tuning",
@@ -144,6 +152,7 @@ impl QuestionSet {
             QuestionSet::Fresh4 => "fresh4",
             QuestionSet::Fresh5 => "fresh5",
             QuestionSet::Fresh6 => "fresh6",
+            QuestionSet::Fresh7 => "fresh7",
         }
     }
 }
@@ -211,6 +220,7 @@ mod tests {
                 "the confirmation generator's questions 1201-1500, then held-out long-math questions 1301-1600",
                 "the confirmation generator's questions 1501-1800, then held-out long-math questions 1601-1900",
                 "the confirmation generator's questions 1801-2100, then held-out long-math questions 1901-2200",
+                "the confirmation generator's questions 2101-2400, then held-out long-math questions 2201-2500",
             ]
         );
         // The held-out part of a set follows the previous set's: fresh2's first held-out question

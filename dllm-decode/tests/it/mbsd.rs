@@ -533,6 +533,68 @@ fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
 }
 
 /// (mbsd's options live in `Strategy::Mbsd`: another strategy cannot carry them.)
+/// Each forward's window after the first, and the commit frontier it started from (the first
+/// undecided position after the previous step), in one generation on the synthetic model with
+/// one block as long as the generation, threshold 0.9.
+fn spans(mbsd: MbsdParams) -> Vec<(Range<usize>, usize)> {
+    let mut p = params(MBSD(MbsdParams::default()), Some(0.9), mbsd);
+    p.block_length = p.gen_length;
+    let mask = synthetic().info().special.mask;
+    let mut frontiers = Vec::new();
+    let mut obs = |e: &StepEvent<'_>| {
+        let f = (PROMPT.len()..e.canvas.len()).find(|&q| e.canvas[q] == mask);
+        frontiers.push(f.unwrap_or(e.canvas.len()));
+        Control::Continue
+    };
+    let g = Decoder::new(p)
+        .run(&mut synthetic(), PROMPT, &mut obs)
+        .unwrap();
+    g.trace
+        .iter()
+        .skip(1)
+        .zip(&frontiers)
+        .map(|(t, &f)| (t.start..t.end, f))
+        .collect()
+}
+
+#[test]
+fn a_span_caps_the_window_past_the_frontier() {
+    let free = MbsdParams {
+        lookahead: false,
+        sliding: Some(true),
+        ..Default::default()
+    };
+    let w = spans(free);
+    assert!(w.iter().any(|(r, f)| r.end > f + 4), "{w:?}");
+    let w = spans(MbsdParams {
+        span: Some(4),
+        ..free
+    });
+    assert!(w.len() > 1, "{w:?}");
+    for (r, f) in &w {
+        assert!(
+            r.end <= f + 4 && r.end > *f,
+            "window {r:?} from frontier {f}"
+        );
+    }
+    let e = generate(
+        &mut synthetic(),
+        PROMPT,
+        &params(
+            MBSD(MbsdParams::default()),
+            Some(0.9),
+            MbsdParams {
+                span: Some(0),
+                ..free
+            },
+        ),
+        &mut (),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("mbsd.span"), "{e}");
+}
+
 #[test]
 fn bad_mbsd_options_are_errors_naming_them() {
     let bad = MbsdParams {

@@ -27,6 +27,7 @@ const FLAGS: &[(&str, &str)] = &[
     ("mbsd.lookahead", "--lookahead"),
     ("mbsd.fit_bucket", "--no-bucket-fit"),
     ("mbsd.fit_guess", "--fit-guess"),
+    ("mbsd.span", "--span"),
     ("mbsd.sliding", "--no-sliding"),
     ("dream.alg_temp", "--alg-temp"),
     ("dream.top_p", "--top-p"),

@@ -120,6 +120,11 @@ pub struct DecodeArgs {
     /// needs the bucket fit and the shown guess (the README's `generate` reference).
     #[arg(long, conflicts_with = "no_bucket_fit")]
     pub fit_guess: bool,
+    /// mbsd: a window covers at most N positions from the commit frontier (by default up to the
+    /// block's end); with `--block-length` equal to `--gen-length` the window slides across the
+    /// whole answer (the README's `generate` reference)
+    #[arg(long, value_name = "N")]
+    pub span: Option<usize>,
     /// mbsd: never leave decided positions out of the window's left to fit a bucket edge (by
     /// default a window whose rows — with the row before it on Dream, the verification rows and
     /// the shown guess's shadow — would pass a bucket edge leaves out decided positions before
@@ -381,6 +386,7 @@ impl DecodeArgs {
             lookahead: self.lookahead,
             fit_bucket: flag_pair(self.bucket_fit, self.no_bucket_fit),
             fit_guess: self.fit_guess,
+            span: self.span,
             trim_left: !self.no_trim_left,
             trigger: self.lookahead_trigger,
             allowance: self.lookahead_allowance,
@@ -402,6 +408,7 @@ impl DecodeArgs {
             ("--no-bucket-fit", self.no_bucket_fit),
             ("--bucket-fit", self.bucket_fit),
             ("--fit-guess", self.fit_guess),
+            ("--span", self.span.is_some()),
             ("--no-trim-left", self.no_trim_left),
             ("--lookahead-trigger", m.trigger != d.trigger),
             ("--lookahead-allowance", m.allowance != d.allowance),

@@ -106,6 +106,7 @@ impl Report<'_> {
                 "show_guess": mbsd.map(|m| m.show_guess),
                 "fit_bucket": mbsd.map(|m| m.fit_bucket),
                 "fit_guess": mbsd.map(|m| m.fit_guess),
+                "span": mbsd.map(|m| m.span),
                 "trim_left": mbsd.map(|m| m.trim_left),
                 "sliding": mbsd.map(|m| m.sliding),
                 "refresh": mbsd.map(|m| m.refresh),

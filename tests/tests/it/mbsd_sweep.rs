@@ -85,12 +85,14 @@ fn table(bucket: usize) -> LatencyTable {
 
 /// One drawn combination: the parameters and the latency table's bucket (`None`: no table).
 fn draw(r: &mut Rng) -> (DecodeParams, Option<usize>) {
-    let (gen_length, block_length) = [(32, 8), (32, 16), (64, 32), (48, 16)][r.index(4)];
+    let (gen_length, block_length) =
+        [(32, 8), (32, 16), (64, 32), (48, 16), (32, 32), (64, 64)][r.index(6)];
     let m = MbsdParams {
         sliding: maybe(r, coin),
         lookahead: r.below(4) == 0,
         fit_bucket: maybe(r, coin),
         fit_guess: r.below(4) == 0,
+        span: maybe(r, |r| r.index(20)),
         trim_left: coin(r),
         trigger: r.index(9),
         allowance: [0.0, 0.25, 1.0][r.index(3)],

@@ -326,6 +326,7 @@ mod tests {
             m.show_guess != pm.show_guess,
             m.fit_bucket != pm.fit_bucket,
             m.fit_guess != pm.fit_guess,
+            m.span != pm.span || q.block_length != p.block_length,
             m.trim_left != pm.trim_left,
             s.is_some() != ps.is_some(),
             s.zip(ps)

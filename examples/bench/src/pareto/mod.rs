@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
-use dllm_decode::{Decide, DecodeParams, Joint, MbsdParams, Staged, Strategy, Verify};
+use dllm_decode::{Decide, DecodeParams, Joint, MbsdParams, NearWait, Staged, Strategy, Verify};
 use dllm_tasks::eval::QuestionSet;
 use dllm_tasks::Example;
 
@@ -313,6 +313,29 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         v.push(spec(
             "mbsd, the guess's rows fitted in the bucket (--fit-guess)",
             mbsd_with(&|m| m.fit_guess = true, d),
+            false,
+        ));
+        // One block, the window sliding across the whole answer at most 16 positions wide, the
+        // near wait reaching 8 positions (examples/bench/defaults.md, *Tried on 2026-12-06*).
+        let near = NearWait {
+            within: 8,
+            ..ds.near_wait.expect("LLaDA's staged decisions wait near")
+        };
+        v.push(spec(
+            format!(
+                "mbsd, one block, a window of 16 (--block-length {} --span 16 --wait-near 8)",
+                base.gen_length
+            ),
+            DecodeParams {
+                block_length: base.gen_length,
+                ..mbsd_with(
+                    &|m| m.span = Some(16),
+                    Decide::Staged(Staged {
+                        near_wait: Some(near),
+                        ..ds
+                    }),
+                )
+            },
             false,
         ));
     }

@@ -30,7 +30,9 @@ pub const CHOSEN_ON_TUNING: &str =
      judged all of these and verification's step-boundary rules; its wrong answers were read \
      after that verdict (the partner rule came from them), and the fresh5 set judged the rule. \
      LLaDA's near wait and theta_stable 0.9 came from the wrong answers of the sets up to fresh4, \
-     were chosen on the tuning and confirmation sets, and the fresh6 set judged them";
+     were chosen on the tuning and confirmation sets, and the fresh6 set judged them. mbsd's window \
+     sliding across one block (--block-length 128 --span 16 --wait-near 8, an option) was chosen \
+     on the tuning and confirmation sets, and the fresh7 set judged it";
 
 /// What the run was.
 pub struct Context {

@@ -680,6 +680,27 @@ fn json_reports_the_guess_fitted_in_the_bucket_and_refuses_it_without_a_guess() 
 }
 
 #[test]
+fn json_reports_the_span_and_refuses_zero_or_another_strategy() {
+    let dir = model_dir("span");
+    let d = dir.to_str().unwrap();
+    let base = short_run(d);
+    let v = run_json(&base, &[]);
+    assert_eq!(v["span"], serde_json::Value::Null, "{v}");
+    let v = run_json(&base, &["--span", "4"]);
+    assert_eq!(v["span"], 4, "{v}");
+    for bad in [
+        &["--span", "0"][..],
+        &["--span", "4", "--strategy", "dual-cache"][..],
+    ] {
+        let out = run(&[&base[..], bad].concat());
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--span"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn json_reports_the_near_wait_and_refuses_a_contradiction() {
     let dir = model_dir("near-wait");
     let d = dir.to_str().unwrap();
