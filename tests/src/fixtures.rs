@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
+use candle_hexagon::{HexagonConfig, HexagonDevice};
 use dllm_models::synthetic::{random_weights, write_hf};
-use dllm_models::{DiffusionLm, LoadOptions, LoadedModel, ModelSource, Rows, TransformerConfig};
+use dllm_models::{
+    Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSource, Rows, TransformerConfig,
+};
 
 /// A directory under `std::env::temp_dir()` removed on drop; the name is unique per process, call
 /// and time, so parallel tests never share one.
@@ -83,6 +86,33 @@ pub fn load_path(path: &Path, opts: &LoadOptions) -> dllm_models::Result<LoadedM
 /// Load with default options (f32 on CPU).
 pub fn load_default(path: &Path) -> dllm_models::Result<LoadedModel> {
     load_path(path, &LoadOptions::default())
+}
+
+/// One of the repository's shipped models (`models/<name>`) on `backend`; panics naming it when
+/// it is missing.
+pub fn shipped(name: &str, backend: Backend) -> LoadedModel {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models")
+        .join(name);
+    load_path(
+        &dir,
+        &LoadOptions {
+            backend,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("{name} must be in the repository: {e}"))
+}
+
+/// The emulated Hexagon device with an address window of `window_bytes`.
+pub fn hexagon(window_bytes: u64) -> Backend {
+    Backend::Hexagon(
+        HexagonDevice::open(HexagonConfig {
+            va_window_bytes: window_bytes,
+            ..Default::default()
+        })
+        .expect("the emulated Hexagon device opens"),
+    )
 }
 
 /// A `(1, len)` canvas tensor.

@@ -8,29 +8,13 @@
 //! updates its rows here, in the same commit, and says why (`FINGERPRINT_PRINT=1` prints the
 //! current table).
 
-use std::path::PathBuf;
-
-use candle_hexagon::{HexagonConfig, HexagonDevice};
 use dllm_decode::{
     Decide, DecodeParams, Decoder, DreamAlg, MbsdParams, Outcome, Remasking, Staged, Strategy,
 };
-use dllm_models::{load, Backend, LoadOptions, LoadedModel, ModelSource};
+use dllm_models::{Backend, LoadedModel};
 use dllm_tasks::eval::questions;
 use dllm_tasks::TaskKind;
-
-fn model(name: &str, backend: Backend) -> LoadedModel {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../models")
-        .join(name);
-    load(
-        &ModelSource::parse(dir.to_str().unwrap()).unwrap(),
-        &LoadOptions {
-            backend,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{name} must be in the repository: {e}"))
-}
+use llada_tests::fixtures::{hexagon, shipped};
 
 /// FNV-1a over 64-bit words.
 fn fnv(words: impl IntoIterator<Item = u64>) -> u64 {
@@ -386,18 +370,9 @@ fn check(label: &str, got: &[(String, u64)], want: &[(&str, u64)]) {
 
 use dllm_models::DiffusionLm;
 
-fn hexagon() -> Backend {
-    let dev = HexagonDevice::open(HexagonConfig {
-        va_window_bytes: 256 << 20,
-        ..Default::default()
-    })
-    .unwrap();
-    Backend::Hexagon(dev)
-}
-
 #[test]
 fn llada_decoders_keep_their_fingerprints() {
-    let mut m = model("tiny-llada", Backend::Cpu);
+    let mut m = shipped("tiny-llada", Backend::Cpu);
     let got = run(
         &mut m,
         &[TaskKind::Math, TaskKind::Completion],
@@ -405,14 +380,14 @@ fn llada_decoders_keep_their_fingerprints() {
         &short_cases(),
     );
     check("tiny-llada cpu", &got, TINY_LLADA_CPU);
-    let mut m = model("tiny-llada-long", Backend::Cpu);
+    let mut m = shipped("tiny-llada-long", Backend::Cpu);
     let got = run(&mut m, &[TaskKind::LongMath], 3, &long_cases());
     check("tiny-llada-long cpu", &got, TINY_LLADA_LONG_CPU);
 }
 
 #[test]
 fn dream_decoders_keep_their_fingerprints() {
-    let mut m = model("tiny-dream", Backend::Cpu);
+    let mut m = shipped("tiny-dream", Backend::Cpu);
     let got = run(
         &mut m,
         &[TaskKind::Math, TaskKind::Completion],
@@ -420,7 +395,7 @@ fn dream_decoders_keep_their_fingerprints() {
         &dream_cases(),
     );
     check("tiny-dream cpu", &got, TINY_DREAM_CPU);
-    let mut m = model("tiny-dream-long", Backend::Cpu);
+    let mut m = shipped("tiny-dream-long", Backend::Cpu);
     let got = run(&mut m, &[TaskKind::LongMath], 2, &dream_long_cases());
     check("tiny-dream-long cpu", &got, TINY_DREAM_LONG_CPU);
 }
@@ -439,13 +414,13 @@ fn decoders_on_the_hexagon_device_keep_their_fingerprints() {
             .contains(&c.name)
         })
         .collect();
-    let mut m = model("tiny-llada-long", hexagon());
+    let mut m = shipped("tiny-llada-long", hexagon(256 << 20));
     let got = run(&mut m, &[TaskKind::LongMath], 2, &cases);
     check("tiny-llada-long hexagon", &got, TINY_LLADA_LONG_HEX);
-    let mut m = model("tiny-dream", hexagon());
+    let mut m = shipped("tiny-dream", hexagon(256 << 20));
     let got = run(&mut m, &[TaskKind::Math], 2, &dream_cases()[..1]);
     check("tiny-dream hexagon", &got, TINY_DREAM_HEX);
-    let mut m = model("tiny-dream-long", hexagon());
+    let mut m = shipped("tiny-dream-long", hexagon(256 << 20));
     let got = run(&mut m, &[TaskKind::LongMath], 2, &dream_long_cases()[3..]);
     check("tiny-dream-long hexagon", &got, TINY_DREAM_LONG_HEX);
 }

@@ -14,33 +14,18 @@
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use candle_hexagon::{HexagonConfig, HexagonDevice};
 use dllm_decode::latency::{Interpolation, LatencyPoint, LatencyTable, ModelDesc};
 use dllm_decode::rng::Rng;
 use dllm_decode::{
     Control, Decide, DecodeError, DecodeParams, Decoder, Joint, JointRule, MbsdParams, NearWait,
     Outcome, Remasking, Staged, StepEvent, Strategy, Verify,
 };
-use dllm_models::{load, Backend, DiffusionLm, LoadOptions, LoadedModel, ModelSource};
+use dllm_models::{Backend, DiffusionLm, LoadedModel};
 use dllm_tasks::eval::questions;
 use dllm_tasks::TaskKind;
-
-fn model(name: &str, backend: Backend) -> LoadedModel {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../models")
-        .join(name);
-    load(
-        &ModelSource::parse(dir.to_str().unwrap()).unwrap(),
-        &LoadOptions {
-            backend,
-            ..Default::default()
-        },
-    )
-    .unwrap_or_else(|e| panic!("{name} must be in the repository: {e}"))
-}
+use llada_tests::fixtures::{hexagon, shipped};
 
 fn coin(r: &mut Rng) -> bool {
     r.below(2) == 1
@@ -250,7 +235,7 @@ fn check(g: &Outcome, p: &DecodeParams, prompt: &[u32], mask: u32, what: &str) {
 }
 
 fn sweep(name: &str, backend: Backend, combos: usize, seed: u64) -> (usize, usize) {
-    let mut m = model(name, backend);
+    let mut m = shipped(name, backend);
     let mask = m.model.info().special.mask;
     let tok = m
         .tokenizer
@@ -297,15 +282,6 @@ fn sweep(name: &str, backend: Backend, combos: usize, seed: u64) -> (usize, usiz
     (decoded, refused)
 }
 
-fn hexagon() -> Backend {
-    let dev = HexagonDevice::open(HexagonConfig {
-        va_window_bytes: 256 << 20,
-        ..Default::default()
-    })
-    .unwrap();
-    Backend::Hexagon(dev)
-}
-
 #[test]
 fn every_mbsd_combination_decodes_consistently_or_is_refused() {
     for (name, combos, seed) in [("tiny-llada-long", 40, 11), ("tiny-dream-long", 40, 12)] {
@@ -324,7 +300,7 @@ fn every_mbsd_combination_decodes_consistently_on_the_hexagon_device() {
     // The emulated DSP: shadow rows, refreshes and windows through its kernels and its bounded
     // address window. Its tokens may differ from the CPU's (fp16 paths); the bookkeeping may not.
     for (name, combos, seed) in [("tiny-llada-long", 12, 13), ("tiny-dream-long", 12, 14)] {
-        let (decoded, refused) = sweep(name, hexagon(), combos, seed);
+        let (decoded, refused) = sweep(name, hexagon(256 << 20), combos, seed);
         eprintln!("{name} on the hexagon device: {decoded} decoded, {refused} refused");
         assert!(
             decoded >= combos / 2,

@@ -12,7 +12,9 @@ use dllm_models::synthetic::{tiny_dream, tiny_llada};
 use dllm_models::{
     Backend, DiffusionLm, DiffusionTransformer, LoadOptions, Rows, TransformerConfig,
 };
-use llada_tests::fixtures::{canvas, ids, load_path, rel_err, rows_of, write_model, TempDir};
+use llada_tests::fixtures::{
+    canvas, hexagon, ids, load_path, rel_err, rows_of, write_model, TempDir,
+};
 use llada_tests::gguf_fixture::write_gguf;
 use llada_tests::reference::{RefConfig, Reference};
 
@@ -24,16 +26,6 @@ fn load(path: &std::path::Path, backend: Backend) -> DiffusionTransformer {
         ..Default::default()
     };
     load_path(path, &opts).unwrap().model
-}
-
-fn hexagon() -> Backend {
-    Backend::Hexagon(
-        HexagonDevice::open(HexagonConfig {
-            va_window_bytes: 64 << 20,
-            ..Default::default()
-        })
-        .unwrap(),
-    )
 }
 
 /// Refresh logits of `m` (the canvas cached and committed, positions refreshed, rows asked for)
@@ -86,7 +78,7 @@ fn refresh_over_the_npus_fp16_tiles_matches_the_row_major_reference() {
         write_model(dir.path(), &cfg, 21, DType::F16, 1).unwrap();
         let reference = Reference::load(dir.path()).unwrap();
         let mut cpu = load(dir.path(), Backend::Cpu);
-        let mut hex = load(dir.path(), hexagon());
+        let mut hex = load(dir.path(), hexagon(64 << 20));
         assert_shares_the_npu_weights(&hex, &cpu);
         let (e_cpu, e_hex) = (
             refresh_error(&mut cpu, &reference, &cfg),
@@ -114,7 +106,7 @@ fn refresh_over_the_npus_q4_0_tiles_matches_the_dequantized_reference() {
     let reference =
         Reference::new(RefConfig::read(dir.path()).unwrap(), fixture.effective).unwrap();
     let mut cpu = load(&path, Backend::Cpu);
-    let mut hex = load(&path, hexagon());
+    let mut hex = load(&path, hexagon(64 << 20));
     assert_shares_the_npu_weights(&hex, &cpu);
     let (e_cpu, e_hex) = (
         refresh_error(&mut cpu, &reference, &cfg),
@@ -136,7 +128,7 @@ fn the_npu_cache_rejects_foreign_and_malformed_refreshes_before_writing() {
     let cfg = tiny_llada();
     let dir = TempDir::new("npu-refresh-token").unwrap();
     write_model(dir.path(), &cfg, 23, DType::F16, 1).unwrap();
-    let hex = load(dir.path(), hexagon());
+    let hex = load(dir.path(), hexagon(64 << 20));
     assert!(hex.runs_blocks_on_npu());
     let x = ids(LEN, cfg.vocab_size as u32 - 3, cfg.special.mask, 7);
     let mut revised = x.clone();
