@@ -284,12 +284,13 @@ impl WindowPolicy for MbsdWindow {
             // has no row before position 0).
             start = usize::from(v.info.shift_logits);
         }
-        let mut end = v.block.end;
-        if let Some(span) = self.params.span {
-            // At most `span` positions from the frontier; a refresh or stale positions before it
-            // are recomputed on top.
-            end = end.min(start.max(v.frontier()) + span);
-        }
+        // At most `span` positions from the frontier, lookahead included; a refresh or stale
+        // positions before it are recomputed on top.
+        let cap = self
+            .params
+            .span
+            .map_or(usize::MAX, |s| start.max(v.frontier()) + s);
+        let mut end = v.block.end.min(cap);
         if self.params.trim_left && !(v.step_in_block == 0 && refresh) {
             start = self.trim_left(v, start, end);
         }
@@ -301,7 +302,7 @@ impl WindowPolicy for MbsdWindow {
         if fitted < end {
             end = fitted;
         } else if self.params.lookahead && v.masked_in_block() <= self.params.trigger {
-            end = self.lookahead(v, start, end);
+            end = self.lookahead(v, start, end).min(cap);
         }
         Ok(WindowPlan {
             start,

@@ -19,7 +19,7 @@ use crate::{Error, Result};
 /// second session) judges the partner rule's second version, chosen on the tuning and
 /// confirmation sets. [`QuestionSet::Fresh6`] (the day's fourth session) judges the near wait
 /// and θ_stable 0.9, chosen on the tuning and confirmation sets. [`QuestionSet::Fresh7`]
-/// (2026-12-06, the day's fifth session) judges mbsd's window sliding across one block
+/// (2026-12-06, the day's sixth session) judges mbsd's window sliding across one block
 /// (`--block-length 128 --span 16 --wait-near 8`), chosen on the tuning and confirmation sets.
 /// Held-out questions past the first 200 are not excluded
 /// from training by construction,

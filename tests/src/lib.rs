@@ -16,7 +16,7 @@
 //! * [`gguf_fixture`] writes a GGUF the way llama.cpp's `convert_hf_to_gguf.py` lays out LLaDA and
 //!   Dream (metadata keys, tensor names, LLaDA's q/k row permutation), from the HF tensors.
 //! * [`fixtures`] holds the small shared helpers: temporary directories, tiny checkpoints on disk,
-//!   logits extraction and the error metric.
+//!   the shipped models, the emulated Hexagon device, logits extraction and the error metric.
 //!
 //! The only things taken from `dllm-models` to build fixtures are its synthetic configs and random
 //! weights (`synthetic::{tiny_llada, tiny_dream, random_weights, write_hf}`): they produce *inputs*,

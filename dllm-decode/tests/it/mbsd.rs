@@ -534,11 +534,11 @@ fn lookahead_fills_a_free_bucket_and_stops_at_its_edge_or_the_budget() {
 
 /// (mbsd's options live in `Strategy::Mbsd`: another strategy cannot carry them.)
 /// Each forward's window after the first, and the commit frontier it started from (the first
-/// undecided position after the previous step), in one generation on the synthetic model with
-/// one block as long as the generation, threshold 0.9.
-fn spans(mbsd: MbsdParams) -> Vec<(Range<usize>, usize)> {
+/// undecided position after the previous step), in one generation on the synthetic model,
+/// threshold 0.9, with one block as long as the generation unless `block` is given.
+fn spans(mbsd: MbsdParams, block: Option<usize>) -> Vec<(Range<usize>, usize)> {
     let mut p = params(MBSD(MbsdParams::default()), Some(0.9), mbsd);
-    p.block_length = p.gen_length;
+    p.block_length = block.unwrap_or(p.gen_length);
     let mask = synthetic().info().special.mask;
     let mut frontiers = Vec::new();
     let mut obs = |e: &StepEvent<'_>| {
@@ -564,18 +564,26 @@ fn a_span_caps_the_window_past_the_frontier() {
         sliding: Some(true),
         ..Default::default()
     };
-    let w = spans(free);
+    let w = spans(free, None);
     assert!(w.iter().any(|(r, f)| r.end > f + 4), "{w:?}");
-    let w = spans(MbsdParams {
-        span: Some(4),
+    // Lookahead past blocks of 8 stays inside the span too.
+    let ahead = MbsdParams {
+        lookahead: true,
+        trigger: 8,
+        allowance: 10.0,
         ..free
-    });
-    assert!(w.len() > 1, "{w:?}");
-    for (r, f) in &w {
-        assert!(
-            r.end <= f + 4 && r.end > *f,
-            "window {r:?} from frontier {f}"
-        );
+    };
+    let wide = spans(ahead, Some(8));
+    assert!(wide.iter().any(|(r, f)| r.end > f + 4), "{wide:?}");
+    for (m, block) in [(free, None), (ahead, Some(8))] {
+        let w = spans(MbsdParams { span: Some(4), ..m }, block);
+        assert!(w.len() > 1, "{w:?}");
+        for (r, f) in &w {
+            assert!(
+                r.end <= f + 4 && r.end > *f,
+                "window {r:?} from frontier {f}"
+            );
+        }
     }
     let e = generate(
         &mut synthetic(),

@@ -5,7 +5,8 @@
 //! forward, or decodes every position and keeps the decoder's bookkeeping consistent:
 //! - no panic, and no error but a parameter error (a policy, state or sequence error is a bug);
 //! - the prompt untouched, no mask left in the answer, one step per forward, a trace entry per
-//!   forward, no forward computing fewer rows than its window;
+//!   forward, no forward computing fewer rows than its window, no window reaching more than
+//!   `span` positions past the frontier;
 //! - guesses confirmed <= guesses shown <= forwards; remasks <= verification rows; flip-flops <=
 //!   remasks; no position remasked more often than `max_remasks`; without staged decisions with
 //!   verification, no verification row and no remask; without lookahead, no draft;
@@ -139,24 +140,30 @@ fn draw(r: &mut Rng) -> (DecodeParams, Option<usize>) {
     (p, maybe(r, |r| [8, 16, 32][r.index(3)]))
 }
 
-/// Decode under `catch_unwind`; also the steps the observer saw.
+/// Decode under `catch_unwind`; also, after each step the observer saw, the first undecided
+/// position of the canvas (the commit frontier the next forward starts from).
 fn decode(
     m: &mut LoadedModel,
     p: DecodeParams,
     bucket: Option<usize>,
     prompt: &[u32],
-) -> (std::thread::Result<Result<Outcome, DecodeError>>, usize) {
+) -> (
+    std::thread::Result<Result<Outcome, DecodeError>>,
+    Vec<usize>,
+) {
     let mut d = Decoder::new(p);
     if let Some(b) = bucket {
         d = d.latency_table(Arc::new(table(b)));
     }
-    let mut steps = 0;
-    let mut count = |_: &StepEvent<'_>| {
-        steps += 1;
+    let mask = m.model.info().special.mask;
+    let mut frontiers = Vec::new();
+    let mut count = |e: &StepEvent<'_>| {
+        let f = (prompt.len()..e.canvas.len()).find(|&q| e.canvas[q] == mask);
+        frontiers.push(f.unwrap_or(e.canvas.len()));
         Control::Continue
     };
     let r = catch_unwind(AssertUnwindSafe(|| d.run(&mut m.model, prompt, &mut count)));
-    (r, steps)
+    (r, frontiers)
 }
 
 /// What two runs must share: the tokens, every forward's window, verification rows and lookahead
@@ -249,7 +256,8 @@ fn sweep(name: &str, backend: Backend, combos: usize, seed: u64) -> (usize, usiz
         let prompt = tok.encode_prompt(&q.prompt, false).unwrap();
         let (p, bucket) = draw(&mut r);
         let what = format!("{name} combination {i}: {p:?}, bucket {bucket:?}");
-        let (first, steps) = decode(&mut m, p, bucket, &prompt);
+        let (first, frontiers) = decode(&mut m, p, bucket, &prompt);
+        let steps = frontiers.len();
         let g = match first.unwrap_or_else(|_| panic!("{what}: panicked")) {
             Err(DecodeError::InvalidParam {
                 name: param,
@@ -269,6 +277,14 @@ fn sweep(name: &str, backend: Backend, combos: usize, seed: u64) -> (usize, usiz
             steps, g.steps,
             "{what}: the observer saw another step count"
         );
+        if let Some(span) = p.strategy.mbsd().and_then(|m| m.span) {
+            for (t, f) in g.trace.iter().skip(1).zip(&frontiers) {
+                assert!(
+                    t.end <= f + span,
+                    "{what}: window {t:?} past frontier {f} + {span}"
+                );
+            }
+        }
         let again = decode(&mut m, p, bucket, &prompt).0.unwrap().unwrap();
         assert_eq!(shape(&again), shape(&g), "{what}: a second run differs");
         let other = DecodeParams { sls: !p.sls, ..p };

@@ -316,7 +316,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
             false,
         ));
         // One block, the window sliding across the whole answer at most 16 positions wide, the
-        // near wait reaching 8 positions (examples/bench/defaults.md, *Tried on 2026-12-06*).
+        // near wait reaching 8 positions (examples/bench/defaults.md, *One block, a window of 16*).
         let near = NearWait {
             within: 8,
             ..ds.near_wait.expect("LLaDA's staged decisions wait near")
