@@ -119,8 +119,8 @@ pub struct MbsdParams {
     /// Cover at most this many positions from the commit frontier in a window (after the stale
     /// positions before it; `None`: up to the block's end). With a block as long as the
     /// generation (`block_length` = `gen_length`) the window slides across the whole answer
-    /// instead of stopping at block ends, so a later line's template is decided while an earlier
-    /// result is still open, and each forward's window and logits rows stay small. On
+    /// instead of stopping at block ends: a forward can decide positions on both sides of what
+    /// would have been a block end, and each forward's window and logits rows stay small. On
     /// tiny-llada-long with `--block-length 128 --span 16 --wait-near 8` (chosen on tuning +
     /// confirmation: 698 of 700 right in 8.39 forwards per answer against the default's 699 in
     /// 9.04) the fresh7 set, which chose nothing, gave 598 of 600 in 8.43 forwards against the
