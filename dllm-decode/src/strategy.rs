@@ -285,6 +285,12 @@ impl MbsdParams {
                 return p("mbsd.draft_context", format!("{t} is not in (0, 1]"));
             }
         }
+        if self.span == Some(0) {
+            return p(
+                "mbsd.span",
+                "0 positions hold no undecided position: a window must cover at least 1".into(),
+            );
+        }
         Ok(())
     }
 }

@@ -152,12 +152,6 @@ impl<'a> Blocks<'a> {
             .strategy
             .mbsd()
             .is_some_and(|m| m.shows_guess(shift, p.decide));
-        if p.strategy.mbsd().is_some_and(|m| m.span == Some(0)) {
-            return Err(DecodeError::param(
-                "mbsd.span",
-                "0 positions hold no undecided position: a window must cover at least 1",
-            ));
-        }
         if let Some(m) = p.strategy.mbsd().filter(|m| m.fit_guess) {
             let missing = match (m.fits_bucket(shift), show_guess) {
                 (false, _) => Some(

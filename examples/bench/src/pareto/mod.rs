@@ -15,6 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use dllm_decode::params::DEFAULT_NEAR_WAIT;
 use dllm_decode::{Decide, DecodeParams, Joint, MbsdParams, NearWait, Staged, Strategy, Verify};
 use dllm_tasks::eval::QuestionSet;
 use dllm_tasks::Example;
@@ -319,7 +320,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         // near wait reaching 8 positions (examples/bench/defaults.md, *One block, a window of 16*).
         let near = NearWait {
             within: 8,
-            ..ds.near_wait.expect("LLaDA's staged decisions wait near")
+            ..DEFAULT_NEAR_WAIT
         };
         v.push(spec(
             format!(
