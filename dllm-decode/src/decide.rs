@@ -28,9 +28,10 @@ pub const DEFAULT_NO_ADJACENT: bool = true;
 /// at most this many positions before it (see [`Staged::wait_left`]).
 pub const DEFAULT_WAIT_LEFT: usize = 8;
 /// Staged decisions: the near wait (see [`NearWait`]): below 0.975, a candidate waits while an
-/// undecided position lies at most 2 positions before it.
+/// undecided position lies at most 8 positions before it (chosen with the span,
+/// [`crate::MbsdParams::default_span`]; 2 before it).
 pub const DEFAULT_NEAR_WAIT: NearWait = NearWait {
-    within: 2,
+    within: 8,
     below: 0.975,
 };
 /// Verification: a position is remasked at most this many times.

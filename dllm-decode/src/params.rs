@@ -46,7 +46,7 @@ pub use crate::decide::{
 pub use crate::joint::{Joint, JointRule, DEFAULT_JOINT_UNLESS_ABOVE, DEFAULT_JOINT_WITHIN};
 pub use crate::strategy::{
     MbsdParams, Strategy, DEFAULT_LOOKAHEAD_ALLOWANCE, DEFAULT_LOOKAHEAD_BUDGET_MIB,
-    DEFAULT_LOOKAHEAD_TRIGGER, DEFAULT_MBSD_DREAM_THRESHOLD,
+    DEFAULT_LOOKAHEAD_TRIGGER, DEFAULT_MBSD_DREAM_THRESHOLD, DEFAULT_SPAN,
 };
 
 /// How a masked position's confidence is scored.
@@ -224,8 +224,11 @@ impl DecodeParams {
     /// from `self`.
     ///
     /// * `gen_length`: asked, else the checkpoint's, else [`DEFAULT_GEN_LENGTH`].
-    /// * `block_length`: asked, else the checkpoint's if it divides `gen_length`, else
-    ///   [`DEFAULT_BLOCK_LENGTH`] if it divides `gen_length`, else `gen_length` (one block).
+    /// * `block_length`: asked; else `gen_length` (one block) for mbsd with a span
+    ///   ([`MbsdParams::span`]: the span bounds the window, which then slides across the whole
+    ///   answer; a checkpoint's block length is a recommendation for block-by-block decoding);
+    ///   else the checkpoint's if it divides `gen_length`, else [`DEFAULT_BLOCK_LENGTH`] if it
+    ///   divides `gen_length`, else `gen_length` (one block).
     /// * `steps`: asked; else, when `gen_length` was asked, `gen_length` (one token per step: the
     ///   checkpoint's step count belongs to its own length); else the checkpoint's; else
     ///   `gen_length`.
@@ -244,6 +247,7 @@ impl DecodeParams {
         let divides = |b: &usize| *b > 0 && gen_length.is_multiple_of(*b);
         let block_length = asked
             .block_length
+            .or(self.one_block().then_some(gen_length))
             .or(checkpoint.block_length.filter(divides))
             .or(Some(DEFAULT_BLOCK_LENGTH).filter(divides))
             .unwrap_or(gen_length);
@@ -289,6 +293,22 @@ impl DecodeParams {
     /// ```
     pub fn for_model(loaded: &dllm_models::LoadedModel) -> DecodeParams {
         DecodeParams::default().resolve(Requested::default(), &loaded.defaults)
+    }
+
+    /// Whether [`DecodeParams::resolve`] makes the answer one block when no block length is
+    /// asked for: mbsd with a span ([`MbsdParams::span`]).
+    ///
+    /// ```
+    /// use dllm_decode::{DecodeParams, MbsdParams, Strategy};
+    ///
+    /// let span = MbsdParams { span: Some(16), ..Default::default() };
+    /// let p = DecodeParams { strategy: Strategy::Mbsd(span), ..Default::default() };
+    /// assert!(p.one_block());
+    /// assert!(!DecodeParams { strategy: "mbsd".parse()?, ..p }.one_block());
+    /// # Ok::<(), dllm_decode::DecodeError>(())
+    /// ```
+    pub fn one_block(&self) -> bool {
+        self.strategy.mbsd().is_some_and(|m| m.span.is_some())
     }
 
     /// Number of blocks.
@@ -558,5 +578,27 @@ mod tests {
             );
             p.validate().unwrap();
         }
+        // mbsd with a span: one block, whatever the checkpoint recommends, unless one is asked.
+        let span = DecodeParams {
+            strategy: Strategy::Mbsd(MbsdParams {
+                span: Some(16),
+                ..MbsdParams::default()
+            }),
+            ..DecodeParams::default()
+        };
+        let blocks = |p: DecodeParams, a: Requested, ck: &DecodeDefaults| {
+            let r = p.resolve(a, ck);
+            (r.gen_length, r.block_length)
+        };
+        assert_eq!(blocks(span, ask(None, None, None, None), &ck), (24, 24));
+        assert_eq!(blocks(span, ask(Some(20), None, None, None), &ck), (20, 20));
+        assert_eq!(blocks(span, ask(None, None, None, None), &none), (128, 128));
+        assert_eq!(blocks(span, ask(None, Some(8), None, None), &ck), (24, 8));
+        // Without the span, mbsd keeps the blocks.
+        let blocked = DecodeParams {
+            strategy: Strategy::Mbsd(MbsdParams::default()),
+            ..span
+        };
+        assert_eq!(blocks(blocked, ask(None, None, None, None), &ck), (24, 8));
     }
 }

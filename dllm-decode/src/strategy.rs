@@ -15,6 +15,9 @@ pub const DEFAULT_LOOKAHEAD_BUDGET_MIB: f64 = 64.0;
 /// Multi-block speculative decoding on a model with shifted logits (Dream): the threshold of its
 /// default decision rule ([`Strategy::default_decide`]).
 pub const DEFAULT_MBSD_DREAM_THRESHOLD: f32 = 0.9;
+/// Multi-block speculative decoding on a model without shifted logits (LLaDA): the span the
+/// tools use when none is asked for ([`MbsdParams::default_span`]).
+pub const DEFAULT_SPAN: usize = 16;
 
 /// How the canvas is recomputed between steps (the window policy), with the parameters only that
 /// policy reads. Parsed from its command-line spelling (`mbsd` with its default parameters):
@@ -117,16 +120,12 @@ pub struct MbsdParams {
     /// guess (an error otherwise).
     pub fit_guess: bool,
     /// Cover at most this many positions from the commit frontier in a window (after the stale
-    /// positions before it; `None`: up to the block's end). With a block as long as the
-    /// generation (`block_length` = `gen_length`) the window slides across the whole answer
-    /// instead of stopping at block ends: a forward can decide positions on both sides of what
-    /// would have been a block end, and each forward's window and logits rows stay small. On
-    /// tiny-llada-long with `--block-length 128 --span 16 --wait-near 8` (chosen on tuning +
-    /// confirmation: 698 of 700 right in 8.39 forwards per answer against the default's 699 in
-    /// 9.04) the fresh7 set, which chose nothing, gave 598 of 600 in 8.43 forwards against the
-    /// default's 598 in 9.13, projected 7.53 s against 8.40 s
-    /// (`examples/bench/defaults.md`, *One block, a window of 16*). At least 1 (an error
-    /// otherwise).
+    /// positions before it; `None`: up to the block's end). With a span,
+    /// [`crate::DecodeParams::resolve`] makes the answer one block unless a block length is
+    /// asked for: the window slides across the whole answer instead of stopping at block ends, a
+    /// forward can decide positions on both sides of what would have been a block end, and each
+    /// forward's window and logits rows stay small. The tools' default on LLaDA models
+    /// ([`MbsdParams::default_span`], which gives the numbers). At least 1 (an error otherwise).
     pub span: Option<usize>,
     /// Leave decided positions out of the window's left when its forward would pass a bucket
     /// edge of the latency table: positions before the frontier whose cached K/V are current
@@ -199,6 +198,27 @@ impl std::str::FromStr for Strategy {
 }
 
 impl MbsdParams {
+    /// The span the tools (`generate`, `eval`, the server, the benchmarks) use when none is
+    /// asked for, for a model with (`shift_logits`, Dream) or without shifted logits (LLaDA):
+    /// [`DEFAULT_SPAN`] positions on LLaDA models, which then decode the answer as one block
+    /// ([`crate::DecodeParams::resolve`]); none on Dream models, whose window keeps the block.
+    /// `MbsdParams::default()` itself has no span. Chosen on tuning + confirmation for LLaDA
+    /// (698 of 700 in 8.39 forwards per answer against 699 in 9.04 for the blocks of 32 before
+    /// it), judged on fresh7, which chose nothing (598 of 600 in 8.43 against 598 in 9.13,
+    /// projected 7.53 s against 8.40 s); on Dream one block with a span of 16 or 32 lost 3 and 8
+    /// answers of 700 (`examples/bench/defaults.md`, *One block, a window of 16*).
+    ///
+    /// ```
+    /// use dllm_decode::MbsdParams;
+    ///
+    /// assert_eq!(MbsdParams::default_span(false), Some(16));
+    /// assert_eq!(MbsdParams::default_span(true), None);
+    /// assert_eq!(MbsdParams::default().span, None);
+    /// ```
+    pub fn default_span(shift_logits: bool) -> Option<usize> {
+        (!shift_logits).then_some(DEFAULT_SPAN)
+    }
+
     /// Sliding and the block-start refresh for a model with (`true`) or without shifted logits,
     /// where the parameters leave them to the family: a model without shifted logits (LLaDA)
     /// slides and does not refresh; a model with them (Dream) refreshes at each block start and

@@ -55,7 +55,8 @@ struct Args {
     /// Generated positions.
     #[arg(long, default_value_t = 128)]
     gen_length: usize,
-    /// Block length.
+    /// Block length of the configurations with blocks (mbsd with a span, LLaDA's default, decodes
+    /// the answer as one block).
     #[arg(long, default_value_t = 32)]
     block_length: usize,
     /// Threads for the CPU kernels (default: one per core).

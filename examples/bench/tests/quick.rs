@@ -306,6 +306,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
         off,
         [
             "lookahead (switched on)",
+            "span",
             "sliding",
             "shown guess",
             "bucket fit",

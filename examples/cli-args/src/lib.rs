@@ -30,7 +30,8 @@ pub struct DecodeArgs {
     /// Generated positions [default: the checkpoint's recommendation, else 128].
     #[arg(long)]
     pub gen_length: Option<usize>,
-    /// Block length [default: the checkpoint's if it divides gen-length, else 32 if it does, else
+    /// Block length [default: gen-length (one block) for mbsd with a span (LLaDA models' default,
+    /// see --span); else the checkpoint's if it divides gen-length, else 32 if it does, else
     /// gen-length].
     #[arg(long)]
     pub block_length: Option<usize>,
@@ -39,15 +40,15 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub steps: Option<usize>,
     /// mbsd (multi-block speculative decoding with staged decisions, verification and, on LLaDA
-    /// models, a shown guess and the near wait: on 600 long-math questions nothing was chosen on
-    /// (fresh6), tiny-llada-long 595 right vs threshold-0.9's 584 and vanilla's 599, in fewer
-    /// forwards than threshold 0.9 (9.08 vs 9.12) at about 0.7x dual-cache's projected latency;
-    /// `--theta-stable 0.95 --wait-near 0` is the previous default, 592 in 9.10; Dream models decide by the threshold rule at 0.9
-    /// with a refresh at each block start instead of sliding, the shown guess and no bucket fit:
-    /// on tiny-dream-long 1742 of 1800 in 10.35 forwards vs threshold 0.9's 1739 in 10.74; see
-    /// the README), vanilla (the
-    /// model's reference algorithm, one token per step by default), prefix-cache or dual-cache
-    /// (Fast-dLLM).
+    /// models, a window of 16 positions sliding across the answer as one block, a shown guess and
+    /// the near wait: on 600 long-math questions nothing was chosen on (fresh7),
+    /// tiny-llada-long 598 right vs threshold-0.9's 584 and vanilla's 599, in 8.43 forwards vs
+    /// threshold 0.9's 9.10, projected 7.53 s vs dual-cache + threshold 0.9's 12.21 s;
+    /// `--no-span --wait-near 2` is the previous default, 598 in 9.13; Dream models decide by
+    /// the threshold rule at 0.9 with a refresh at each block start instead of sliding, the
+    /// shown guess and no bucket fit: on tiny-dream-long 1742 of 1800 in 10.35 forwards vs
+    /// threshold 0.9's 1739 in 10.74; see the README), vanilla (the model's reference
+    /// algorithm, one token per step by default), prefix-cache or dual-cache (Fast-dLLM).
     #[arg(long, default_value = "mbsd")]
     pub strategy: String,
     /// Parallel decoding: unmask every masked token of the block with confidence >= this
@@ -120,11 +121,16 @@ pub struct DecodeArgs {
     /// needs the bucket fit and the shown guess (the README's `generate` reference).
     #[arg(long, conflicts_with = "no_bucket_fit")]
     pub fit_guess: bool,
-    /// mbsd: a window covers at most N positions from the commit frontier (by default up to the
-    /// block's end); with `--block-length` equal to `--gen-length` the window slides across the
-    /// whole answer (the README's `generate` reference)
-    #[arg(long, value_name = "N")]
+    /// mbsd: a window covers at most N positions from the commit frontier, and the answer is one
+    /// block unless --block-length is given, so the window slides across the whole answer
+    /// [default: 16 on LLaDA models; none on Dream models, whose window keeps the block] (the
+    /// README's `generate` reference)
+    #[arg(long, value_name = "N", conflicts_with = "no_span")]
     pub span: Option<usize>,
+    /// mbsd: no span: a window reaches the end of its block, and the blocks are the
+    /// checkpoint's or 32 positions (the LLaDA default before the span, with --wait-near 2).
+    #[arg(long)]
+    pub no_span: bool,
     /// mbsd: never leave decided positions out of the window's left to fit a bucket edge (by
     /// default a window whose rows — with the row before it on Dream, the verification rows and
     /// the shown guess's shadow — would pass a bucket edge leaves out decided positions before
@@ -409,6 +415,7 @@ impl DecodeArgs {
             ("--bucket-fit", self.bucket_fit),
             ("--fit-guess", self.fit_guess),
             ("--span", self.span.is_some()),
+            ("--no-span", self.no_span),
             ("--no-trim-left", self.no_trim_left),
             ("--lookahead-trigger", m.trigger != d.trigger),
             ("--lookahead-allowance", m.allowance != d.allowance),
@@ -515,7 +522,14 @@ impl DecodeArgs {
         shift_logits: bool,
     ) -> std::result::Result<DecodeParams, dllm_decode::DecodeError> {
         self.retired()?;
-        let strategy = self.strategy()?;
+        let strategy = match self.strategy()? {
+            // The span: asked, else none with --no-span, else the family's.
+            Strategy::Mbsd(m) if m.span.is_none() && !self.no_span => Strategy::Mbsd(MbsdParams {
+                span: MbsdParams::default_span(shift_logits),
+                ..m
+            }),
+            s => s,
+        };
         Ok(DecodeParams {
             strategy,
             decide: self.decide(strategy, shift_logits)?,
@@ -585,6 +599,17 @@ impl DecodeArgs {
         let p = p.resolve(asked, checkpoint);
         p.validate()?;
         Ok(p)
+    }
+
+    /// Whether these flags decode the answer as one block, whatever its length, on a model with
+    /// (`shift_logits`) or without shifted logits: no `--block-length` and mbsd with a span
+    /// ([`DecodeParams::one_block`]). False for flags that are invalid (their error comes from
+    /// [`Self::resolve`]).
+    pub fn one_block(&self, shift_logits: bool) -> bool {
+        self.block_length.is_none()
+            && self
+                .flags_params(shift_logits)
+                .is_ok_and(|p| p.one_block())
     }
 
     /// The latency table of `--latency-table`, if given.

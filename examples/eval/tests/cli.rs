@@ -73,10 +73,10 @@ fn json_reports_every_task_of_the_shipped_model() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["params"]["gen_length"], 24);
-    assert_eq!(
-        v["params"]["block_length"], 8,
-        "the checkpoint's recommendation"
-    );
+    // mbsd's span (LLaDA's default) makes the answer one block: the checkpoint's block length
+    // (8) is for block-by-block decoding.
+    assert_eq!(v["params"]["block_length"], 24, "one block");
+    assert_eq!(v["params"]["span"], 16);
     // The default strategy is mbsd; `--threshold T` there commits at T (both thetas T).
     assert_eq!(v["params"]["strategy"], "mbsd");
     assert_eq!(v["params"]["threshold"], serde_json::Value::Null);
@@ -617,12 +617,14 @@ fn first_errors_class_every_wrong_answer() {
     // Without the flag the field is null; with --probe the flag is refused.
     let d = tuning20(&[]);
     assert!(d["tasks"][0]["first_errors"].is_null());
-    // The defaults as they ran: LLaDA's near wait (2 positions, below 0.975) at theta 0.9 / 0.9.
+    // The defaults as they ran: LLaDA's near wait (8 positions, below 0.975) at theta 0.9 / 0.9,
+    // the answer one block with a window of 16.
     let p = &d["params"];
+    assert_eq!((&p["span"], &p["block_length"]), (&16.into(), &128.into()), "{p}");
     assert_eq!(
         (&p["wait_near"], &p["wait_near_below"], &p["theta_stable"]),
         (
-            &serde_json::json!(2),
+            &serde_json::json!(8),
             &serde_json::json!(0.975),
             &serde_json::json!(0.9)
         ),

@@ -209,7 +209,8 @@ fn prompt_ids(shared: &Shared, req: &GenRequest) -> Result<Vec<u32>, ApiError> {
 }
 
 /// The server's decoding flags with the request's fields over them; `max_tokens`, rounded up to
-/// whole blocks, is the generation length (within the server's limit).
+/// whole blocks (any length is whole when the answer is one block), is the generation length
+/// (within the server's limit).
 fn decode_args(shared: &Shared, req: &GenRequest) -> Result<DecodeArgs, ApiError> {
     let mut a = shared.decode.clone();
     if let Some(s) = &req.strategy {
@@ -233,18 +234,25 @@ fn decode_args(shared: &Shared, req: &GenRequest) -> Result<DecodeArgs, ApiError
     if req.block_length.is_some() {
         a.block_length = req.block_length;
     }
-    let block = a
-        .block_length
-        .or(shared.checkpoint.block_length)
-        .unwrap_or(DEFAULT_BLOCK_LENGTH);
+    // mbsd with a span (LLaDA's default) decodes the answer as one block: any length is whole.
+    let block = match a.one_block(shared.info.shift_logits) {
+        true => None,
+        false => Some(
+            a.block_length
+                .or(shared.checkpoint.block_length)
+                .unwrap_or(DEFAULT_BLOCK_LENGTH),
+        ),
+    };
     let default_gen = a
         .gen_length
         .or(shared.checkpoint.gen_length)
         .unwrap_or(DEFAULT_GEN_LENGTH);
-    let round = |n: usize| {
-        n.div_ceil(block)
+    let round = |n: usize| match block {
+        None => Ok(n),
+        Some(block) => n
+            .div_ceil(block)
             .checked_mul(block)
-            .ok_or_else(|| ApiError::field("max_tokens", format!("{n} is too large")))
+            .ok_or_else(|| ApiError::field("max_tokens", format!("{n} is too large"))),
     };
     match req.max_tokens {
         Some(m) => {
@@ -258,11 +266,11 @@ fn decode_args(shared: &Shared, req: &GenRequest) -> Result<DecodeArgs, ApiError
                 ));
             }
             a.gen_length = Some(round(m)?);
-            a.block_length = Some(block);
+            a.block_length = a.block_length.or(block);
         }
-        None if !default_gen.is_multiple_of(block) => {
+        None if block.is_some_and(|b| !default_gen.is_multiple_of(b)) => {
             a.gen_length = Some(round(default_gen)?);
-            a.block_length = Some(block);
+            a.block_length = block;
         }
         None => {}
     }

@@ -81,10 +81,15 @@ def chat_streaming():
 
 @check
 def canvas_stream_through_the_client():
-    # The canvas rides on ordinary chunks, so the client still parses every one of them.
+    # The canvas rides on ordinary chunks, so the client still parses every one of them. Blocks
+    # of 8 take a forward each (the default, one block, decides this answer in one forward).
     chunks = list(
         client.completions.create(
-            model=MODEL, prompt=TOM, stream=True, stream_options={"canvas": True}
+            model=MODEL,
+            prompt=TOM,
+            stream=True,
+            stream_options={"canvas": True},
+            extra_body={"block_length": 8},
         )
     )
     canvases = [c.model_extra["canvas"] for c in chunks if c.model_extra.get("canvas")]

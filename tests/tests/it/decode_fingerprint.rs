@@ -240,6 +240,7 @@ fn long_cases() -> Vec<Case> {
             mbsd_with(p, Decide::Threshold(0.9), |m| m.show_guess = Some(true)),
         ),
         case("mbsd defaults", mbsd_defaults(p, false)),
+        case("mbsd before the span", before_span(p)),
         case(
             "mbsd no sts 0.9",
             mbsd_with(p, Decide::Threshold(0.9), |_| {}),
@@ -318,12 +319,37 @@ fn dream_long_cases() -> Vec<Case> {
 }
 
 /// The decoder's defaults for a model with (`shift_logits`: Dream) or without shifted logits, as
-/// the tools run them given no decision flag.
+/// the tools run them given no decision flag: on LLaDA the span, so one block.
 fn mbsd_defaults(p: fn(Strategy) -> DecodeParams, shift_logits: bool) -> DecodeParams {
-    let s = Strategy::Mbsd(MbsdParams::default());
-    DecodeParams {
+    let s = Strategy::Mbsd(MbsdParams {
+        span: MbsdParams::default_span(shift_logits),
+        ..MbsdParams::default()
+    });
+    let q = DecodeParams {
         decide: s.default_decide(shift_logits),
         ..p(s)
+    };
+    match q.one_block() {
+        true => DecodeParams {
+            block_length: q.gen_length,
+            ..q
+        },
+        false => q,
+    }
+}
+
+/// LLaDA's default before the span: blocks, the near wait reaching 2 positions.
+fn before_span(p: fn(Strategy) -> DecodeParams) -> DecodeParams {
+    let staged = Staged {
+        near_wait: Some(dllm_decode::NearWait {
+            within: 2,
+            ..dllm_decode::params::DEFAULT_NEAR_WAIT
+        }),
+        ..Staged::default()
+    };
+    DecodeParams {
+        decide: Decide::Staged(staged),
+        ..p(Strategy::Mbsd(MbsdParams::default()))
     }
 }
 
@@ -410,6 +436,7 @@ fn decoders_on_the_hexagon_device_keep_their_fingerprints() {
                 "mbsd",
                 "mbsd 0.7/0.9",
                 "mbsd shown guess",
+                "mbsd defaults",
             ]
             .contains(&c.name)
         })
@@ -445,9 +472,12 @@ const TINY_LLADA_LONG_CPU: &[(&str, u64)] = &[
     ("mbsd 0.7/0.9", 0xa625c096f171bab2),
     // The shown guess with the table's legacy switches (lookahead on) at threshold 0.9.
     ("mbsd shown guess", 0x1ad249830e5228fc),
-    // The decoder's defaults (on LLaDA: the shown guess, the near wait, theta 0.9 / 0.9, no
-    // lookahead).
-    ("mbsd defaults", 0x848f829fb0f0e893),
+    // The decoder's defaults (on LLaDA: one block with a window of 16, the shown guess, the near
+    // wait reaching 8, theta 0.9 / 0.9, no lookahead).
+    ("mbsd defaults", 0x04a9acfaa950ff93),
+    // LLaDA's default before the span (blocks of 32, the near wait reaching 2): the previous
+    // "mbsd defaults" fingerprint.
+    ("mbsd before the span", 0x848f829fb0f0e893),
     ("mbsd no sts 0.9", 0x5fc6f3957d0a7647),
     ("mbsd schedule", 0xc034323b67d6dc1b),
     ("mbsd no sliding/lookahead", 0x1e01c37a4a2804dc),
@@ -481,5 +511,6 @@ const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("mbsd", 0xdb62278ae82d9716),
     ("mbsd 0.7/0.9", 0x896e7d31284ef832),
     ("mbsd shown guess", 0xf4d7950b1b551a77),
+    ("mbsd defaults", 0xff3fb22e1fdad6bc),
 ];
 const TINY_DREAM_HEX: &[(&str, u64)] = &[("dream maskgit_plus", 0xb3ba12e2d80c95db)];

@@ -1,5 +1,5 @@
 //! What each mechanism contributes to a headline configuration: the headline with lookahead,
-//! sliding, bucket fit, the left trim (windows that keep the block), the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
+//! the span (one block), sliding, bucket fit, the left trim (windows that keep the block), the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
 //! 0.9) and selective logits skipping switched off in turn, each as a configuration of its own —
 //! taken from the run where it is one of the picture's configurations, run for the table
 //! otherwise.
@@ -49,6 +49,24 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             "lookahead (switched on)",
             "with lookahead (--lookahead)".into(),
             with_m(&|m| m.lookahead = true),
+        ));
+    }
+    if m.span.is_some() {
+        // Without the span the answer goes back to blocks: the default block length's when it
+        // divides the answer (`DecodeParams::resolve`'s rule without a checkpoint).
+        let b = dllm_decode::params::DEFAULT_BLOCK_LENGTH;
+        let block_length = if p.gen_length.is_multiple_of(b) {
+            b
+        } else {
+            p.gen_length
+        };
+        v.push((
+            "span",
+            format!("no span, blocks of {block_length} (--no-span)"),
+            DecodeParams {
+                block_length,
+                ..with_m(&|m| m.span = None)
+            },
         ));
     }
     if m.sliding != Some(false) {
@@ -346,10 +364,13 @@ mod tests {
     /// The decoder's defaults with lengths, as `specs` would build them (for `shift_logits`,
     /// the family's settings pinned).
     fn defaults(shift_logits: bool) -> DecodeParams {
-        let s = Strategy::Mbsd(MbsdParams::default());
+        let s = Strategy::Mbsd(MbsdParams {
+            span: MbsdParams::default_span(shift_logits),
+            ..MbsdParams::default()
+        });
         let p = DecodeParams {
             gen_length: 128,
-            block_length: 32,
+            block_length: if shift_logits { 32 } else { 128 },
             steps: 128,
             strategy: s,
             decide: s.default_decide(shift_logits),
@@ -402,6 +423,7 @@ mod tests {
             one_switch_each(&p),
             [
                 "lookahead (switched on)",
+                "span",
                 "sliding",
                 "shown guess",
                 "bucket fit",

@@ -118,6 +118,10 @@ impl Specs {
     /// spellings of one decoder are one configuration and a report reads what runs.
     fn push(&mut self, mut s: RowSpec) {
         s.params = pin(s.params, self.shift_logits);
+        // mbsd with a span decodes the answer as one block (`DecodeParams::resolve`'s rule).
+        if s.params.one_block() {
+            s.params.block_length = s.params.gen_length;
+        }
         match self
             .rows
             .iter()
@@ -210,8 +214,12 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         decide,
         ..*base
     };
+    // The tools' mbsd settings for this family: with the span on LLaDA (one block).
     let mbsd_with = |f: &dyn Fn(&mut MbsdParams), decide: Decide| {
-        let mut m = MbsdParams::default();
+        let mut m = MbsdParams {
+            span: MbsdParams::default_span(shift_logits),
+            ..MbsdParams::default()
+        };
         f(&mut m);
         with(Strategy::Mbsd(m), decide)
     };
@@ -297,16 +305,41 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         false,
     ));
     // The staged decisions before the near wait (2026-12-06's fourth session), LLaDA's default
-    // then.
+    // then (blocks, no span).
     let before_near = Staged {
         stable: 0.95,
         near_wait: None,
         ..ds
     };
     if !shift_logits {
+        let no_span = |f: &dyn Fn(&mut MbsdParams), decide: Decide| {
+            mbsd_with(
+                &|m| {
+                    m.span = None;
+                    f(m)
+                },
+                decide,
+            )
+        };
+        // LLaDA's default before the span: blocks, the near wait reaching 2 positions.
+        let near2 = NearWait {
+            within: 2,
+            ..DEFAULT_NEAR_WAIT
+        };
         v.push(spec(
-            "mbsd, the default before the near wait (--theta-stable 0.95 --wait-near 0)",
-            mbsd_with(&|_| {}, Decide::Staged(before_near)),
+            "mbsd, the default before the span (--no-span --wait-near 2)",
+            no_span(
+                &|_| {},
+                Decide::Staged(Staged {
+                    near_wait: Some(near2),
+                    ..ds
+                }),
+            ),
+            false,
+        ));
+        v.push(spec(
+            "mbsd, the default before the near wait (--no-span --theta-stable 0.95 --wait-near 0)",
+            no_span(&|_| {}, Decide::Staged(before_near)),
             false,
         ));
         // The bucket fit counting the guess's rows: fewer rows per forward, more forwards (it
@@ -314,29 +347,6 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
         v.push(spec(
             "mbsd, the guess's rows fitted in the bucket (--fit-guess)",
             mbsd_with(&|m| m.fit_guess = true, d),
-            false,
-        ));
-        // One block, the window sliding across the whole answer at most 16 positions wide, the
-        // near wait reaching 8 positions (examples/bench/defaults.md, *One block, a window of 16*).
-        let near = NearWait {
-            within: 8,
-            ..DEFAULT_NEAR_WAIT
-        };
-        v.push(spec(
-            format!(
-                "mbsd, one block, a window of 16 (--block-length {} --span 16 --wait-near 8)",
-                base.gen_length
-            ),
-            DecodeParams {
-                block_length: base.gen_length,
-                ..mbsd_with(
-                    &|m| m.span = Some(16),
-                    Decide::Staged(Staged {
-                        near_wait: Some(near),
-                        ..ds
-                    }),
-                )
-            },
             false,
         ));
     }
@@ -361,11 +371,12 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     // near wait, on LLaDA).
     v.push(spec(
         "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess \
-         --theta-stable 0.95 --wait-near 0)",
+         --theta-stable 0.95 --wait-near 0 --no-span)",
         mbsd_with(
             &|m| {
                 m.fit_bucket = Some(true);
-                m.show_guess = Some(false)
+                m.show_guess = Some(false);
+                m.span = None
             },
             Decide::Staged(before_near),
         ),

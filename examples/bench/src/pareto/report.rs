@@ -31,8 +31,8 @@ pub const CHOSEN_ON_TUNING: &str =
      after that verdict (the partner rule came from them), and the fresh5 set judged the rule. \
      LLaDA's near wait and theta_stable 0.9 came from the wrong answers of the sets up to fresh4, \
      were chosen on the tuning and confirmation sets, and the fresh6 set judged them. mbsd's window \
-     sliding across one block (--block-length 128 --span 16 --wait-near 8, an option) was chosen \
-     on the tuning and confirmation sets, and the fresh7 set judged it";
+     sliding across one block (a span of 16, the near wait reaching 8 positions) was chosen \
+     on the tuning and confirmation sets, and the fresh7 set judged it (LLaDA's default since)";
 
 /// What the run was.
 pub struct Context {
@@ -206,7 +206,11 @@ fn projection_text(ctx: &Context) -> String {
 /// without shifted logits (LLaDA): the decoder's defaults for that family.
 fn defaults_text(shift_logits: bool) -> String {
     let decide = Strategy::Mbsd(MbsdParams::default()).default_decide(shift_logits);
-    let m = MbsdParams::default().pinned(shift_logits, decide);
+    let m = MbsdParams {
+        span: MbsdParams::default_span(shift_logits),
+        ..MbsdParams::default()
+    }
+    .pinned(shift_logits, decide);
     let on_off = |b: Option<bool>| if b == Some(true) { "on" } else { "off" };
     let rule = match decide {
         Decide::Staged(s) => format!(
@@ -232,13 +236,17 @@ fn defaults_text(shift_logits: bool) -> String {
         Decide::Schedule => "the step schedule".to_string(),
     };
     format!(
-        "`mbsd (defaults)` is mbsd at the decoder's defaults for {}: {rule}; sliding {}, a refresh \
-         at each block start {}; a shown guess {}; lookahead {} (trigger {}), bucket fit {}, \
-         a left trim {}, selective logits on.",
+        "`mbsd (defaults)` is mbsd at the decoder's defaults for {}: {rule}; {}; sliding {}, a \
+         refresh at each block start {}; a shown guess {}; lookahead {} (trigger {}), bucket fit \
+         {}, a left trim {}, selective logits on.",
         if shift_logits {
             "a Dream model (shifted logits)"
         } else {
             "a LLaDA model"
+        },
+        match m.span {
+            Some(n) => format!("one block, the window at most {n} positions from the frontier"),
+            None => "blocks, the window up to the block's end".into(),
         },
         on_off(m.sliding),
         on_off(m.refresh),

@@ -81,7 +81,7 @@ fn the_configurations_are_labelled_by_what_they_run_and_run_once() {
         assert!(s.same.contains(&(defaults_point, DEFAULTS.to_string())));
     }
     assert!(
-        (38..=80).contains(&s.rows.len()),
+        (38..=88).contains(&s.rows.len()),
         "{} configurations",
         s.rows.len()
     );
@@ -94,6 +94,27 @@ fn the_configurations_are_labelled_by_what_they_run_and_run_once() {
         Some(Family::MbsdNoVerify)
     );
     assert_eq!(Family::of(find(DEFAULTS)), Some(Family::MbsdVerify));
+    // LLaDA's defaults are one block with a window of 16 and the near wait reaching 8; the
+    // default before the span keeps the bench's blocks and the near wait's 2.
+    let d = find(DEFAULTS).params;
+    let ds = d.decide.staged().unwrap();
+    assert_eq!(
+        (d.block_length, d.strategy.mbsd().unwrap().span),
+        (d.gen_length, Some(16))
+    );
+    assert_eq!(ds.near_wait.unwrap().within, 8);
+    let before = find("mbsd, the default before the span (--no-span --wait-near 2)").params;
+    assert_eq!(
+        (before.block_length, before.strategy.mbsd().unwrap().span),
+        (32, None)
+    );
+    assert_eq!(before.decide.staged().unwrap().near_wait.unwrap().within, 2);
+    // Every row with a span is one block; the rows without one keep the bench's blocks.
+    for r in &s.rows {
+        let span = r.params.strategy.mbsd().and_then(|m| m.span);
+        let blocks = if span.is_some() { 128 } else { 32 };
+        assert_eq!(r.params.block_length, blocks, "{}", r.label);
+    }
 }
 
 #[test]
@@ -118,7 +139,7 @@ fn a_dream_model_gets_its_family_defaults_spelled_out() {
         "mbsd, staged decisions (--sts --show-guess)",
         "mbsd, with bucket fit (--bucket-fit)",
         "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess \
-         --theta-stable 0.95 --wait-near 0)",
+         --theta-stable 0.95 --wait-near 0 --no-span)",
     ] {
         assert!(s.rows.iter().any(|r| r.label == l), "{l} missing");
     }
@@ -132,8 +153,8 @@ fn a_dream_model_gets_its_family_defaults_spelled_out() {
     let llada = specs(&base(), false, false);
     for l in [
         "mbsd, staged decisions, bucket fit, no shown guess (--sts --bucket-fit --no-show-guess \
-         --theta-stable 0.95 --wait-near 0)",
-        "mbsd, the default before the near wait (--theta-stable 0.95 --wait-near 0)",
+         --theta-stable 0.95 --wait-near 0 --no-span)",
+        "mbsd, the default before the near wait (--no-span --theta-stable 0.95 --wait-near 0)",
     ] {
         assert!(llada.rows.iter().any(|r| r.label == l), "{l} missing");
     }

@@ -684,18 +684,33 @@ fn json_reports_the_span_and_refuses_zero_or_another_strategy() {
     let dir = model_dir("span");
     let d = dir.to_str().unwrap();
     let base = short_run(d);
+    // LLaDA's default is a span of 16; without --block-length the answer is then one block.
     let v = run_json(&base, &[]);
+    assert_eq!(v["span"], 16, "{v}");
+    assert_eq!(v["block_length"], 8, "asked for: {v}");
+    let unblocked: Vec<&str> = base
+        .iter()
+        .copied()
+        .filter(|a| !["--block-length", "8"].contains(a))
+        .map(|a| if a == "16" { "64" } else { a })
+        .collect();
+    let v = run_json(&unblocked, &[]);
+    assert_eq!((&v["span"], &v["block_length"]), (&16.into(), &64.into()), "{v}");
+    let v = run_json(&unblocked, &["--no-span"]);
     assert_eq!(v["span"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["block_length"], 32, "blocks of 32 without the span: {v}");
     let v = run_json(&base, &["--span", "4"]);
     assert_eq!(v["span"], 4, "{v}");
-    for bad in [
-        &["--span", "0"][..],
-        &["--span", "4", "--strategy", "dual-cache"][..],
+    for (bad, flag) in [
+        (&["--span", "0"][..], "--span"),
+        (&["--span", "4", "--strategy", "dual-cache"][..], "--span"),
+        (&["--no-span", "--strategy", "dual-cache"][..], "--no-span"),
+        (&["--span", "4", "--no-span"][..], "--no-span"),
     ] {
         let out = run(&[&base[..], bad].concat());
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--span"), "{err}");
+        assert!(err.contains(flag), "{err}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -710,7 +725,7 @@ fn json_reports_the_near_wait_and_refuses_a_contradiction() {
     assert_eq!(
         (&v["wait_near"], &v["wait_near_below"], &v["theta_stable"]),
         (
-            &serde_json::json!(2),
+            &serde_json::json!(8),
             &serde_json::json!(0.975),
             &serde_json::json!(0.9)
         ),

@@ -37,8 +37,10 @@ fn completions_chat_models_and_health() {
         u["total_tokens"].as_u64(),
         Some(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap())
     );
-    // generate's defaults: the checkpoint's 24 positions in blocks of 8, strategy mbsd.
+    // generate's defaults: the checkpoint's 24 positions, strategy mbsd with LLaDA's span of 16,
+    // so one block.
     assert_eq!(v["diffusion"]["gen_length"], 24);
+    assert_eq!(v["diffusion"]["block_length"], 24);
     assert_eq!(v["diffusion"]["strategy"], "mbsd");
 
     // max_tokens is rounded up to whole blocks, and the response says so.
@@ -52,6 +54,18 @@ fn completions_chat_models_and_health() {
     assert_eq!(v["diffusion"]["gen_length"], 16);
     assert_eq!(v["diffusion"]["block_length"], 8);
     assert_eq!(v["diffusion"]["strategy"], "prefix-cache");
+    // One block takes any length: max_tokens is the generation length as asked.
+    let v = s
+        .post(
+            "/v1/completions",
+            &json!({"prompt": TOM, "max_tokens": 10}).to_string(),
+        )
+        .json();
+    assert_eq!(
+        (&v["diffusion"]["gen_length"], &v["diffusion"]["block_length"]),
+        (&json!(10), &json!(10)),
+        "{v}"
+    );
 
     // Chat: the tiny model has no chat template, so a single user turn is the prompt as written.
     let r = s.post(
@@ -88,7 +102,7 @@ fn completions_chat_models_and_health() {
     assert_eq!(h["status"], "ok");
     assert_eq!(h["live_sequences"], 0);
     assert_eq!(h["running_sequences"], 0);
-    assert_eq!(h["requests_completed"], 5);
+    assert_eq!(h["requests_completed"], 6);
     assert!(s.get("/").body.contains("id=\"canvas\""));
     assert_eq!(s.get("/nope").status, 404);
 }
