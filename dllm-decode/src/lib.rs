@@ -241,8 +241,8 @@ impl LoadedModelExt for LoadedModel {
 pub mod prelude {
     pub use crate::{
         generate, generate_text, generate_text_with, Answer, Ask, Control, Decide, DecodeParams,
-        DecodeView, Decoder, Generation, LoadedModelExt, MbsdParams, Outcome, Selector, Staged,
-        StepEvent, StepObserver, StopReason, Strategy, Verify, WindowPlan, WindowPolicy,
+        DecodeView, Decoder, Generation, LoadedModelExt, MbsdParams, Outcome, Requested, Selector,
+        Staged, StepEvent, StepObserver, StopReason, Strategy, Verify, WindowPlan, WindowPolicy,
     };
     pub use dllm_models::prelude::*;
 }

@@ -219,6 +219,17 @@ impl MbsdParams {
         (!shift_logits).then_some(DEFAULT_SPAN)
     }
 
+    /// The settings the tools run for a model with (`shift_logits`, Dream) or without shifted
+    /// logits when no mbsd flag is given: the defaults with the family's span
+    /// ([`Self::default_span`]). Resolve the lengths with [`crate::DecodeParams::resolve`], which
+    /// makes an answer with a span one block.
+    pub fn for_family(shift_logits: bool) -> MbsdParams {
+        MbsdParams {
+            span: Self::default_span(shift_logits),
+            ..MbsdParams::default()
+        }
+    }
+
     /// Sliding and the block-start refresh for a model with (`true`) or without shifted logits,
     /// where the parameters leave them to the family: a model without shifted logits (LLaDA)
     /// slides and does not refresh; a model with them (Dream) refreshes at each block start and

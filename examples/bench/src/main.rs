@@ -626,8 +626,8 @@ fn run_pareto(
     let pic = pareto::run(specs, &sets, |s, q| runner.run(s, None, q))?;
     let header =
         format!(
-        "Model: `{}`; long-math question sets {}; gen length {}, block {}, greedy; CPU wall times \
-         with {} on {}. Bench wall time {:.0} s.",
+        "Model: `{}`; long-math question sets {}; gen length {}, block {} (one block for mbsd \
+         with a span), greedy; CPU wall times with {} on {}. Bench wall time {:.0} s.",
         runner.loaded[0].2.model.source,
         sets.iter()
             .map(|(s, q)| format!("{} ({} questions)", s.name(), q.len()))

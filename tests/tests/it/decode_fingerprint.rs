@@ -321,10 +321,7 @@ fn dream_long_cases() -> Vec<Case> {
 /// The decoder's defaults for a model with (`shift_logits`: Dream) or without shifted logits, as
 /// the tools run them given no decision flag: on LLaDA the span, so one block.
 fn mbsd_defaults(p: fn(Strategy) -> DecodeParams, shift_logits: bool) -> DecodeParams {
-    let s = Strategy::Mbsd(MbsdParams {
-        span: MbsdParams::default_span(shift_logits),
-        ..MbsdParams::default()
-    });
+    let s = Strategy::Mbsd(MbsdParams::for_family(shift_logits));
     let q = DecodeParams {
         decide: s.default_decide(shift_logits),
         ..p(s)

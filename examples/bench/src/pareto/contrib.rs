@@ -364,10 +364,7 @@ mod tests {
     /// The decoder's defaults with lengths, as `specs` would build them (for `shift_logits`,
     /// the family's settings pinned).
     fn defaults(shift_logits: bool) -> DecodeParams {
-        let s = Strategy::Mbsd(MbsdParams {
-            span: MbsdParams::default_span(shift_logits),
-            ..MbsdParams::default()
-        });
+        let s = Strategy::Mbsd(MbsdParams::for_family(shift_logits));
         let p = DecodeParams {
             gen_length: 128,
             block_length: if shift_logits { 32 } else { 128 },

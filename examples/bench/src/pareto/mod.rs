@@ -216,10 +216,7 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
     };
     // The tools' mbsd settings for this family: with the span on LLaDA (one block).
     let mbsd_with = |f: &dyn Fn(&mut MbsdParams), decide: Decide| {
-        let mut m = MbsdParams {
-            span: MbsdParams::default_span(shift_logits),
-            ..MbsdParams::default()
-        };
+        let mut m = MbsdParams::for_family(shift_logits);
         f(&mut m);
         with(Strategy::Mbsd(m), decide)
     };

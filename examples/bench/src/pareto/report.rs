@@ -206,11 +206,7 @@ fn projection_text(ctx: &Context) -> String {
 /// without shifted logits (LLaDA): the decoder's defaults for that family.
 fn defaults_text(shift_logits: bool) -> String {
     let decide = Strategy::Mbsd(MbsdParams::default()).default_decide(shift_logits);
-    let m = MbsdParams {
-        span: MbsdParams::default_span(shift_logits),
-        ..MbsdParams::default()
-    }
-    .pinned(shift_logits, decide);
+    let m = MbsdParams::for_family(shift_logits).pinned(shift_logits, decide);
     let on_off = |b: Option<bool>| if b == Some(true) { "on" } else { "off" };
     let rule = match decide {
         Decide::Staged(s) => format!(
