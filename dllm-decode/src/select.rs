@@ -212,7 +212,7 @@ impl StsSelector {
     /// Whether the candidate at `pos`, `c` confident, waits for its left context.
     fn waits(&self, candidates: &[(usize, f64)], pos: usize, c: f64) -> bool {
         // A NaN confidence reaches no threshold: it waits wherever a wait applies.
-        let below = |th: f64| !(c >= th);
+        let below = |th: f64| c.is_nan() || c < th;
         (below(self.thresholds.stable) && self.left_open(candidates, pos, self.wait_left))
             || self.near_wait.is_some_and(|n| {
                 below(f64::from(n.below)) && self.left_open(candidates, pos, n.within)

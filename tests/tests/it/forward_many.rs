@@ -217,9 +217,7 @@ fn shadows_match_leave_one_out(backend: Backend, tol: f32) {
     for (k, &pos) in verify.iter().enumerate() {
         let mut masked = canvas.clone();
         let last = hidden[k].last().copied().unwrap_or(pos);
-        for q in pos..=last {
-            masked[q] = mask;
-        }
+        masked[pos..=last].fill(mask);
         let t = Tensor::from_vec(masked, (1, len), m.model.device()).unwrap();
         let loo = seq
             .forward(&t, pos..last + 1, Rows::Positions(&[pos]))
