@@ -21,13 +21,15 @@ use crate::{Error, Result};
 /// and θ_stable 0.9, chosen on the tuning and confirmation sets. [`QuestionSet::Fresh7`]
 /// (2026-12-06, the day's sixth session) judges mbsd's window sliding across one block
 /// (`--block-length 128 --span 16 --wait-near 8`), chosen on the tuning and confirmation sets.
+/// [`QuestionSet::Fresh8`] (the day's seventh session) judges the bucket fit counting the shown
+/// guess's rows (`--fit-guess`) beside that window, chosen on the tuning and confirmation sets.
 /// Held-out questions past the first 200 are not excluded
 /// from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
 /// The sets are ordered as they were made (and used): `Tuning < Confirmation < Fresh < Fresh2 <
-/// Fresh3 < Fresh4 < Fresh5 < Fresh6 < Fresh7`.
+/// Fresh3 < Fresh4 < Fresh5 < Fresh6 < Fresh7 < Fresh8`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionSet {
@@ -50,13 +52,15 @@ pub enum QuestionSet {
     Fresh6,
     /// The confirmation generator's questions 2101-2400 and held-out long-math questions 2201-2500.
     Fresh7,
+    /// The confirmation generator's questions 2401-2700 and held-out long-math questions 2501-2800.
+    Fresh8,
 }
 
 impl QuestionSet {
     /// Questions of the tuning set.
     pub const TUNING_SIZE: usize = 100;
     /// Every set, in order.
-    pub const ALL: [QuestionSet; 9] = [
+    pub const ALL: [QuestionSet; 10] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
         QuestionSet::Fresh,
@@ -66,10 +70,11 @@ impl QuestionSet {
         QuestionSet::Fresh5,
         QuestionSet::Fresh6,
         QuestionSet::Fresh7,
+        QuestionSet::Fresh8,
     ];
     /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4`,
-    /// `Fresh5`, `Fresh6` and `Fresh7`, which judged the rules of 2026-12-06 (`--sets` adds
-    /// them).
+    /// `Fresh5`, `Fresh6`, `Fresh7` and `Fresh8`, which judged the rules of 2026-12-06 (`--sets`
+    /// adds them).
     pub const PICTURE: [QuestionSet; 5] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
@@ -79,7 +84,7 @@ impl QuestionSet {
     ];
 
     /// Its questions, always the same, in order: the tuning set is held-out long-math 1-100; the
-    /// k-th set after it (k = 1, ..., 7) is the confirmation generator's k-th 300 questions, then
+    /// k-th set after it (k = 1, ..., 8) is the confirmation generator's k-th 300 questions, then
     /// the k-th 300 held-out long-math questions after the first 100.
     pub fn questions(self) -> Vec<Example> {
         use crate::tasks::long::confirm::{confirmation_stream, CONFIRMATION_SIZE};
@@ -115,6 +120,7 @@ impl QuestionSet {
             QuestionSet::Fresh5 => 5,
             QuestionSet::Fresh6 => 6,
             QuestionSet::Fresh7 => 7,
+            QuestionSet::Fresh8 => 8,
         };
         let held = Self::TUNING_SIZE + k * N;
         Some((k * N..(k + 1) * N, held..held + N))
@@ -141,7 +147,7 @@ impl QuestionSet {
         }
     }
 
-    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5`, `fresh6` or `fresh7`.
+    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5`, `fresh6`, `fresh7` or `fresh8`.
     pub fn name(self) -> &'static str {
         match self {
             QuestionSet::Tuning => "tuning",
@@ -153,6 +159,7 @@ impl QuestionSet {
             QuestionSet::Fresh5 => "fresh5",
             QuestionSet::Fresh6 => "fresh6",
             QuestionSet::Fresh7 => "fresh7",
+            QuestionSet::Fresh8 => "fresh8",
         }
     }
 }
@@ -188,6 +195,8 @@ mod tests {
         assert_eq!(sets[5].len(), 600);
         assert_eq!(sets[6].len(), 600);
         assert_eq!(sets[7].len(), 600);
+        assert_eq!(sets[8].len(), 600);
+        assert_eq!(sets[9].len(), 600);
         let mut seen = std::collections::HashSet::new();
         for (set, qs) in QuestionSet::ALL.iter().zip(&sets) {
             for q in qs {
@@ -221,6 +230,7 @@ mod tests {
                 "the confirmation generator's questions 1501-1800, then held-out long-math questions 1601-1900",
                 "the confirmation generator's questions 1801-2100, then held-out long-math questions 1901-2200",
                 "the confirmation generator's questions 2101-2400, then held-out long-math questions 2201-2500",
+                "the confirmation generator's questions 2401-2700, then held-out long-math questions 2501-2800",
             ]
         );
         // The held-out part of a set follows the previous set's: fresh2's first held-out question
