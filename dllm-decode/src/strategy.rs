@@ -111,14 +111,12 @@ pub struct MbsdParams {
     /// (the block's last undecided positions wait for the next forward) instead of paying for the
     /// next bucket (`None`: the model family's default, see [`MbsdParams::fits_bucket`]).
     pub fit_bucket: Option<bool>,
-    /// Count the shown guess's shadow rows in the forward the bucket fit fits to a bucket (off
-    /// by default): the window gives up its last positions so that the guess's rows fit the
-    /// bucket instead of starting the next one. Fewer rows per forward, more forwards: on
-    /// tiny-llada-long (tuning + confirmation, 700) the same 699 right in 9.95 forwards per
-    /// answer against the default's 9.04, projected on confirmation at 7.64 s against 8.36 s
-    /// (`examples/bench/defaults.md`, *Tried on 2026-12-06*). Needs the bucket fit and the shown
-    /// guess (an error otherwise).
-    pub fit_guess: bool,
+    /// Count the shown guess's shadow rows in the forward the bucket fit fits to a bucket: the
+    /// window gives up its last positions so that the guess's rows fit the bucket instead of
+    /// starting the next one (`None`: the model family's default, see
+    /// [`MbsdParams::fits_guess`]). Needs the bucket fit and the shown guess (an error when asked
+    /// for without them).
+    pub fit_guess: Option<bool>,
     /// Cover at most this many positions from the commit frontier in a window (after the stale
     /// positions before it; `None`: up to the block's end). With a span,
     /// [`crate::DecodeParams::resolve`] makes the answer one block unless a block length is
@@ -168,7 +166,7 @@ impl Default for MbsdParams {
             sliding: None,
             lookahead: false,
             fit_bucket: None,
-            fit_guess: false,
+            fit_guess: None,
             span: None,
             trim_left: true,
             trigger: DEFAULT_LOOKAHEAD_TRIGGER,
@@ -271,8 +269,30 @@ impl MbsdParams {
         self.fit_bucket.unwrap_or(!shift_logits)
     }
 
+    /// Whether the bucket fit counts the shown guess's rows, for a model with (`true`) or without
+    /// shifted logits under `decide`, where the parameters leave it to the family: on LLaDA
+    /// models with a span, whenever the bucket fit and the shown guess are on; else off. With the
+    /// span (on tiny-llada-long, tuning + confirmation) it gave the same answers in the same
+    /// forwards (698 of 700 in 8.40 per answer), projected 7.19 s against 7.52 s on confirmation;
+    /// judged on fresh8, which chose nothing (`examples/bench/defaults.md`, *The guess's rows in
+    /// the bucket*). In blocks of 32 without the span it cost forwards (the same 699 in 9.95
+    /// against 9.04), so it stays off there.
+    pub fn fits_guess(self, shift_logits: bool, decide: crate::Decide) -> bool {
+        self.fit_guess.unwrap_or(
+            self.guess_fit_by_family(shift_logits)
+                && self.fits_bucket(shift_logits)
+                && self.shows_guess(shift_logits, decide),
+        )
+    }
+
+    /// The family part of [`Self::fits_guess`]'s default (what the window reads: without the
+    /// bucket fit or a shown guess it has no guess's rows to count).
+    pub(crate) fn guess_fit_by_family(self, shift_logits: bool) -> bool {
+        !shift_logits && self.span.is_some()
+    }
+
     /// These parameters with every setting left to the model family ([`Self::resolved`],
-    /// [`Self::shows_guess`], [`Self::fits_bucket`]) pinned to its value for a model with
+    /// [`Self::shows_guess`], [`Self::fits_bucket`], [`Self::fits_guess`]) pinned to its value for a model with
     /// (`shift_logits`) or without shifted logits under `decide`: the same decoder, spelled out
     /// (what a report of a configuration's switches reads).
     ///
@@ -293,6 +313,7 @@ impl MbsdParams {
             refresh: Some(refresh),
             show_guess: Some(self.shows_guess(shift_logits, decide)),
             fit_bucket: Some(self.fits_bucket(shift_logits)),
+            fit_guess: Some(self.fits_guess(shift_logits, decide)),
             ..self
         }
     }

@@ -24,9 +24,10 @@
 //!   start be recomputed by the window itself (the block start's window is those few positions
 //!   plus a block). On by default for LLaDA, off for Dream ([`MbsdParams::fits_bucket`]). The
 //!   forward it fits counts the window, the row before it (shifted logits) and the verification
-//!   rows, and the shown guess's shadow only with `fit_guess` (off by default: the guess's row
-//!   then often starts the next bucket, and cutting a position out of the window for it costs
-//!   about 0.9 forwards per answer).
+//!   rows, and the shown guess's shadow with `fit_guess` (on for LLaDA with a span, its
+//!   default, [`MbsdParams::fits_guess`]: a window of at most 16 positions gives up positions it
+//!   would rarely decide; in blocks of 32 without the span it is off, where cutting a position
+//!   out of the window for the guess's row cost about 0.9 forwards per answer).
 //! * **Left trim** (`trim_left`, on). A window that keeps the block (Dream's: no sliding) and
 //!   whose forward would pass a bucket edge — counting every row the model computes: the
 //!   window, the row before it for a model with shifted logits, the verification rows and the
@@ -207,7 +208,11 @@ impl MbsdWindow {
     /// and a few positions; and the tokens waiting for their first look get their shadow rows in
     /// this forward instead of one later).
     fn fit_bucket(&self, v: &DecodeView<'_>, start: usize, end: usize) -> usize {
-        let guess = if self.params.fit_guess {
+        let fit_guess = self
+            .params
+            .fit_guess
+            .unwrap_or(self.params.guess_fit_by_family(v.info.shift_logits));
+        let guess = if fit_guess {
             v.guess_rows
         } else {
             0

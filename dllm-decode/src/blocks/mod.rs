@@ -152,7 +152,7 @@ impl<'a> Blocks<'a> {
             .strategy
             .mbsd()
             .is_some_and(|m| m.shows_guess(shift, p.decide));
-        if let Some(m) = p.strategy.mbsd().filter(|m| m.fit_guess) {
+        if let Some(m) = p.strategy.mbsd().filter(|m| m.fit_guess == Some(true)) {
             let missing = match (m.fits_bucket(shift), show_guess) {
                 (false, _) => Some(
                     "the bucket fit, which is off here (turned off, or a Dream model, where it is \

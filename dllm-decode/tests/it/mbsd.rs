@@ -358,23 +358,38 @@ fn computed_rows(table: LatencyTable, mbsd: MbsdParams) -> (Vec<usize>, usize) {
 }
 
 #[test]
-fn the_guess_rows_fit_the_bucket_only_when_asked() {
-    // By default the bucket fit leaves the shown guess's shadow row out of the forward it fits:
-    // a window cut to the 8-position edge plus the guess's row pays for the next bucket. With
-    // `fit_guess` the window gives up a position for the row instead.
+fn the_guess_rows_fit_the_bucket_when_asked_or_with_a_span() {
+    // Without a span the bucket fit leaves the shown guess's shadow row out of the forward it
+    // fits by default: a window cut to the 8-position edge plus the guess's row pays for the next
+    // bucket. With `fit_guess` the window gives up a position for the row instead.
     let shown = MbsdParams {
         lookahead: false,
         show_guess: Some(true),
         ..Default::default()
     };
     let fitted = MbsdParams {
-        fit_guess: true,
+        fit_guess: Some(true),
         ..shown
     };
     let (rows, guesses) = computed_rows(flat_table(8, 100.0), shown);
     assert!(guesses > 0 && rows.iter().any(|&r| r > 8), "{rows:?}");
     let (rows, guesses) = computed_rows(flat_table(8, 100.0), fitted);
     assert!(guesses > 0 && rows.iter().all(|&r| r <= 8), "{rows:?}");
+    // The family's default (this model has no shifted logits, like LLaDA): with a span the rows
+    // are fitted as when asked, and asking for none leaves them out again.
+    let spanned = |fit_guess| MbsdParams {
+        span: Some(8),
+        fit_guess,
+        ..shown
+    };
+    let (rows, _) = computed_rows(flat_table(8, 100.0), spanned(None));
+    assert!(rows.iter().all(|&r| r <= 8), "{rows:?}");
+    assert_eq!(
+        computed_rows(flat_table(8, 100.0), spanned(None)),
+        computed_rows(flat_table(8, 100.0), spanned(Some(true)))
+    );
+    let (rows, _) = computed_rows(flat_table(8, 100.0), spanned(Some(false)));
+    assert!(rows.iter().any(|&r| r > 8), "{rows:?}");
 }
 
 #[test]
@@ -382,7 +397,7 @@ fn fitting_the_guess_needs_the_bucket_fit_and_the_guess() {
     for (m, what) in [
         (
             MbsdParams {
-                fit_guess: true,
+                fit_guess: Some(true),
                 fit_bucket: Some(false),
                 show_guess: Some(true),
                 ..Default::default()
@@ -391,7 +406,7 @@ fn fitting_the_guess_needs_the_bucket_fit_and_the_guess() {
         ),
         (
             MbsdParams {
-                fit_guess: true,
+                fit_guess: Some(true),
                 show_guess: Some(false),
                 ..Default::default()
             },
@@ -404,6 +419,14 @@ fn fitting_the_guess_needs_the_bucket_fit_and_the_guess() {
             .unwrap_err()
             .to_string();
         assert!(e.contains("fit_guess") && e.contains(what), "{e}");
+        // Left to the family, it is off where it cannot apply: never an error.
+        let family = MbsdParams {
+            fit_guess: None,
+            span: Some(8),
+            ..m
+        };
+        let p = params(MBSD(MbsdParams::default()), Some(0.9), family);
+        Decoder::new(p).run(&mut synthetic(), PROMPT, &mut ()).unwrap();
     }
 }
 

@@ -309,6 +309,7 @@ fn pareto_writes_both_sets_with_statistics_counters_strategies_and_contributions
             "span",
             "sliding",
             "shown guess",
+            "guess's rows in the bucket",
             "bucket fit",
             "adjacency rule",
             "left wait",

@@ -117,10 +117,15 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub bucket_fit: bool,
     /// mbsd: count the shown guess's shadow rows in the forward the bucket fit fits to a bucket
-    /// (the window gives up its last positions for them): fewer rows per forward, more forwards;
-    /// needs the bucket fit and the shown guess (the README's `generate` reference).
-    #[arg(long, conflicts_with = "no_bucket_fit")]
+    /// (the window gives up its last positions for them) [default: on for LLaDA models with a
+    /// span, off otherwise]; needs the bucket fit and the shown guess (the README's `generate`
+    /// reference).
+    #[arg(long, conflicts_with_all = ["no_bucket_fit", "no_fit_guess"])]
     pub fit_guess: bool,
+    /// mbsd: never count the shown guess's rows in the bucket fit (without a span it is off
+    /// anyway).
+    #[arg(long)]
+    pub no_fit_guess: bool,
     /// mbsd: a window covers at most N positions from the commit frontier, and the answer is one
     /// block unless --block-length is given, so the window slides across the whole answer
     /// [default: 16 on LLaDA models; none on Dream models, whose window keeps the block] (the
@@ -391,7 +396,7 @@ impl DecodeArgs {
             sliding: flag_pair(self.sliding, self.no_sliding),
             lookahead: self.lookahead,
             fit_bucket: flag_pair(self.bucket_fit, self.no_bucket_fit),
-            fit_guess: self.fit_guess,
+            fit_guess: flag_pair(self.fit_guess, self.no_fit_guess),
             span: self.span,
             trim_left: !self.no_trim_left,
             trigger: self.lookahead_trigger,
@@ -414,6 +419,7 @@ impl DecodeArgs {
             ("--no-bucket-fit", self.no_bucket_fit),
             ("--bucket-fit", self.bucket_fit),
             ("--fit-guess", self.fit_guess),
+            ("--no-fit-guess", self.no_fit_guess),
             ("--span", self.span.is_some()),
             ("--no-span", self.no_span),
             ("--no-trim-left", self.no_trim_left),

@@ -469,9 +469,9 @@ const TINY_LLADA_LONG_CPU: &[(&str, u64)] = &[
     ("mbsd 0.7/0.9", 0xa625c096f171bab2),
     // The shown guess with the table's legacy switches (lookahead on) at threshold 0.9.
     ("mbsd shown guess", 0x1ad249830e5228fc),
-    // The decoder's defaults (on LLaDA: one block with a window of 16, the shown guess, the near
-    // wait reaching 8, theta 0.9 / 0.9, no lookahead).
-    ("mbsd defaults", 0x04a9acfaa950ff93),
+    // The decoder's defaults (on LLaDA: one block with a window of 16, the shown guess and its
+    // rows fitted in the bucket, the near wait reaching 8, theta 0.9 / 0.9, no lookahead).
+    ("mbsd defaults", 0xab8ded6234941b78),
     // LLaDA's default before the span (blocks of 32, the near wait reaching 2): the previous
     // "mbsd defaults" fingerprint.
     ("mbsd before the span", 0x848f829fb0f0e893),
@@ -508,6 +508,6 @@ const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("mbsd", 0xdb62278ae82d9716),
     ("mbsd 0.7/0.9", 0x896e7d31284ef832),
     ("mbsd shown guess", 0xf4d7950b1b551a77),
-    ("mbsd defaults", 0xff3fb22e1fdad6bc),
+    ("mbsd defaults", 0x28bef2cf81769b88),
 ];
 const TINY_DREAM_HEX: &[(&str, u64)] = &[("dream maskgit_plus", 0xb3ba12e2d80c95db)];

@@ -77,7 +77,11 @@ fn draw(r: &mut Rng) -> (DecodeParams, Option<usize>) {
         sliding: maybe(r, coin),
         lookahead: r.below(4) == 0,
         fit_bucket: maybe(r, coin),
-        fit_guess: r.below(4) == 0,
+        fit_guess: match r.below(4) {
+            0 => Some(true),
+            1 => Some(false),
+            _ => None,
+        },
         span: maybe(r, |r| r.index(20)),
         trim_left: coin(r),
         trigger: r.index(9),

@@ -76,18 +76,33 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
             with_m(&|m| m.sliding = Some(false)),
         ));
     }
+    // The guess's rows in the bucket need the guess and the bucket fit: switching either off
+    // leaves them to the family (off without it).
     if m.show_guess != Some(false) {
         v.push((
             "shown guess",
             "no shown guess (--no-show-guess)".into(),
-            with_m(&|m| m.show_guess = Some(false)),
+            with_m(&|m| {
+                m.show_guess = Some(false);
+                m.fit_guess = None
+            }),
+        ));
+    }
+    if m.fit_guess == Some(true) {
+        v.push((
+            "guess's rows in the bucket",
+            "no guess's rows in the bucket (--no-fit-guess)".into(),
+            with_m(&|m| m.fit_guess = Some(false)),
         ));
     }
     if m.fit_bucket != Some(false) {
         v.push((
             "bucket fit",
             "no bucket fit (--no-bucket-fit)".into(),
-            with_m(&|m| m.fit_bucket = Some(false)),
+            with_m(&|m| {
+                m.fit_bucket = Some(false);
+                m.fit_guess = None
+            }),
         ));
     } else {
         // Off in the headline (Dream's default): what switching it on does.
@@ -343,7 +358,8 @@ mod tests {
             m.sliding != pm.sliding,
             m.show_guess != pm.show_guess,
             m.fit_bucket != pm.fit_bucket,
-            m.fit_guess != pm.fit_guess,
+            // Left to the family where the guess or the bucket fit is switched off.
+            m.fit_guess != pm.fit_guess && m.fit_guess.is_some(),
             m.span != pm.span || q.block_length != p.block_length,
             m.trim_left != pm.trim_left,
             s.is_some() != ps.is_some(),
@@ -374,11 +390,7 @@ mod tests {
             sls: true,
             ..Default::default()
         };
-        if shift_logits {
-            crate::pareto::pin(p, true)
-        } else {
-            p
-        }
+        crate::pareto::pin(p, shift_logits)
     }
 
     /// The mechanisms [`named_off`] lists for `p`, each checked to be exactly one switch away.
@@ -423,6 +435,7 @@ mod tests {
                 "span",
                 "sliding",
                 "shown guess",
+                "guess's rows in the bucket",
                 "bucket fit",
                 "adjacency rule",
                 "left wait",

@@ -339,13 +339,6 @@ pub fn specs(base: &DecodeParams, quick: bool, shift_logits: bool) -> Specs {
             no_span(&|_| {}, Decide::Staged(before_near)),
             false,
         ));
-        // The bucket fit counting the guess's rows: fewer rows per forward, more forwards (it
-        // needs the bucket fit, which Dream models do not use).
-        v.push(spec(
-            "mbsd, the guess's rows fitted in the bucket (--fit-guess)",
-            mbsd_with(&|m| m.fit_guess = true, d),
-            false,
-        ));
     }
     v.push(spec(
         "mbsd, no shown guess, no joint check (--no-show-guess --joint-check off)",

@@ -254,8 +254,8 @@ fn defaults_text(shift_logits: bool) -> String {
         on_off(Some(m.lookahead)),
         m.trigger,
         match (m.fit_bucket, m.fit_guess) {
-            (Some(true), true) => "on (counting the guess's rows)",
-            (Some(true), false) => "on",
+            (Some(true), Some(true)) => "on (counting the guess's rows)",
+            (Some(true), _) => "on",
             _ => "off",
         },
         if m.trim_left && m.sliding == Some(false) {

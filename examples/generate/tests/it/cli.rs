@@ -657,13 +657,18 @@ fn json_reports_the_guess_fitted_in_the_bucket_and_refuses_it_without_a_guess() 
     let dir = model_dir("fit-guess");
     let d = dir.to_str().unwrap();
     let base = short_run(d);
+    // On by default with LLaDA's span; off without a span or when asked.
     let v = run_json(&base, &[]);
     assert_eq!(
         (&v["fit_guess"], &v["fit_bucket"]),
-        (&serde_json::json!(false), &serde_json::json!(true)),
+        (&serde_json::json!(true), &serde_json::json!(true)),
         "{v}"
     );
-    let v = run_json(&base, &["--fit-guess"]);
+    for off in [&["--no-span"][..], &["--no-fit-guess"][..], &["--no-show-guess"][..]] {
+        let v = run_json(&base, off);
+        assert_eq!(v["fit_guess"], false, "{off:?}: {v}");
+    }
+    let v = run_json(&base, &["--no-span", "--fit-guess"]);
     assert_eq!(v["fit_guess"], true, "{v}");
     // Without the guess or the bucket fit there is nothing to fit: refused by the flag's name.
     for bad in [
