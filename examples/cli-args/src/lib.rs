@@ -40,11 +40,12 @@ pub struct DecodeArgs {
     #[arg(long)]
     pub steps: Option<usize>,
     /// mbsd (multi-block speculative decoding with staged decisions, verification and, on LLaDA
-    /// models, a window of 16 positions sliding across the answer as one block, a shown guess and
-    /// the near wait: on 600 long-math questions nothing was chosen on (fresh7),
-    /// tiny-llada-long 598 right vs threshold-0.9's 584 and vanilla's 599, in 8.43 forwards vs
-    /// threshold 0.9's 9.10, projected 7.53 s vs dual-cache + threshold 0.9's 12.21 s;
-    /// `--no-span --wait-near 2` is the previous default, 598 in 9.13; Dream models decide by
+    /// models, a window of 16 positions sliding across the answer as one block, its bucket fit
+    /// counting the shown guess's row, a shown guess and the near wait: on 600 long-math
+    /// questions nothing was chosen on (fresh8), tiny-llada-long 599 right vs threshold-0.9's 571
+    /// and vanilla's 598, in 8.32 forwards vs threshold 0.9's 8.99, projected 7.14 s vs
+    /// dual-cache + threshold 0.9's 12.03 s; `--no-span --wait-near 2` is the default before the
+    /// span, on fresh7 598 in 9.13 forwards against 598 in 8.43 with it; Dream models decide by
     /// the threshold rule at 0.9 with a refresh at each block start instead of sliding, the
     /// shown guess and no bucket fit: on tiny-dream-long 1742 of 1800 in 10.35 forwards vs
     /// threshold 0.9's 1739 in 10.74; see the README), vanilla (the model's reference
