@@ -654,6 +654,12 @@ fn run_pareto(
             failed.push(&r.spec.label);
         }
     }
+    // The rows run for the contributions table fail the run too (their cells say "failed").
+    for o in pic.contributions.iter().flat_map(|c| &c.off) {
+        if o.numbers.iter().any(Option::is_none) && !failed.contains(&o.label.as_str()) {
+            failed.push(&o.label);
+        }
+    }
     if !failed.is_empty() {
         bail!(
             "{} configuration(s) failed: {}",
