@@ -292,9 +292,9 @@ impl MbsdParams {
     }
 
     /// These parameters with every setting left to the model family ([`Self::resolved`],
-    /// [`Self::shows_guess`], [`Self::fits_bucket`], [`Self::fits_guess`]) pinned to its value for a model with
-    /// (`shift_logits`) or without shifted logits under `decide`: the same decoder, spelled out
-    /// (what a report of a configuration's switches reads).
+    /// [`Self::shows_guess`], [`Self::fits_bucket`], [`Self::fits_guess`]) pinned to its value
+    /// for a model with (`shift_logits`) or without shifted logits under `decide`: the same
+    /// decoder, spelled out (what a report of a configuration's switches reads).
     ///
     /// ```
     /// use dllm_decode::{MbsdParams, Strategy};

@@ -212,11 +212,7 @@ impl MbsdWindow {
             .params
             .fit_guess
             .unwrap_or(self.params.guess_fit_by_family(v.info.shift_logits));
-        let guess = if fit_guess {
-            v.guess_rows
-        } else {
-            0
-        };
+        let guess = if fit_guess { v.guess_rows } else { 0 };
         let vr = v.verify_rows + shift_row(v, start) + guess;
         let Some(edge) = self.table.bucket_edge_below(end - start + vr) else {
             return end;

@@ -426,7 +426,9 @@ fn fitting_the_guess_needs_the_bucket_fit_and_the_guess() {
             ..m
         };
         let p = params(MBSD(MbsdParams::default()), Some(0.9), family);
-        Decoder::new(p).run(&mut synthetic(), PROMPT, &mut ()).unwrap();
+        Decoder::new(p)
+            .run(&mut synthetic(), PROMPT, &mut ())
+            .unwrap();
     }
 }
 

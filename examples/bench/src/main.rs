@@ -624,8 +624,7 @@ fn run_pareto(
         .map(|&s| (s, pareto::set_questions(s, cap)))
         .collect();
     let pic = pareto::run(specs, &sets, |s, q| runner.run(s, None, q))?;
-    let header =
-        format!(
+    let header = format!(
         "Model: `{}`; long-math question sets {}; gen length {}, block {} (one block for mbsd \
          with a span), greedy; CPU wall times with {} on {}. Bench wall time {:.0} s.",
         runner.loaded[0].2.model.source,
@@ -636,7 +635,9 @@ fn run_pareto(
         base.gen_length,
         base.block_length,
         a.threads
-            .map_or("one thread per core".to_string(), |t| format!("{t} thread(s)")),
+            .map_or("one thread per core".to_string(), |t| format!(
+                "{t} thread(s)"
+            )),
         report::machine(),
         t_all.elapsed().as_secs_f64()
     );

@@ -613,10 +613,7 @@ impl DecodeArgs {
     /// ([`DecodeParams::one_block`]). False for flags that are invalid (their error comes from
     /// [`Self::resolve`]).
     pub fn one_block(&self, shift_logits: bool) -> bool {
-        self.block_length.is_none()
-            && self
-                .flags_params(shift_logits)
-                .is_ok_and(|p| p.one_block())
+        self.block_length.is_none() && self.flags_params(shift_logits).is_ok_and(|p| p.one_block())
     }
 
     /// The latency table of `--latency-table`, if given.

@@ -620,7 +620,11 @@ fn first_errors_class_every_wrong_answer() {
     // The defaults as they ran: LLaDA's near wait (8 positions, below 0.975) at theta 0.9 / 0.9,
     // the answer one block with a window of 16.
     let p = &d["params"];
-    assert_eq!((&p["span"], &p["block_length"]), (&16.into(), &128.into()), "{p}");
+    assert_eq!(
+        (&p["span"], &p["block_length"]),
+        (&16.into(), &128.into()),
+        "{p}"
+    );
     assert_eq!(
         (&p["wait_near"], &p["wait_near_below"], &p["theta_stable"]),
         (

@@ -664,7 +664,11 @@ fn json_reports_the_guess_fitted_in_the_bucket_and_refuses_it_without_a_guess() 
         (&serde_json::json!(true), &serde_json::json!(true)),
         "{v}"
     );
-    for off in [&["--no-span"][..], &["--no-fit-guess"][..], &["--no-show-guess"][..]] {
+    for off in [
+        &["--no-span"][..],
+        &["--no-fit-guess"][..],
+        &["--no-show-guess"][..],
+    ] {
         let v = run_json(&base, off);
         assert_eq!(v["fit_guess"], false, "{off:?}: {v}");
     }
@@ -700,7 +704,11 @@ fn json_reports_the_span_and_refuses_zero_or_another_strategy() {
         .map(|a| if a == "16" { "64" } else { a })
         .collect();
     let v = run_json(&unblocked, &[]);
-    assert_eq!((&v["span"], &v["block_length"]), (&16.into(), &64.into()), "{v}");
+    assert_eq!(
+        (&v["span"], &v["block_length"]),
+        (&16.into(), &64.into()),
+        "{v}"
+    );
     let v = run_json(&unblocked, &["--no-span"]);
     assert_eq!(v["span"], serde_json::Value::Null, "{v}");
     assert_eq!(v["block_length"], 32, "blocks of 32 without the span: {v}");

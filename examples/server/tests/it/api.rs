@@ -62,7 +62,10 @@ fn completions_chat_models_and_health() {
         )
         .json();
     assert_eq!(
-        (&v["diffusion"]["gen_length"], &v["diffusion"]["block_length"]),
+        (
+            &v["diffusion"]["gen_length"],
+            &v["diffusion"]["block_length"]
+        ),
         (&json!(10), &json!(10)),
         "{v}"
     );
