@@ -244,13 +244,10 @@ impl DecodeParams {
             .gen_length
             .or(checkpoint.gen_length)
             .unwrap_or(DEFAULT_GEN_LENGTH);
-        let divides = |b: &usize| *b > 0 && gen_length.is_multiple_of(*b);
         let block_length = asked
             .block_length
             .or(self.one_block().then_some(gen_length))
-            .or(checkpoint.block_length.filter(divides))
-            .or(Some(DEFAULT_BLOCK_LENGTH).filter(divides))
-            .unwrap_or(gen_length);
+            .unwrap_or_else(|| Self::blocks_for(gen_length, checkpoint.block_length));
         let steps = match (asked.steps, asked.gen_length) {
             (Some(s), _) => s,
             (None, Some(_)) => gen_length,
@@ -293,6 +290,25 @@ impl DecodeParams {
     /// ```
     pub fn for_model(loaded: &dllm_models::LoadedModel) -> DecodeParams {
         DecodeParams::default().resolve(Requested::default(), &loaded.defaults)
+    }
+
+    /// The block length [`DecodeParams::resolve`] gives `gen_length` positions decoded in
+    /// blocks, none asked for: the `recommended` (a checkpoint's) if it divides `gen_length`,
+    /// else [`DEFAULT_BLOCK_LENGTH`] if it does, else `gen_length` (one block).
+    ///
+    /// ```
+    /// use dllm_decode::DecodeParams;
+    ///
+    /// assert_eq!(DecodeParams::blocks_for(24, Some(8)), 8);
+    /// assert_eq!(DecodeParams::blocks_for(128, Some(24)), 32);
+    /// assert_eq!(DecodeParams::blocks_for(40, None), 40);
+    /// ```
+    pub fn blocks_for(gen_length: usize, recommended: Option<usize>) -> usize {
+        let divides = |b: &usize| *b > 0 && gen_length.is_multiple_of(*b);
+        recommended
+            .filter(divides)
+            .or(Some(DEFAULT_BLOCK_LENGTH).filter(divides))
+            .unwrap_or(gen_length)
     }
 
     /// Whether [`DecodeParams::resolve`] makes the answer one block when no block length is

@@ -52,14 +52,9 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
         ));
     }
     if m.span.is_some() {
-        // Without the span the answer goes back to blocks: the default block length's when it
-        // divides the answer (`DecodeParams::resolve`'s rule without a checkpoint).
-        let b = dllm_decode::params::DEFAULT_BLOCK_LENGTH;
-        let block_length = if p.gen_length.is_multiple_of(b) {
-            b
-        } else {
-            p.gen_length
-        };
+        // Without the span the answer goes back to blocks (`DecodeParams::resolve`'s rule
+        // without a checkpoint).
+        let block_length = DecodeParams::blocks_for(p.gen_length, None);
         v.push((
             "span",
             format!("no span, blocks of {block_length} (--no-span)"),

@@ -57,6 +57,14 @@ fn run_json(base: &[&str], extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `base` with `extra` must fail, naming `flag`.
+fn refused(base: &[&str], extra: &[&str], flag: &str) {
+    let out = run(&[base, extra].concat());
+    assert!(!out.status.success(), "{extra:?} was accepted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(flag), "{extra:?}: {err}");
+}
+
 #[test]
 fn json_output_matches_the_library() {
     let dir = model_dir("json");
@@ -680,10 +688,7 @@ fn json_reports_the_guess_fitted_in_the_bucket_and_refuses_it_without_a_guess() 
         &["--fit-guess", "--no-bucket-fit"][..],
         &["--fit-guess", "--strategy", "dual-cache"][..],
     ] {
-        let out = run(&[&base[..], bad].concat());
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--fit-guess"), "{err}");
+        refused(&base, bad, "--fit-guess");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -720,10 +725,7 @@ fn json_reports_the_span_and_refuses_zero_or_another_strategy() {
         (&["--no-span", "--strategy", "dual-cache"][..], "--no-span"),
         (&["--span", "4", "--no-span"][..], "--no-span"),
     ] {
-        let out = run(&[&base[..], bad].concat());
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(flag), "{err}");
+        refused(&base, bad, flag);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -758,10 +760,7 @@ fn json_reports_the_near_wait_and_refuses_a_contradiction() {
         &["--wait-near", "0", "--wait-near-below", "0.9"][..],
         &["--wait-near-below", "1.5"][..],
     ] {
-        let out = run(&[&base[..], bad].concat());
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("--wait-near-below"), "{err}");
+        refused(&base, bad, "--wait-near-below");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
