@@ -115,8 +115,15 @@ pub struct Outcome {
     /// Forwards that showed a guess ([`crate::MbsdParams::show_guess`]; its shadow row is in
     /// the trace's `shadows`, not in `verified`).
     pub guesses_shown: usize,
-    /// Shown guesses their shadow confirmed.
+    /// Shown guesses their shadow confirmed (predicted the guessed token at the final
+    /// threshold).
     pub guesses_confirmed: usize,
+    /// Shown guesses their shadow predicted below the threshold, taken by guess agreement
+    /// ([`crate::MbsdParams::guess_agreement`]).
+    pub guesses_agreed: usize,
+    /// Shown guesses whose shadow predicted another token below the threshold: with guess
+    /// agreement, their steps decided nothing.
+    pub guesses_waited: usize,
     /// Every forward, in order.
     pub trace: Vec<ForwardTrace>,
     /// Why decoding ended.
@@ -147,6 +154,8 @@ impl Outcome {
             unstable_at_block_end: 0,
             guesses_shown: 0,
             guesses_confirmed: 0,
+            guesses_agreed: 0,
+            guesses_waited: 0,
             trace: Vec::new(),
             stop: StopReason::Completed,
         }

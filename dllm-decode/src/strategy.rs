@@ -158,6 +158,18 @@ pub struct MbsdParams {
     /// that decides what it depends on. Needs a confidence rule (a threshold or staged
     /// decisions); one extra row per forward.
     pub show_guess: Option<bool>,
+    /// Under the threshold rule, what a shown guess's shadow below the threshold decides (on
+    /// by default; staged decisions ignore it, their guess's position stays tentative). When the
+    /// shadow still predicts the guessed token, it *agrees*: the position takes the guess — the
+    /// threshold rule's fallback, deciding the guess's position alone, gives it that token
+    /// anyway — and every other row of the forward, which saw that token there, counts. When it
+    /// predicts another token below the threshold, the step decides nothing: the shadow saw the
+    /// guess through every other row (they attended to it), so its doubt is no fresh look, and
+    /// the next forward shows no guess and decides by the threshold rule on a canvas without
+    /// it. Off, the step decides the guess's position by the shadow's prediction and nothing
+    /// after it (the default before 2026-12-07; chosen on tiny-dream-long, `examples/bench/defaults.md`,
+    /// *A guess's shadow that does not confirm it*).
+    pub guess_agreement: bool,
 }
 
 impl Default for MbsdParams {
@@ -175,6 +187,7 @@ impl Default for MbsdParams {
             draft_context: None,
             refresh: None,
             show_guess: None,
+            guess_agreement: true,
         }
     }
 }

@@ -46,8 +46,8 @@ pub struct TaskScore {
     pub remasks: usize,
     /// Remasked tokens that were wrong against the reference (the remasks that helped).
     pub remasks_wrong: usize,
-    /// Forwards that showed a guess, and the guesses their shadow confirmed.
-    pub guesses: (usize, usize),
+    /// The shown guesses and their verdicts.
+    pub guesses: Guesses,
     /// Verification (shadow) rows computed.
     pub verified: usize,
     /// Lookahead drafts accepted.
@@ -151,8 +151,8 @@ pub struct Answered {
     pub remasks: usize,
     /// Remasked tokens that were wrong against the reference.
     pub remasks_wrong: usize,
-    /// Forwards that showed a guess, and the guesses their shadow confirmed.
-    pub guesses: (usize, usize),
+    /// The shown guesses and their verdicts.
+    pub guesses: Guesses,
     /// Verification (shadow) rows computed.
     pub verified: usize,
     /// Lookahead drafts accepted.
@@ -310,6 +310,39 @@ pub fn against_reference(g: &Outcome, reference: &[u32]) -> ReferenceCounts {
     }
 }
 
+/// Forwards that showed a guess (`MbsdParams::show_guess`), and what their shadows said: the
+/// guessed token at the final threshold (confirmed) or below it (agreed, with guess agreement),
+/// or another token below it (waited, with guess agreement).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Guesses {
+    /// Forwards that showed a guess.
+    pub shown: usize,
+    /// Guesses their shadow confirmed.
+    pub confirmed: usize,
+    /// Guesses taken by guess agreement below the threshold.
+    pub agreed: usize,
+    /// Guesses whose step waited.
+    pub waited: usize,
+}
+
+impl std::ops::Add for Guesses {
+    type Output = Guesses;
+    fn add(self, o: Guesses) -> Guesses {
+        Guesses {
+            shown: self.shown + o.shown,
+            confirmed: self.confirmed + o.confirmed,
+            agreed: self.agreed + o.agreed,
+            waited: self.waited + o.waited,
+        }
+    }
+}
+
+impl std::ops::AddAssign for Guesses {
+    fn add_assign(&mut self, o: Guesses) {
+        *self = *self + o;
+    }
+}
+
 /// Who decides which predictions a step takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Decisions {
@@ -407,7 +440,12 @@ pub fn answer_with(
         token_right,
         remasks: counts.remasks,
         remasks_wrong: counts.remasks_wrong,
-        guesses: (g.guesses_shown, g.guesses_confirmed),
+        guesses: Guesses {
+            shown: g.guesses_shown,
+            confirmed: g.guesses_confirmed,
+            agreed: g.guesses_agreed,
+            waited: g.guesses_waited,
+        },
         verified: counts.verified,
         drafts_taken: counts.drafts_taken,
         drafts_wrong: counts.drafts_wrong,
@@ -457,7 +495,7 @@ pub fn evaluate_with(
                     steps_total: 0,
                     remasks: 0,
                     remasks_wrong: 0,
-                    guesses: (0, 0),
+                    guesses: Guesses::default(),
                     verified: 0,
                     drafts_taken: 0,
                     drafts_wrong: 0,
@@ -474,8 +512,7 @@ pub fn evaluate_with(
         s.tokens += a.tokens;
         s.remasks += a.remasks;
         s.remasks_wrong += a.remasks_wrong;
-        s.guesses.0 += a.guesses.0;
-        s.guesses.1 += a.guesses.1;
+        s.guesses += a.guesses;
         s.verified += a.verified;
         s.drafts_taken += a.drafts_taken;
         s.drafts_wrong += a.drafts_wrong;
@@ -531,7 +568,7 @@ pub fn table(scores: &[TaskScore]) -> String {
         steps_total: sum(|t| t.steps_total),
         remasks: sum(|t| t.remasks),
         remasks_wrong: sum(|t| t.remasks_wrong),
-        guesses: (sum(|t| t.guesses.0), sum(|t| t.guesses.1)),
+        guesses: scores.iter().fold(Guesses::default(), |g, t| g + t.guesses),
         verified: sum(|t| t.verified),
         drafts_taken: sum(|t| t.drafts_taken),
         drafts_wrong: sum(|t| t.drafts_wrong),
@@ -562,7 +599,7 @@ pub(crate) mod tests {
             token_right: Vec::new(),
             remasks: 0,
             remasks_wrong: 0,
-            guesses: (0, 0),
+            guesses: Guesses::default(),
             verified: 0,
             drafts_taken: 0,
             drafts_wrong: 0,
@@ -584,7 +621,7 @@ pub(crate) mod tests {
             steps_total,
             remasks: 0,
             remasks_wrong: 0,
-            guesses: (0, 0),
+            guesses: Guesses::default(),
             verified: 0,
             drafts_taken: 0,
             drafts_wrong: 0,

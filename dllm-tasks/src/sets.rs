@@ -23,13 +23,15 @@ use crate::{Error, Result};
 /// (`--block-length 128 --span 16 --wait-near 8`), chosen on the tuning and confirmation sets.
 /// [`QuestionSet::Fresh8`] (the day's seventh session) judges the bucket fit counting the shown
 /// guess's rows (`--fit-guess`) beside that window, chosen on the tuning and confirmation sets.
+/// [`QuestionSet::Fresh9`] (2026-12-07) judges Dream's guess agreement
+/// (`MbsdParams::guess_agreement`), chosen on the ten sets before it, all of which had been read.
 /// Held-out questions past the first 200 are not excluded
 /// from training by construction,
 /// but the generator's prompt space (24 people, 8 items, 8-12 months of about 16 event sentences
 /// each, 9 start values) is so large that a repeat is practically impossible; the confirmation
 /// generator's items never occur in training.
 /// The sets are ordered as they were made (and used): `Tuning < Confirmation < Fresh < Fresh2 <
-/// Fresh3 < Fresh4 < Fresh5 < Fresh6 < Fresh7 < Fresh8`.
+/// Fresh3 < Fresh4 < Fresh5 < Fresh6 < Fresh7 < Fresh8 < Fresh9`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum QuestionSet {
@@ -54,13 +56,15 @@ pub enum QuestionSet {
     Fresh7,
     /// The confirmation generator's questions 2401-2700 and held-out long-math questions 2501-2800.
     Fresh8,
+    /// The confirmation generator's questions 2701-3000 and held-out long-math questions 2801-3100.
+    Fresh9,
 }
 
 impl QuestionSet {
     /// Questions of the tuning set.
     pub const TUNING_SIZE: usize = 100;
     /// Every set, in order.
-    pub const ALL: [QuestionSet; 10] = [
+    pub const ALL: [QuestionSet; 11] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
         QuestionSet::Fresh,
@@ -71,10 +75,10 @@ impl QuestionSet {
         QuestionSet::Fresh6,
         QuestionSet::Fresh7,
         QuestionSet::Fresh8,
+        QuestionSet::Fresh9,
     ];
-    /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4`,
-    /// `Fresh5`, `Fresh6`, `Fresh7` and `Fresh8`, which judged the rules of 2026-12-06 (`--sets`
-    /// adds them).
+    /// The sets the speed/quality picture (`bench --pareto`) runs by default: all but `Fresh4` to
+    /// `Fresh9`, which judged the rules of 2026-12-06 and 2026-12-07 (`--sets` adds them).
     pub const PICTURE: [QuestionSet; 5] = [
         QuestionSet::Tuning,
         QuestionSet::Confirmation,
@@ -84,7 +88,7 @@ impl QuestionSet {
     ];
 
     /// Its questions, always the same, in order: the tuning set is held-out long-math 1-100; the
-    /// k-th set after it (k = 1, ..., 8) is the confirmation generator's k-th 300 questions, then
+    /// k-th set after it (k = 1, ..., 9) is the confirmation generator's k-th 300 questions, then
     /// the k-th 300 held-out long-math questions after the first 100.
     pub fn questions(self) -> Vec<Example> {
         use crate::tasks::long::confirm::{confirmation_stream, CONFIRMATION_SIZE};
@@ -121,6 +125,7 @@ impl QuestionSet {
             QuestionSet::Fresh6 => 6,
             QuestionSet::Fresh7 => 7,
             QuestionSet::Fresh8 => 8,
+            QuestionSet::Fresh9 => 9,
         };
         let held = Self::TUNING_SIZE + k * N;
         Some((k * N..(k + 1) * N, held..held + N))
@@ -147,7 +152,7 @@ impl QuestionSet {
         }
     }
 
-    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5`, `fresh6`, `fresh7` or `fresh8`.
+    /// `tuning`, `confirmation`, `fresh`, `fresh2`, `fresh3`, `fresh4`, `fresh5`, `fresh6`, `fresh7`, `fresh8` or `fresh9`.
     pub fn name(self) -> &'static str {
         match self {
             QuestionSet::Tuning => "tuning",
@@ -160,6 +165,7 @@ impl QuestionSet {
             QuestionSet::Fresh6 => "fresh6",
             QuestionSet::Fresh7 => "fresh7",
             QuestionSet::Fresh8 => "fresh8",
+            QuestionSet::Fresh9 => "fresh9",
         }
     }
 }
@@ -197,6 +203,7 @@ mod tests {
         assert_eq!(sets[7].len(), 600);
         assert_eq!(sets[8].len(), 600);
         assert_eq!(sets[9].len(), 600);
+        assert_eq!(sets[10].len(), 600);
         let mut seen = std::collections::HashSet::new();
         for (set, qs) in QuestionSet::ALL.iter().zip(&sets) {
             for q in qs {
@@ -231,6 +238,7 @@ mod tests {
                 "the confirmation generator's questions 1801-2100, then held-out long-math questions 1901-2200",
                 "the confirmation generator's questions 2101-2400, then held-out long-math questions 2201-2500",
                 "the confirmation generator's questions 2401-2700, then held-out long-math questions 2501-2800",
+                "the confirmation generator's questions 2701-3000, then held-out long-math questions 2801-3100",
             ]
         );
         // The held-out part of a set follows the previous set's: fresh2's first held-out question
@@ -244,8 +252,8 @@ mod tests {
 
     #[test]
     fn unknown_set_names_list_every_set() {
-        let e = "fresh9".parse::<QuestionSet>().unwrap_err().to_string();
-        assert!(e.contains("\"fresh9\""), "{e}");
+        let e = "fresh10".parse::<QuestionSet>().unwrap_err().to_string();
+        assert!(e.contains("\"fresh10\""), "{e}");
         for s in QuestionSet::ALL {
             assert!(e.contains(s.name()), "{e}");
         }

@@ -102,6 +102,9 @@ pub(crate) struct Blocks<'a> {
     drafts: Vec<Option<(Scored, usize)>>,
     /// Whether each forward shows a guess ([`crate::MbsdParams::show_guess`]).
     show_guess: bool,
+    /// Whether a shown guess's shadow below the threshold agrees or waits
+    /// ([`crate::MbsdParams::guess_agreement`], under the threshold rule only).
+    guess_agreement: bool,
     /// The last forward's prediction for each position it left undecided (the guesses).
     guessed: Vec<Option<u32>>,
     /// The input each position's cached K/V were computed from (`None`: not cached).
@@ -152,6 +155,9 @@ impl<'a> Blocks<'a> {
             .strategy
             .mbsd()
             .is_some_and(|m| m.shows_guess(shift, p.decide));
+        let guess_agreement = show_guess
+            && matches!(p.decide, crate::Decide::Threshold(_))
+            && p.strategy.mbsd().is_some_and(|m| m.guess_agreement);
         if let Some(m) = p.strategy.mbsd().filter(|m| m.fit_guess == Some(true)) {
             let missing = match (m.fits_bucket(shift), show_guess) {
                 (false, _) => Some(
@@ -198,6 +204,7 @@ impl<'a> Blocks<'a> {
             states,
             drafts: vec![None; len],
             show_guess,
+            guess_agreement,
             guessed: vec![None; len],
             kv_input: vec![None; len],
             cache_len: 0,

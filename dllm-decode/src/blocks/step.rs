@@ -13,6 +13,23 @@ use crate::generation::ForwardTrace;
 use crate::observer::{final_prefix, StepEvent};
 use crate::states::{transition, TokenEvent, TokenState};
 
+/// What a shown guess's shadow decided ([`Blocks::check_guess`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// The forward showed no guess.
+    NoGuess,
+    /// The shadow predicted the guessed token at the final threshold.
+    Confirmed,
+    /// Guess agreement: the shadow predicted the guessed token below the threshold; the
+    /// position takes it and every row counts.
+    Agreed(usize),
+    /// The step decides up to the guess only, its position by the shadow's prediction.
+    Rejected(usize),
+    /// Guess agreement: the shadow predicted another token below the threshold; the step
+    /// decides nothing.
+    Waits(usize),
+}
+
 /// Positions a verification looked at, with the shadow's probability of each one's token.
 type Looked = Vec<(usize, f64)>;
 
@@ -56,7 +73,15 @@ impl Blocks<'_> {
         self.out.draft_predictions += pl.draft_rows.len();
         let revised = self.oracle_step();
         self.out.revised += revised.len();
-        let rejected = self.check_guess(&mut pl, &mut scored, &answer)?;
+        let verdict = self.check_guess(&mut pl, &mut scored, &answer)?;
+        let rejected = match verdict {
+            Verdict::Rejected(pos) | Verdict::Waits(pos) => Some(pos),
+            Verdict::NoGuess | Verdict::Confirmed | Verdict::Agreed(_) => None,
+        };
+        let agreed = match verdict {
+            Verdict::Agreed(pos) => Some(pos),
+            _ => None,
+        };
         // A rejected guess was seen by every verification row after it: none of them makes a
         // token final.
         let (remasked, verified) = self.verdicts(&pl, &answer, rejected)?;
@@ -64,7 +89,7 @@ impl Blocks<'_> {
             !remasked.is_empty() && self.verifier.as_ref().is_some_and(|v| v.cfg.hold_on_remask);
         let confirmed = pl.shown.filter(|_| rejected.is_none()).map(|(pos, _)| pos);
         self.selector.guess_confirmed(confirmed);
-        let (unmasked, confidences) = self.select(&pl, &scored, hold)?;
+        let (unmasked, confidences) = self.select(&pl, &scored, hold, agreed)?;
         if self.show_guess {
             self.keep_guesses(&pl, &scored, &draft_scores);
         }
@@ -205,15 +230,18 @@ impl Blocks<'_> {
     /// guess is decided by the selector with them, and they saw it as the token it becomes.
     /// Rejected, the candidates after it saw a wrong or unsure token: the step decides among the
     /// candidates up to the guess only (its position by the shadow's own prediction), and the
-    /// forward's drafts are dropped.
+    /// forward's drafts are dropped. With guess agreement ([`crate::MbsdParams::guess_agreement`])
+    /// a shadow below the threshold that still predicts the guessed token agrees (every row
+    /// counts, the position takes the guess), and one that predicts another token decides
+    /// nothing: the step waits.
     fn check_guess(
         &mut self,
         pl: &mut Planned,
         scored: &mut Vec<Scored>,
         answer: &Answer,
-    ) -> Result<Option<usize>> {
+    ) -> Result<Verdict> {
         let Some((pos, token)) = pl.shown else {
-            return Ok(None);
+            return Ok(Verdict::NoGuess);
         };
         let n = answer.verify_logits.dims3()?.1;
         let (Some(last), Ok(k)) = (n.checked_sub(1), pl.cands.binary_search(&pos)) else {
@@ -231,19 +259,35 @@ impl Blocks<'_> {
             .decide
             .final_confidence()
             .map_or(f64::INFINITY, f64::from);
-        if s.token == token && s.confidence >= theta {
-            self.out.guesses_confirmed += 1;
-            Ok(None)
-        } else {
-            pl.cands.truncate(k + 1);
-            scored.truncate(k + 1);
-            // The drafts beyond the block saw the rejected guess too: none of them is kept.
-            for &p in &pl.draft_rows {
-                self.drafts[p] = None;
+        let sure = s.confidence >= theta;
+        let verdict = match (s.token == token, sure, self.guess_agreement) {
+            (true, true, _) => Verdict::Confirmed,
+            (true, false, true) => Verdict::Agreed(pos),
+            (false, false, true) => Verdict::Waits(pos),
+            _ => Verdict::Rejected(pos),
+        };
+        match verdict {
+            Verdict::Confirmed => self.out.guesses_confirmed += 1,
+            Verdict::Agreed(_) => self.out.guesses_agreed += 1,
+            Verdict::NoGuess => {}
+            Verdict::Rejected(_) | Verdict::Waits(_) => {
+                // A waiting step decides nothing: not even the guess's position.
+                let keep = if matches!(verdict, Verdict::Waits(_)) {
+                    self.out.guesses_waited += 1;
+                    k
+                } else {
+                    k + 1
+                };
+                pl.cands.truncate(keep);
+                scored.truncate(keep);
+                // The drafts beyond the block saw the rejected guess too: none of them is kept.
+                for &p in &pl.draft_rows {
+                    self.drafts[p] = None;
+                }
+                pl.draft_rows.clear();
             }
-            pl.draft_rows.clear();
-            Ok(Some(pos))
         }
+        Ok(verdict)
     }
 
     /// The next forward's guesses: this forward's prediction of every position it left
@@ -269,12 +313,19 @@ impl Blocks<'_> {
         pl: &Planned,
         scored: &[Scored],
         hold: bool,
+        agreed: Option<usize>,
     ) -> Result<(Vec<usize>, Vec<f64>)> {
+        // An agreed guess counts as decided at the final threshold: its position takes the
+        // guess whatever else the step decides.
+        let theta = (self.p.decide.final_confidence()).map_or(f64::INFINITY, f64::from);
         let conf: Vec<(usize, f64)> = pl
             .cands
             .iter()
             .zip(scored)
-            .map(|(&pos, s)| (pos, s.confidence))
+            .map(|(&pos, s)| match Some(pos) == agreed {
+                true => (pos, s.confidence.max(theta)),
+                false => (pos, s.confidence),
+            })
             .collect();
         let mut chosen = self.selector.select(&conf, self.step_in_block);
         if hold {

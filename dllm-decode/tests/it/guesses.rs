@@ -1,6 +1,7 @@
 //! The shown guess (`MbsdParams::show_guess`), driven by hand: the test plays the model,
 //! answering each ask with chosen logits for its rows and for the guess's shadow row. The rows
-//! after a guess count only when its shadow confirms it; its own row (which saw the guess as
+//! after a guess count only when its shadow confirms it, or, with guess agreement under the
+//! threshold rule, still predicts it below the threshold; its own row (which saw the guess as
 //! input) never does.
 
 use candle_core::{DType, Device, Tensor};
@@ -123,20 +124,118 @@ fn the_rows_after_a_guess_count_only_when_its_shadow_confirms_it() {
     );
 }
 
+/// Forwards 1 and 2 of a generation whose first forward decides position 0 and predicts 1 at
+/// 0.6 and 2 at 0.5; forward 2 shows 1 at position 1. Returns the generation and forward 2's ask.
+fn guess_at_one(agreement: bool) -> (Generation<'static>, Ask) {
+    let mut p = params(Decide::Threshold(0.9), Some(true));
+    if let Strategy::Mbsd(m) = &mut p.strategy {
+        m.guess_agreement = agreement;
+    }
+    let mut g = start(p);
+    let ask = g.next().unwrap().unwrap();
+    g.absorb(answer(
+        &ask,
+        &[(at(0), 0, 0.95), (at(1), 1, 0.6), (at(2), 2, 0.5)],
+        &[],
+    ))
+    .unwrap();
+    let ask = g.next().unwrap().unwrap();
+    assert_eq!((ask.canvas[0][at(1)], ask.verify.clone()), (1, vec![at(1)]));
+    (g, ask)
+}
+
 #[test]
-fn a_shadow_below_the_final_threshold_rejects_the_guess() {
-    let mut g = start(params(Decide::Threshold(0.9), Some(true)));
-    let ask = g.next().unwrap().unwrap();
-    g.absorb(answer(&ask, &[(at(0), 0, 0.95), (at(1), 1, 0.6)], &[]))
-        .unwrap();
-    let ask = g.next().unwrap().unwrap();
+fn without_agreement_a_shadow_below_the_threshold_rejects_the_guess() {
+    let (mut g, ask) = guess_at_one(false);
     // The guessed token, but at 0.8: not confirmed; the fallback decides the guess's position
     // with the shadow's prediction (the most confident candidate left), nothing after it.
     let a = answer(&ask, &[(at(2), 2, 0.99)], &[(at(1), 1, 0.8)]);
     let e = g.absorb(a).unwrap();
     assert_eq!(e.unmasked, &[at(1)]);
     assert_eq!(e.canvas[at(2)], MASK);
-    assert_eq!(g.progress().guesses_confirmed, 0);
+    assert_eq!(e.guess, Some((at(1), false)));
+    let p = g.progress();
+    assert_eq!(
+        (p.guesses_confirmed, p.guesses_agreed, p.guesses_waited),
+        (0, 0, 0)
+    );
+    // Another token below the threshold: decided all the same.
+    let (mut g, ask) = guess_at_one(false);
+    let e = g
+        .absorb(answer(&ask, &[(at(2), 2, 0.99)], &[(at(1), 3, 0.8)]))
+        .unwrap();
+    assert_eq!((e.unmasked.to_vec(), e.canvas[at(1)]), (vec![at(1)], 3));
+}
+
+#[test]
+fn with_agreement_a_shadow_that_still_predicts_the_guess_lets_every_row_count() {
+    let (mut g, ask) = guess_at_one(true);
+    // The guessed token at 0.8: the position takes it (as the fallback would), and position 2,
+    // predicted at 0.99 with that token in view, is decided with it.
+    let a = answer(
+        &ask,
+        &[(at(2), 2, 0.99), (at(3), 3, 0.5)],
+        &[(at(1), 1, 0.8)],
+    );
+    let e = g.absorb(a).unwrap();
+    let mut decided = e.unmasked.to_vec();
+    decided.sort_unstable();
+    assert_eq!(decided, vec![at(1), at(2)]);
+    assert_eq!(
+        (e.canvas[at(1)], e.canvas[at(2)], e.canvas[at(3)]),
+        (1, 2, MASK)
+    );
+    assert_eq!(
+        e.guess,
+        Some((at(1), true)),
+        "taken, as a confirmed guess is"
+    );
+    let p = g.progress();
+    assert_eq!(
+        (
+            p.guesses_shown,
+            p.guesses_confirmed,
+            p.guesses_agreed,
+            p.guesses_waited
+        ),
+        (1, 0, 1, 0)
+    );
+    // The next forward shows the next guess (position 3, predicted with the agreed one).
+    let ask = g.next().unwrap().unwrap();
+    assert_eq!((ask.canvas[0][at(3)], ask.verify.clone()), (3, vec![at(3)]));
+}
+
+#[test]
+fn with_agreement_a_shadow_that_doubts_the_guess_decides_nothing_and_the_next_forward_shows_none() {
+    let (mut g, ask) = guess_at_one(true);
+    // Another token at 0.8: nothing is decided, not even the guess's position.
+    let a = answer(&ask, &[(at(2), 2, 0.99)], &[(at(1), 3, 0.8)]);
+    let e = g.absorb(a).unwrap();
+    assert!(e.unmasked.is_empty(), "{:?}", e.unmasked);
+    assert_eq!((e.canvas[at(1)], e.canvas[at(2)]), (MASK, MASK));
+    assert_eq!(e.guess, Some((at(1), false)));
+    assert_eq!(
+        (g.progress().guesses_agreed, g.progress().guesses_waited),
+        (0, 1)
+    );
+    // The next forward shows no guess: position 1 is a mask to every row, and the threshold
+    // rule decides on that canvas.
+    let ask = g.next().unwrap().unwrap();
+    assert!(ask.verify.is_empty());
+    assert_eq!(ask.canvas[0][at(1)], MASK);
+    let e = g
+        .absorb(answer(&ask, &[(at(1), 3, 0.95), (at(2), 2, 0.5)], &[]))
+        .unwrap();
+    assert_eq!((e.unmasked.to_vec(), e.canvas[at(1)]), (vec![at(1)], 3));
+    // Another token at or above the threshold is a decision, as without agreement.
+    let (mut g, ask) = guess_at_one(true);
+    let e = g
+        .absorb(answer(&ask, &[(at(2), 2, 0.99)], &[(at(1), 3, 0.95)]))
+        .unwrap();
+    assert_eq!(
+        (e.unmasked.to_vec(), e.canvas[at(1)], e.canvas[at(2)]),
+        (vec![at(1)], 3, MASK)
+    );
 }
 
 #[test]

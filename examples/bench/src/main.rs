@@ -88,8 +88,9 @@ struct Args {
     /// confirmation generator's 301-600, held-out 401-700), `fresh2` (its 601-900, held-out
     /// 701-1000), `fresh3` (its 901-1200, held-out 1001-1300), `fresh4` (its 1201-1500,
     /// held-out 1301-1600), `fresh5` (its 1501-1800, held-out 1601-1900), `fresh6` (its
-    /// 1801-2100, held-out 1901-2200), `fresh7` (its 2101-2400, held-out 2201-2500) and `fresh8`
-    /// (its 2401-2700, held-out 2501-2800) [default: all but fresh4 to fresh8].
+    /// 1801-2100, held-out 1901-2200), `fresh7` (its 2101-2400, held-out 2201-2500), `fresh8`
+    /// (its 2401-2700, held-out 2501-2800) and `fresh9` (its 2701-3000, held-out 2801-3100)
+    /// [default: all but fresh4 to fresh9].
     #[arg(long, value_delimiter = ',', value_parser = parse_set)]
     sets: Vec<QuestionSet>,
     /// --pareto: ask only the first N questions of each set (a smoke run) [default: all].

@@ -178,6 +178,13 @@ pub struct DecodeArgs {
     /// mbsd: never show a guess (the default for Dream models with staged decisions, `--sts`)
     #[arg(long)]
     pub no_show_guess: bool,
+    /// mbsd, threshold rule: a shown guess whose shadow is below the threshold takes its old
+    /// course — the step decides the guess's position by the shadow's prediction and nothing
+    /// after it — instead of guess agreement (the default: a shadow that still predicts the
+    /// guessed token agrees and every row counts; one that predicts another token decides
+    /// nothing, and the next forward shows no guess)
+    #[arg(long)]
+    pub no_guess_agreement: bool,
     /// mbsd: no staged decisions (decisions are final at once, by --threshold or the schedule;
     /// the default for Dream models, at threshold 0.9).
     #[arg(long, conflicts_with = "sts")]
@@ -406,6 +413,7 @@ impl DecodeArgs {
             draft_context: self.draft_context,
             refresh: flag_pair(self.refresh, self.no_refresh),
             show_guess: flag_pair(self.show_guess, self.no_show_guess),
+            guess_agreement: !self.no_guess_agreement,
         };
         let strategy: Strategy = self.strategy.parse()?;
         if strategy.is_mbsd() {
@@ -431,6 +439,7 @@ impl DecodeArgs {
             ("--refresh", self.refresh),
             ("--show-guess", self.show_guess),
             ("--no-show-guess", self.no_show_guess),
+            ("--no-guess-agreement", self.no_guess_agreement),
             ("--no-refresh", self.no_refresh),
             ("--latency-table", self.latency_table.is_some()),
             ("--no-sts", self.no_sts),
@@ -692,6 +701,8 @@ pub fn counters(g: &Outcome) -> serde_json::Map<String, serde_json::Value> {
         "unstable_at_block_end": g.unstable_at_block_end,
         "guesses_shown": g.guesses_shown,
         "guesses_confirmed": g.guesses_confirmed,
+        "guesses_agreed": g.guesses_agreed,
+        "guesses_waited": g.guesses_waited,
     });
     match v {
         serde_json::Value::Object(m) => m,

@@ -48,8 +48,9 @@ struct Args {
     /// 401-700), fresh2 (its 601-900 and held-out 701-1000), fresh3 (its 901-1200 and held-out
     /// 1001-1300), fresh4 (its 1201-1500 and held-out 1301-1600), fresh5 (its 1501-1800 and
     /// held-out 1601-1900), fresh6 (its 1801-2100 and held-out 1901-2200), fresh7 (its 2101-2400
-    /// and held-out 2201-2500) or fresh8 (its 2401-2700 and held-out 2501-2800); defaults and options are chosen on the
-    /// earlier sets and judged on the next (README,
+    /// and held-out 2201-2500), fresh8 (its 2401-2700 and held-out 2501-2800) or fresh9 (its
+    /// 2701-3000 and held-out 2801-3100); defaults and options are chosen on the earlier sets
+    /// and judged on the next (README,
     /// *Default decoding*) [default: the held-out test sets of the tasks].
     #[arg(long)]
     set: Option<String>,

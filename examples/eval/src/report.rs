@@ -104,6 +104,7 @@ impl Report<'_> {
                 "oracle_decisions": a.oracle_decisions,
                 // mbsd's switches as they ran on this model's family, else null.
                 "show_guess": mbsd.map(|m| m.show_guess),
+                "guess_agreement": mbsd.map(|m| m.guess_agreement),
                 "fit_bucket": mbsd.map(|m| m.fit_bucket),
                 "fit_guess": mbsd.map(|m| m.fit_guess),
                 "span": mbsd.map(|m| m.span),
@@ -127,7 +128,7 @@ impl Report<'_> {
             "final_answer_accuracy": s.accuracy(), "exact_accuracy": s.exact_accuracy(),
             "forwards_per_answer": s.forwards_per_answer(), "tokens_per_forward": s.tokens_per_forward(),
             "step_accuracy": s.step_accuracy(), "forwards_per_worked_step": s.forwards_per_step(),
-            "remasks": s.remasks, "verified": s.verified, "guesses_shown": s.guesses.0, "guesses_confirmed": s.guesses.1,
+            "remasks": s.remasks, "verified": s.verified, "guesses_shown": s.guesses.shown, "guesses_confirmed": s.guesses.confirmed, "guesses_agreed": s.guesses.agreed, "guesses_waited": s.guesses.waited,
             "revision_precision": s.revision_precision(), "drafts_wrong": s.drafts_wrong,
             "elapsed_ms": s.elapsed.as_secs_f64() * 1e3,
             "calibration": self.args.calibration.then(|| calibration(&self.answers_of(s.task))),

@@ -87,6 +87,7 @@ impl Report<'_> {
                 .map(|n| as_written(n.below)),
             // mbsd's switches as they ran on this model's family, else null.
             "show_guess": mbsd.map(|m| m.show_guess),
+            "guess_agreement": mbsd.map(|m| m.guess_agreement),
             "fit_bucket": mbsd.map(|m| m.fit_bucket),
             "fit_guess": mbsd.map(|m| m.fit_guess),
             "span": mbsd.map(|m| m.span),

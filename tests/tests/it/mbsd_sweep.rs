@@ -90,6 +90,7 @@ fn draw(r: &mut Rng) -> (DecodeParams, Option<usize>) {
         draft_context: maybe(r, |r| conf(r, 0.5)),
         refresh: maybe(r, coin),
         show_guess: maybe(r, coin),
+        guess_agreement: coin(r),
     };
     let decide = match r.below(5) {
         0 => Decide::Threshold(conf(r, 0.3)),
