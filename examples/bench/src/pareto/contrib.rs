@@ -1,5 +1,5 @@
 //! What each mechanism contributes to a headline configuration: the headline with lookahead,
-//! the span (one block), sliding, bucket fit, the left trim (windows that keep the block), the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
+//! the span (one block), sliding, the shown guess and guess agreement, bucket fit, the left trim (windows that keep the block), the adjacency rule, the joint check, verification, staged decisions (`--no-sts`: final decisions at threshold
 //! 0.9) and selective logits skipping switched off in turn, each as a configuration of its own —
 //! taken from the run where it is one of the picture's configurations, run for the table
 //! otherwise.
@@ -81,6 +81,15 @@ fn named_off(p: &DecodeParams) -> Vec<(&'static str, String, DecodeParams)> {
                 m.show_guess = Some(false);
                 m.fit_guess = None
             }),
+        ));
+    }
+    // Guess agreement acts under the threshold rule, beside a shown guess.
+    if m.guess_agreement && m.show_guess != Some(false) && matches!(p.decide, Decide::Threshold(_))
+    {
+        v.push((
+            "guess agreement",
+            "no guess agreement (--no-guess-agreement)".into(),
+            with_m(&|m| m.guess_agreement = false),
         ));
     }
     if m.fit_guess == Some(true) {
@@ -352,6 +361,7 @@ mod tests {
             m.lookahead != pm.lookahead,
             m.sliding != pm.sliding,
             m.show_guess != pm.show_guess,
+            m.guess_agreement != pm.guess_agreement,
             m.fit_bucket != pm.fit_bucket,
             // Left to the family where the guess or the bucket fit is switched off.
             m.fit_guess != pm.fit_guess && m.fit_guess.is_some(),
@@ -406,6 +416,7 @@ mod tests {
             [
                 "lookahead (switched on)",
                 "shown guess",
+                "guess agreement",
                 "bucket fit (switched on)",
                 "left trim",
                 "staged decisions (switched on)",

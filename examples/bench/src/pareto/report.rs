@@ -32,7 +32,10 @@ pub const CHOSEN_ON_TUNING: &str =
      LLaDA's near wait and theta_stable 0.9 came from the wrong answers of the sets up to fresh4, \
      were chosen on the tuning and confirmation sets, and the fresh6 set judged them. mbsd's window \
      sliding across one block (a span of 16, the near wait reaching 8 positions) was chosen \
-     on the tuning and confirmation sets, and the fresh7 set judged it (LLaDA's default since)";
+     on the tuning and confirmation sets, and the fresh7 set judged it (LLaDA's default since); \
+     the fresh8 set judged the bucket fit counting the guess's row beside it. Dream's guess \
+     agreement came from reading its wrong answers on fresh7 and fresh8, was chosen on all ten \
+     sets up to fresh8, and the fresh9 set judged it (Dream's default since)";
 
 /// What the run was.
 pub struct Context {
