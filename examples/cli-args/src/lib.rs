@@ -47,8 +47,9 @@ pub struct DecodeArgs {
     /// dual-cache + threshold 0.9's 12.03 s; `--no-span --wait-near 2` is the default before the
     /// span, on fresh7 598 in 9.13 forwards against 598 in 8.43 with it; Dream models decide by
     /// the threshold rule at 0.9 with a refresh at each block start instead of sliding, the
-    /// shown guess and no bucket fit: on tiny-dream-long 1742 of 1800 in 10.35 forwards vs
-    /// threshold 0.9's 1739 in 10.74; see the README), vanilla (the model's reference
+    /// shown guess with guess agreement and no bucket fit: on fresh9, which chose nothing,
+    /// tiny-dream-long 582 of 600 in 10.13 forwards vs threshold 0.9's 577 in 10.80 and
+    /// vanilla's 567; see the README), vanilla (the model's reference
     /// algorithm, one token per step by default), prefix-cache or dual-cache (Fast-dLLM).
     #[arg(long, default_value = "mbsd")]
     pub strategy: String,

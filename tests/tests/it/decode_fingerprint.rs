@@ -315,6 +315,13 @@ fn dream_long_cases() -> Vec<Case> {
         case("mbsd", mbsd(p, 0.9, 0.9)),
         case("mbsd 0.7/0.9", mbsd(p, 0.7, 0.9)),
         case("mbsd defaults", mbsd_defaults(p, true)),
+        case("mbsd defaults, no guess agreement", {
+            let mut q = mbsd_defaults(p, true);
+            if let Strategy::Mbsd(m) = &mut q.strategy {
+                m.guess_agreement = false;
+            }
+            q
+        }),
     ]
 }
 
@@ -499,10 +506,15 @@ const TINY_DREAM_LONG_CPU: &[(&str, u64)] = &[
     ("mbsd", 0x9da5ead439706f04),
     ("mbsd 0.7/0.9", 0x993a4ec7256a2498),
     // The decoder's defaults on Dream: the refresh window, the threshold rule at 0.9, no bucket
-    // fit, the left trim, the shown guess.
-    ("mbsd defaults", 0x221738d41b34539d),
+    // fit, the left trim, the shown guess with guess agreement (2026-12-07).
+    ("mbsd defaults", 0xf8301c1e128def66),
+    // The defaults before guess agreement: the previous "mbsd defaults" fingerprint.
+    ("mbsd defaults, no guess agreement", 0x221738d41b34539d),
 ];
-const TINY_DREAM_LONG_HEX: &[(&str, u64)] = &[("mbsd defaults", 0x221738d41b34539d)];
+const TINY_DREAM_LONG_HEX: &[(&str, u64)] = &[
+    ("mbsd defaults", 0xf8301c1e128def66),
+    ("mbsd defaults, no guess agreement", 0x221738d41b34539d),
+];
 const TINY_LLADA_LONG_HEX: &[(&str, u64)] = &[
     ("dual-cache threshold 0.9", 0x4fc242637f657d87),
     ("mbsd", 0xdb62278ae82d9716),
