@@ -254,40 +254,45 @@ impl Blocks<'_> {
         let s = self.scorer.score(&mut row, &mut self.rng);
         scored[k] = s;
         self.out.guesses_shown += 1;
-        let theta = self
-            .p
-            .decide
-            .final_confidence()
-            .map_or(f64::INFINITY, f64::from);
-        let sure = s.confidence >= theta;
+        let sure = s.confidence >= self.final_threshold();
         let verdict = match (s.token == token, sure, self.guess_agreement) {
             (true, true, _) => Verdict::Confirmed,
             (true, false, true) => Verdict::Agreed(pos),
             (false, false, true) => Verdict::Waits(pos),
             _ => Verdict::Rejected(pos),
         };
-        match verdict {
-            Verdict::Confirmed => self.out.guesses_confirmed += 1,
-            Verdict::Agreed(_) => self.out.guesses_agreed += 1,
-            Verdict::NoGuess => {}
-            Verdict::Rejected(_) | Verdict::Waits(_) => {
-                // A waiting step decides nothing: not even the guess's position.
-                let keep = if matches!(verdict, Verdict::Waits(_)) {
-                    self.out.guesses_waited += 1;
-                    k
-                } else {
-                    k + 1
-                };
-                pl.cands.truncate(keep);
-                scored.truncate(keep);
-                // The drafts beyond the block saw the rejected guess too: none of them is kept.
-                for &p in &pl.draft_rows {
-                    self.drafts[p] = None;
-                }
-                pl.draft_rows.clear();
+        // What the step keeps of its candidates: up to the guess when rejected, none before it
+        // when waiting (not even the guess's position).
+        let keep = match verdict {
+            Verdict::NoGuess => return Ok(verdict),
+            Verdict::Confirmed => {
+                self.out.guesses_confirmed += 1;
+                return Ok(verdict);
             }
+            Verdict::Agreed(_) => {
+                self.out.guesses_agreed += 1;
+                return Ok(verdict);
+            }
+            Verdict::Rejected(_) => k + 1,
+            Verdict::Waits(_) => {
+                self.out.guesses_waited += 1;
+                k
+            }
+        };
+        pl.cands.truncate(keep);
+        scored.truncate(keep);
+        // The drafts beyond the block saw the rejected guess too: none of them is kept.
+        for &p in &pl.draft_rows {
+            self.drafts[p] = None;
         }
+        pl.draft_rows.clear();
         Ok(verdict)
+    }
+
+    /// The confidence at which a decision is final ([`crate::Decide::final_confidence`]; never
+    /// reached under the schedule, which has none).
+    fn final_threshold(&self) -> f64 {
+        (self.p.decide.final_confidence()).map_or(f64::INFINITY, f64::from)
     }
 
     /// The next forward's guesses: this forward's prediction of every position it left
@@ -317,7 +322,7 @@ impl Blocks<'_> {
     ) -> Result<(Vec<usize>, Vec<f64>)> {
         // An agreed guess counts as decided at the final threshold: its position takes the
         // guess whatever else the step decides.
-        let theta = (self.p.decide.final_confidence()).map_or(f64::INFINITY, f64::from);
+        let theta = self.final_threshold();
         let conf: Vec<(usize, f64)> = pl
             .cands
             .iter()
